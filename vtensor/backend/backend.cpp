@@ -1,0 +1,26 @@
+#include "vtensor/backend/backend.h"
+
+#include <stdexcept>
+
+namespace vtensor {
+
+const char* to_string(Stream s) {
+  switch (s) {
+    case Stream::kCompute: return "compute";
+    case Stream::kH2D: return "h2d";
+    case Stream::kD2H: return "d2h";
+  }
+  return "?";
+}
+
+std::vector<std::string> backend_names() { return {"cpu", "cuda"}; }
+
+std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOptions& opts) {
+  if (name == "cpu") return make_cpu_backend(opts);
+  if (name == "cuda") return make_cuda_backend(opts);
+  std::string accepted;
+  for (const auto& n : backend_names()) accepted += (accepted.empty() ? "" : ", ") + n;
+  throw std::invalid_argument("unknown backend '" + name + "'; accepted: " + accepted);
+}
+
+}  // namespace vtensor

@@ -1,0 +1,82 @@
+// The Backend is the only code that touches a device: the device arena, pinned host memory,
+// streams and events, asynchronous copies and kernels. The memory manager and the executor
+// drive it through this interface; policies never see it.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "vtensor/core/graph.h"
+
+namespace vtensor {
+
+enum class Stream { kCompute = 0, kH2D = 1, kD2H = 2 };
+constexpr int kNumStreams = 3;
+const char* to_string(Stream s);
+
+// An event marks a point in a stream; it completes when the work before it is done.
+class EventImpl {
+ public:
+  virtual ~EventImpl() = default;
+  virtual bool query() = 0;  // completed?
+  virtual void wait() = 0;   // host blocks until completed
+};
+using Event = std::shared_ptr<EventImpl>;
+
+// Device pointers of one op's tensors, in the op's input / output order.
+struct KernelArgs {
+  std::vector<float*> inputs;
+  std::vector<float*> outputs;
+  void* workspace = nullptr;
+  uint64_t iteration = 0;
+  bool recompute = false;  // a recomputation: skip side effects (running stats)
+};
+
+struct BackendOptions {
+  size_t arena_bytes = 0;  // the device budget
+  std::string gpu;         // sim: which GPU to model; cuda: unused
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual std::string device_description() const = 0;
+
+  // The device arena: exactly `arena_bytes` of device memory, sub-allocated by the allocators.
+  virtual void* arena_base() = 0;
+  virtual size_t arena_bytes() const = 0;
+
+  // Pinned host memory for swapped tensors (the HostPool caches it).
+  virtual void* host_alloc(size_t bytes) = 0;
+  virtual void host_free(void* p, size_t bytes) = 0;
+
+  // Copies are asynchronous on the given stream, ordered within it.
+  virtual void copy_async(Stream s, void* dst, const void* src, size_t bytes) = 0;
+  // Synchronous copies for set-up and for reading results (loss, weights).
+  virtual void copy_to_host(void* host_dst, const void* dev_src, size_t bytes) = 0;
+  virtual void copy_to_device(void* dev_dst, const void* host_src, size_t bytes) = 0;
+  virtual Event record(Stream s) = 0;
+  // Work submitted to `s` after this call starts only once `e` has completed.
+  virtual void stream_wait(Stream s, const Event& e) = 0;
+  virtual void synchronize() = 0;
+
+  // Runs one op's kernel on the compute stream.
+  virtual void launch(const Graph& g, const Op& op, const KernelArgs& args) = 0;
+  // Fills a persistent tensor with its initial values (deterministic in seed).
+  virtual void init_tensor(const TensorInfo& t, void* dev, uint64_t seed) = 0;
+
+  // Time on this backend's clock (wall clock, CUDA events, or the simulator's virtual clock).
+  virtual double now_ms() = 0;
+};
+
+// Backends by name: "cpu", "cuda". Unknown names throw std::invalid_argument with the accepted list.
+std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOptions& opts);
+std::vector<std::string> backend_names();
+std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& opts);
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& opts);  // throws when built without CUDA
+bool cuda_available();
+
+}  // namespace vtensor

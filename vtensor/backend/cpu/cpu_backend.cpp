@@ -1,0 +1,305 @@
+#include "vtensor/backend/cpu/cpu_backend.h"
+
+#include <sys/mman.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include "vtensor/backend/cpu/kernels.h"
+#include "vtensor/core/errors.h"
+
+namespace vtensor {
+
+bool CpuEvent::query() {
+  std::lock_guard<std::mutex> l(mu_);
+  return done_;
+}
+void CpuEvent::wait() {
+  std::unique_lock<std::mutex> l(mu_);
+  cv_.wait(l, [&] { return done_; });
+}
+void CpuEvent::signal() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    done_ = true;
+  }
+  cv_.notify_all();
+}
+
+CpuStreamWorker::CpuStreamWorker() : thread_([this] { loop(); }) {}
+CpuStreamWorker::~CpuStreamWorker() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+void CpuStreamWorker::submit(std::function<void()> task) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    tasks_.push_back(std::move(task));
+  }
+  cv_.notify_all();
+}
+void CpuStreamWorker::drain() {
+  std::unique_lock<std::mutex> l(mu_);
+  idle_cv_.wait(l, [&] { return tasks_.empty() && !busy_; });
+}
+void CpuStreamWorker::loop() {
+  std::unique_lock<std::mutex> l(mu_);
+  for (;;) {
+    cv_.wait(l, [&] { return stop_ || !tasks_.empty(); });
+    if (tasks_.empty()) return;  // stop requested and nothing left
+    auto task = std::move(tasks_.front());
+    tasks_.pop_front();
+    busy_ = true;
+    l.unlock();
+    task();
+    l.lock();
+    busy_ = false;
+    if (tasks_.empty()) idle_cv_.notify_all();
+  }
+}
+
+CpuBackend::CpuBackend(const BackendOptions& opts) : arena_bytes_(opts.arena_bytes) {
+  if (arena_bytes_ == 0) throw std::invalid_argument("cpu backend: the device budget must be > 0");
+  // Reserved, not committed: untouched pages of a large budget cost no RAM.
+  void* p = mmap(nullptr, arena_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED)
+    throw std::invalid_argument("cpu backend: cannot map a device arena of " + format_bytes(arena_bytes_));
+  arena_ = p;
+}
+
+CpuBackend::~CpuBackend() {
+  synchronize();
+  munmap(arena_, arena_bytes_);
+}
+
+std::string CpuBackend::device_description() const {
+  return "cpu (device arena of " + format_bytes(arena_bytes_) + " in RAM)";
+}
+
+void* CpuBackend::host_alloc(size_t bytes) {
+  void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (!p) throw std::bad_alloc();
+  return p;
+}
+void CpuBackend::host_free(void* p, size_t) { std::free(p); }
+
+CpuStreamWorker& CpuBackend::worker(Stream s) {
+  if (s == Stream::kH2D) return h2d_;
+  if (s == Stream::kD2H) return d2h_;
+  throw std::logic_error("cpu backend: the compute stream has no worker");
+}
+
+void CpuBackend::copy_async(Stream s, void* dst, const void* src, size_t bytes) {
+  if (s == Stream::kCompute) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+  worker(s).submit([=] { std::memcpy(dst, src, bytes); });
+}
+
+void CpuBackend::copy_to_host(void* host_dst, const void* dev_src, size_t bytes) { std::memcpy(host_dst, dev_src, bytes); }
+void CpuBackend::copy_to_device(void* dev_dst, const void* host_src, size_t bytes) { std::memcpy(dev_dst, host_src, bytes); }
+
+Event CpuBackend::record(Stream s) {
+  auto e = std::make_shared<CpuEvent>();
+  if (s == Stream::kCompute) {
+    e->signal();  // compute runs synchronously on the caller's thread
+  } else {
+    worker(s).submit([e] { e->signal(); });
+  }
+  return e;
+}
+
+void CpuBackend::stream_wait(Stream s, const Event& e) {
+  if (!e) return;
+  if (s == Stream::kCompute) {
+    e->wait();
+  } else {
+    worker(s).submit([e] { e->wait(); });
+  }
+}
+
+void CpuBackend::synchronize() {
+  h2d_.drain();
+  d2h_.drain();
+}
+
+double CpuBackend::now_ms() {
+  using namespace std::chrono;
+  return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
+}
+
+void CpuBackend::init_tensor(const TensorInfo& t, void* dev, uint64_t seed) {
+  float* p = static_cast<float*>(dev);
+  const size_t n = static_cast<size_t>(t.shape.numel());
+  const uint64_t s = cpu::mix64(seed ^ (static_cast<uint64_t>(t.id) * 0x9e3779b97f4a7c15ull));
+  int64_t fan_in = 1;
+  for (size_t i = 1; i < t.shape.rank(); ++i) fan_in *= t.shape[i];
+  switch (t.init) {
+    case Init::kZeros: std::fill(p, p + n, 0.f); break;
+    case Init::kOnes: std::fill(p, p + n, 1.f); break;
+    case Init::kHeNormal: {
+      const double stdv = std::sqrt(2.0 / static_cast<double>(fan_in));
+      for (size_t i = 0; i < n; ++i) {
+        const double u1 = 1.0 - cpu::uniform01(s, 2 * i), u2 = cpu::uniform01(s, 2 * i + 1);
+        p[i] = static_cast<float>(stdv * std::sqrt(-2.0 * std::log(u1)) * std::cos(2 * M_PI * u2));
+      }
+      break;
+    }
+    case Init::kUniformFanIn: {
+      const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
+      for (size_t i = 0; i < n; ++i) p[i] = static_cast<float>((2.0 * cpu::uniform01(s, i) - 1.0) * bound);
+      break;
+    }
+  }
+}
+
+namespace {
+
+int dim(const Shape& s, size_t i) { return static_cast<int>(s[i]); }
+int spatial(const Shape& s) { return s.rank() == 4 ? dim(s, 2) * dim(s, 3) : 1; }
+
+// Synthetic classification data, learnable: each class has a fixed pattern, each sample is
+// its class pattern plus noise. Eight distinct batches repeat, so the loss falls in a few steps.
+void synthetic_batch(const Op& op, const Shape& xs, uint64_t iteration, float* x, float* labels) {
+  const int n = dim(xs, 0);
+  const size_t per = static_cast<size_t>(xs.numel() / n);
+  const uint64_t batch_seed = cpu::mix64(op.attrs.seed + iteration % 8);
+  for (int i = 0; i < n; ++i) {
+    const int label = static_cast<int>(cpu::uniform01(batch_seed, static_cast<uint64_t>(i)) * op.attrs.num_classes);
+    labels[i] = static_cast<float>(label);
+    const uint64_t pattern_seed = cpu::mix64(op.attrs.seed ^ (0xc1a55ull + static_cast<uint64_t>(label)));
+    const uint64_t noise_seed = cpu::mix64(batch_seed + 1 + static_cast<uint64_t>(i));
+    float* xi = x + static_cast<size_t>(i) * per;
+    for (size_t j = 0; j < per; ++j)
+      xi[j] = (2.f * cpu::uniform01(pattern_seed, j) - 1.f) + 0.5f * (cpu::uniform01(noise_seed, j) - 0.5f);
+  }
+}
+
+}  // namespace
+
+void CpuBackend::launch(const Graph& g, const Op& op, const KernelArgs& a) {
+  auto in_shape = [&](size_t i) -> const Shape& { return g.tensor(op.inputs[i]).shape; };
+  auto out_shape = [&](size_t i) -> const Shape& { return g.tensor(op.outputs[i]).shape; };
+  auto numel = [&](const Shape& s) { return static_cast<size_t>(s.numel()); };
+  float* ws = static_cast<float*>(a.workspace);
+  const uint64_t dropout_seed = cpu::mix64(op.attrs.seed + a.iteration);
+  switch (op.kind) {
+    case OpKind::kData:
+      synthetic_batch(op, out_shape(0), a.iteration, a.outputs[0], a.outputs[1]);
+      break;
+    case OpKind::kConv2d: {
+      const Shape& x = in_shape(0);
+      const Shape& w = in_shape(1);
+      auto p = cpu::make_conv2d_params(dim(x, 0), dim(x, 1), dim(x, 2), dim(x, 3), dim(w, 0), dim(w, 2), dim(w, 3),
+                                       op.attrs.stride, op.attrs.pad);
+      cpu::conv2d_forward(p, a.inputs[0], a.inputs[1], op.attrs.has_bias ? a.inputs[2] : nullptr, a.outputs[0], ws);
+      break;
+    }
+    case OpKind::kConv2dBwdData: {
+      const Shape& x = out_shape(0);
+      const Shape& w = in_shape(1);
+      auto p = cpu::make_conv2d_params(dim(x, 0), dim(x, 1), dim(x, 2), dim(x, 3), dim(w, 0), dim(w, 2), dim(w, 3),
+                                       op.attrs.stride, op.attrs.pad);
+      cpu::conv2d_backward_data(p, a.inputs[0], a.inputs[1], a.outputs[0], ws);
+      break;
+    }
+    case OpKind::kConv2dBwdFilter: {
+      const Shape& x = in_shape(1);
+      const Shape& w = out_shape(0);
+      auto p = cpu::make_conv2d_params(dim(x, 0), dim(x, 1), dim(x, 2), dim(x, 3), dim(w, 0), dim(w, 2), dim(w, 3),
+                                       op.attrs.stride, op.attrs.pad);
+      cpu::conv2d_backward_filter(p, a.inputs[0], a.inputs[1], a.outputs[0], op.attrs.has_bias ? a.outputs[1] : nullptr,
+                                  ws);
+      break;
+    }
+    case OpKind::kBatchNorm: {
+      const Shape& x = in_shape(0);
+      cpu::batchnorm_forward(dim(x, 0), dim(x, 1), spatial(x), a.inputs[0], a.inputs[1], a.inputs[2], a.outputs[0],
+                             a.outputs[1], a.outputs[2], a.inputs[3], a.inputs[4], op.attrs.momentum, op.attrs.eps,
+                             !a.recompute);
+      break;
+    }
+    case OpKind::kBatchNormBwd: {
+      const Shape& x = in_shape(1);
+      cpu::batchnorm_backward(dim(x, 0), dim(x, 1), spatial(x), a.inputs[0], a.inputs[1], a.inputs[2], a.inputs[3],
+                              a.inputs[4], a.outputs[0], a.outputs[1], a.outputs[2]);
+      break;
+    }
+    case OpKind::kRelu: cpu::relu_forward(numel(in_shape(0)), a.inputs[0], a.outputs[0]); break;
+    case OpKind::kReluBwd: cpu::relu_backward(numel(in_shape(0)), a.inputs[0], a.inputs[1], a.outputs[0]); break;
+    case OpKind::kMaxPool:
+    case OpKind::kMaxPoolBwd: {
+      const Shape& x = op.kind == OpKind::kMaxPool ? in_shape(0) : in_shape(1);
+      const Shape& y = op.kind == OpKind::kMaxPool ? out_shape(0) : in_shape(0);
+      const int k = op.attrs.kernel, s = op.attrs.stride, pad = op.attrs.pad;
+      if (op.kind == OpKind::kMaxPool)
+        cpu::maxpool2d_forward(dim(x, 0), dim(x, 1), dim(x, 2), dim(x, 3), k, s, pad, dim(y, 2), dim(y, 3), a.inputs[0],
+                               a.outputs[0]);
+      else
+        cpu::maxpool2d_backward(dim(x, 0), dim(x, 1), dim(x, 2), dim(x, 3), k, s, pad, dim(y, 2), dim(y, 3), a.inputs[0],
+                                a.inputs[1], a.outputs[0]);
+      break;
+    }
+    case OpKind::kGlobalAvgPool: {
+      const Shape& x = in_shape(0);
+      cpu::global_avgpool_forward(dim(x, 0), dim(x, 1), spatial(x), a.inputs[0], a.outputs[0]);
+      break;
+    }
+    case OpKind::kGlobalAvgPoolBwd: {
+      const Shape& x = out_shape(0);
+      cpu::global_avgpool_backward(dim(x, 0), dim(x, 1), spatial(x), a.inputs[0], a.outputs[0]);
+      break;
+    }
+    case OpKind::kLinear: {
+      const Shape& x = in_shape(0);
+      const Shape& w = in_shape(1);
+      cpu::linear_forward(dim(x, 0), dim(x, 1), dim(w, 0), a.inputs[0], a.inputs[1],
+                          op.attrs.has_bias ? a.inputs[2] : nullptr, a.outputs[0]);
+      break;
+    }
+    case OpKind::kLinearBwd: {
+      const Shape& x = in_shape(1);
+      const Shape& w = in_shape(2);
+      size_t o = 0;
+      float* dx = op.attrs.has_dx ? a.outputs[o++] : nullptr;
+      float* dw = a.outputs[o++];
+      float* db = op.attrs.has_bias ? a.outputs[o++] : nullptr;
+      cpu::linear_backward(dim(x, 0), dim(x, 1), dim(w, 0), a.inputs[0], a.inputs[1], a.inputs[2], dx, dw, db);
+      break;
+    }
+    case OpKind::kAdd: cpu::add_forward(numel(in_shape(0)), a.inputs[0], a.inputs[1], a.outputs[0]); break;
+    case OpKind::kFlatten:
+    case OpKind::kReshapeBwd: cpu::copy(numel(in_shape(0)), a.inputs[0], a.outputs[0]); break;
+    case OpKind::kDropout:
+      cpu::dropout_forward(numel(in_shape(0)), op.attrs.p, dropout_seed, a.inputs[0], a.outputs[0]);
+      break;
+    case OpKind::kDropoutBwd:
+      cpu::dropout_backward(numel(in_shape(0)), op.attrs.p, dropout_seed, a.inputs[0], a.outputs[0]);
+      break;
+    case OpKind::kSoftmaxCE: {
+      const Shape& l = in_shape(0);
+      cpu::softmax_ce_forward(dim(l, 0), dim(l, 1), a.inputs[0], a.inputs[1], a.outputs[0]);
+      break;
+    }
+    case OpKind::kSoftmaxCEBwd: {
+      const Shape& l = in_shape(0);
+      cpu::softmax_ce_backward(dim(l, 0), dim(l, 1), a.inputs[0], a.inputs[1], a.outputs[0]);
+      break;
+    }
+    case OpKind::kSgdMomentum:
+      cpu::sgd_momentum(numel(in_shape(0)), op.attrs.lr, op.attrs.sgd_momentum, op.attrs.weight_decay, a.inputs[0],
+                        a.inputs[1], a.inputs[2]);
+      break;
+  }
+}
+
+std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& opts) { return std::make_unique<CpuBackend>(opts); }
+
+}  // namespace vtensor

@@ -1,0 +1,72 @@
+// The cpu backend: device memory is an arena of exactly the budget, mapped apart from the
+// host heap; compute runs on the calling thread; the h2d and d2h streams are worker threads
+// that really copy asynchronously, ordered per stream, with events between them.
+#pragma once
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "vtensor/backend/backend.h"
+
+namespace vtensor {
+
+class CpuEvent final : public EventImpl {
+ public:
+  bool query() override;
+  void wait() override;
+  void signal();
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+};
+
+// One copy stream: a thread that runs its tasks in order.
+class CpuStreamWorker {
+ public:
+  CpuStreamWorker();
+  ~CpuStreamWorker();
+  void submit(std::function<void()> task);
+  void drain();  // blocks until every submitted task has run
+
+ private:
+  void loop();
+  std::mutex mu_;
+  std::condition_variable cv_, idle_cv_;
+  std::deque<std::function<void()>> tasks_;
+  bool stop_ = false, busy_ = false;
+  std::thread thread_;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(const BackendOptions& opts);
+  ~CpuBackend() override;
+
+  std::string name() const override { return "cpu"; }
+  std::string device_description() const override;
+  void* arena_base() override { return arena_; }
+  size_t arena_bytes() const override { return arena_bytes_; }
+  void* host_alloc(size_t bytes) override;
+  void host_free(void* p, size_t bytes) override;
+  void copy_async(Stream s, void* dst, const void* src, size_t bytes) override;
+  void copy_to_host(void* host_dst, const void* dev_src, size_t bytes) override;
+  void copy_to_device(void* dev_dst, const void* host_src, size_t bytes) override;
+  Event record(Stream s) override;
+  void stream_wait(Stream s, const Event& e) override;
+  void synchronize() override;
+  void launch(const Graph& g, const Op& op, const KernelArgs& args) override;
+  void init_tensor(const TensorInfo& t, void* dev, uint64_t seed) override;
+  double now_ms() override;
+
+ private:
+  CpuStreamWorker& worker(Stream s);
+  void* arena_ = nullptr;
+  size_t arena_bytes_ = 0;
+  CpuStreamWorker h2d_, d2h_;
+};
+
+}  // namespace vtensor

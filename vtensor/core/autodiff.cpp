@@ -1,0 +1,203 @@
+// Reverse-mode autodiff over the static graph: walks the forward ops backwards and appends
+// one backward op (or two for conv) per forward op whose output has a gradient, then the
+// optimizer step. Gradients reaching a tensor twice (residual connections) are summed.
+#include <map>
+#include <stdexcept>
+
+#include "vtensor/core/graph.h"
+
+namespace vtensor {
+namespace {
+
+class Autodiff {
+ public:
+  explicit Autodiff(Graph& g) : g_(g) {}
+
+  void run(const OptimizerConfig& opt) {
+    const int num_forward = static_cast<int>(g_.num_ops());
+    for (int i = num_forward - 1; i >= 0; --i) backward_of(Op(g_.op(i)));  // a copy: add_op reallocates
+    for (TensorId p : g_.params) {
+      auto it = grad_.find(p);
+      if (it == grad_.end()) continue;  // parameter does not reach the loss
+      const TensorInfo pt = g_.tensor(p);
+      TensorInfo m{.name = pt.name + ".momentum", .shape = pt.shape, .kind = TensorKind::kOptimizerState};
+      TensorId mid = g_.add_tensor(m);
+      Op op{.kind = OpKind::kSgdMomentum, .name = "sgd." + pt.name, .layer = layer_of(p), .optimizer = true,
+            .inputs = {p, it->second, mid}, .inplace = {p, mid}};
+      op.attrs.lr = opt.lr;
+      op.attrs.sgd_momentum = opt.momentum;
+      op.attrs.weight_decay = opt.weight_decay;
+      op.flops = 4.0 * static_cast<double>(pt.shape.numel());
+      g_.add_op(op);
+    }
+  }
+
+ private:
+  int layer_of(TensorId p) {
+    for (const auto& op : g_.ops())
+      for (TensorId in : op.inputs)
+        if (in == p) return op.layer;
+    return -1;
+  }
+
+  TensorId new_grad(TensorId like, const std::string& suffix = "") {
+    const TensorInfo& t = g_.tensor(like);
+    return g_.add_tensor({.name = "grad." + t.name + suffix, .shape = t.shape, .kind = TensorKind::kGradient});
+  }
+
+  void accumulate(TensorId t, TensorId g, int layer) {
+    if (!g_.tensor(t).requires_grad) return;
+    auto it = grad_.find(t);
+    if (it == grad_.end()) {
+      grad_[t] = g;
+      return;
+    }
+    TensorId sum = new_grad(t, ".sum" + std::to_string(sums_++));
+    const double n = static_cast<double>(g_.tensor(t).shape.numel());
+    g_.add_op({.kind = OpKind::kAdd, .name = "grad_sum." + g_.tensor(t).name, .layer = layer, .backward = true,
+               .inputs = {it->second, g}, .outputs = {sum}, .flops = n});
+    it->second = sum;
+  }
+
+  Op bwd(const Op& f, OpKind kind, const std::string& suffix) {
+    Op op{.kind = kind, .name = f.name + suffix, .layer = f.layer, .backward = true};
+    op.attrs = f.attrs;
+    return op;
+  }
+
+  void backward_of(const Op& f) {
+    if (f.kind == OpKind::kData || f.optimizer || f.backward) return;
+    TensorId y = f.outputs.at(0);
+    const TensorInfo yt = g_.tensor(y);
+    if (!yt.requires_grad) return;
+    auto rg = [&](TensorId t) { return g_.tensor(t).requires_grad; };
+    TensorId dy = kNoTensor;
+    if (f.kind != OpKind::kSoftmaxCE) {
+      auto it = grad_.find(y);
+      if (it == grad_.end()) return;  // output does not reach the loss
+      dy = it->second;
+    }
+    switch (f.kind) {
+      case OpKind::kConv2d: {
+        TensorId x = f.inputs[0], w = f.inputs[1];
+        if (rg(x)) {
+          Op op = bwd(f, OpKind::kConv2dBwdData, ".bwd_data");
+          TensorId dx = new_grad(x);
+          op.inputs = {dy, w};
+          op.outputs = {dx};
+          op.workspace_bytes = f.workspace_bytes;
+          op.flops = f.flops;
+          g_.add_op(op);
+          accumulate(x, dx, f.layer);
+        }
+        Op op = bwd(f, OpKind::kConv2dBwdFilter, ".bwd_filter");
+        TensorId dw = new_grad(w);
+        op.inputs = {dy, x};
+        op.outputs = {dw};
+        TensorId db = kNoTensor;
+        if (f.attrs.has_bias) op.outputs.push_back(db = new_grad(f.inputs[2]));
+        op.workspace_bytes = f.workspace_bytes;
+        op.flops = f.flops;
+        g_.add_op(op);
+        accumulate(w, dw, f.layer);
+        if (db != kNoTensor) accumulate(f.inputs[2], db, f.layer);
+        break;
+      }
+      case OpKind::kBatchNorm: {
+        TensorId x = f.inputs[0], gamma = f.inputs[1], beta = f.inputs[2];
+        Op op = bwd(f, OpKind::kBatchNormBwd, ".bwd");
+        TensorId dx = new_grad(x), dg = new_grad(gamma), db = new_grad(beta);
+        op.inputs = {dy, x, gamma, f.outputs[1], f.outputs[2]};
+        op.outputs = {dx, dg, db};
+        op.flops = 2 * f.flops;
+        g_.add_op(op);
+        accumulate(x, dx, f.layer);
+        accumulate(gamma, dg, f.layer);
+        accumulate(beta, db, f.layer);
+        break;
+      }
+      case OpKind::kRelu: {
+        Op op = bwd(f, OpKind::kReluBwd, ".bwd");
+        TensorId dx = new_grad(f.inputs[0]);
+        op.inputs = {dy, y};
+        op.outputs = {dx};
+        op.flops = f.flops;
+        g_.add_op(op);
+        accumulate(f.inputs[0], dx, f.layer);
+        break;
+      }
+      case OpKind::kMaxPool: {
+        Op op = bwd(f, OpKind::kMaxPoolBwd, ".bwd");
+        TensorId dx = new_grad(f.inputs[0]);
+        op.inputs = {dy, f.inputs[0]};
+        op.outputs = {dx};
+        op.flops = 2 * f.flops;
+        g_.add_op(op);
+        accumulate(f.inputs[0], dx, f.layer);
+        break;
+      }
+      case OpKind::kGlobalAvgPool:
+      case OpKind::kFlatten:
+      case OpKind::kDropout: {
+        const OpKind k = f.kind == OpKind::kGlobalAvgPool ? OpKind::kGlobalAvgPoolBwd
+                         : f.kind == OpKind::kFlatten     ? OpKind::kReshapeBwd
+                                                          : OpKind::kDropoutBwd;
+        Op op = bwd(f, k, ".bwd");
+        TensorId dx = new_grad(f.inputs[0]);
+        op.inputs = {dy};
+        op.outputs = {dx};
+        op.flops = f.flops;
+        g_.add_op(op);
+        accumulate(f.inputs[0], dx, f.layer);
+        break;
+      }
+      case OpKind::kLinear: {
+        TensorId x = f.inputs[0], w = f.inputs[1];
+        Op op = bwd(f, OpKind::kLinearBwd, ".bwd");
+        op.attrs.has_dx = rg(x);
+        op.inputs = {dy, x, w};
+        TensorId dx = kNoTensor, db = kNoTensor;
+        if (op.attrs.has_dx) op.outputs.push_back(dx = new_grad(x));
+        TensorId dw = new_grad(w);
+        op.outputs.push_back(dw);
+        if (f.attrs.has_bias) op.outputs.push_back(db = new_grad(f.inputs[2]));
+        op.flops = 2 * f.flops;
+        g_.add_op(op);
+        if (dx != kNoTensor) accumulate(x, dx, f.layer);
+        accumulate(w, dw, f.layer);
+        if (db != kNoTensor) accumulate(f.inputs[2], db, f.layer);
+        break;
+      }
+      case OpKind::kAdd:
+        accumulate(f.inputs[0], dy, f.layer);
+        accumulate(f.inputs[1], dy, f.layer);
+        break;
+      case OpKind::kSoftmaxCE: {
+        Op op = bwd(f, OpKind::kSoftmaxCEBwd, ".bwd");
+        TensorId dl = new_grad(f.inputs[0]);
+        op.inputs = {f.inputs[0], f.inputs[1]};
+        op.outputs = {dl};
+        op.flops = f.flops;
+        g_.add_op(op);
+        accumulate(f.inputs[0], dl, f.layer);
+        break;
+      }
+      default:
+        throw std::logic_error(std::string("autodiff: no backward for ") + to_string(f.kind));
+    }
+  }
+
+  Graph& g_;
+  std::map<TensorId, TensorId> grad_;
+  int sums_ = 0;
+};
+
+}  // namespace
+
+void build_backward(Graph& graph, const OptimizerConfig& opt) {
+  if (graph.loss == kNoTensor) throw std::logic_error("build_backward: graph has no loss");
+  Autodiff(graph).run(opt);
+  graph.validate();
+}
+
+}  // namespace vtensor

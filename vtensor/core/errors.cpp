@@ -1,0 +1,60 @@
+#include "vtensor/core/errors.h"
+
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+
+namespace vtensor {
+
+std::string format_bytes(size_t bytes) {
+  char buf[64];
+  const double b = static_cast<double>(bytes);
+  if (bytes >= (1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1ull << 30));
+  else if (bytes >= (1ull << 20)) std::snprintf(buf, sizeof buf, "%.2f MiB", b / (1ull << 20));
+  else if (bytes >= (1ull << 10)) std::snprintf(buf, sizeof buf, "%.2f KiB", b / (1ull << 10));
+  else std::snprintf(buf, sizeof buf, "%zu B", bytes);
+  return buf;
+}
+
+size_t parse_bytes(const std::string& text, const std::string& what) {
+  const std::string accepted = " (accepted: a number with an optional unit B, KB, MB, GB, KiB, MiB, GiB, K, M, G; e.g. 512MiB)";
+  size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+  if (i == 0) throw std::invalid_argument("invalid " + what + " '" + text + "'" + accepted);
+  double value = 0;
+  try {
+    value = std::stod(text.substr(0, i));
+  } catch (const std::exception&) {
+    throw std::invalid_argument("invalid " + what + " '" + text + "'" + accepted);
+  }
+  std::string unit = text.substr(i);
+  for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  double mult = 0;
+  if (unit.empty() || unit == "B") mult = 1;
+  else if (unit == "K" || unit == "KIB" || unit == "KI") mult = 1024.0;
+  else if (unit == "M" || unit == "MIB" || unit == "MI") mult = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GIB" || unit == "GI") mult = 1024.0 * 1024 * 1024;
+  else if (unit == "KB") mult = 1e3;
+  else if (unit == "MB") mult = 1e6;
+  else if (unit == "GB") mult = 1e9;
+  else throw std::invalid_argument("invalid unit '" + text.substr(i) + "' in " + what + " '" + text + "'" + accepted);
+  const double bytes = value * mult;
+  if (!(bytes >= 1) || bytes > 1e15) throw std::invalid_argument(what + " '" + text + "' is out of range (1 B to 1 PB)");
+  return static_cast<size_t>(std::llround(bytes));
+}
+
+static std::string oom_message(size_t requested, size_t in_use, size_t budget, const std::string& context,
+                               std::optional<size_t> smallest) {
+  std::string m = "out of device memory: requested " + format_bytes(requested) + " with " + format_bytes(in_use) +
+                  " in use of a " + format_bytes(budget) + " budget";
+  if (!context.empty()) m += " (" + context + ")";
+  if (smallest) m += "; the smallest budget known to work is " + format_bytes(*smallest);
+  return m;
+}
+
+OutOfMemoryError::OutOfMemoryError(size_t requested, size_t in_use, size_t budget, std::string context,
+                                   std::optional<size_t> smallest)
+    : std::runtime_error(oom_message(requested, in_use, budget, context, smallest)),
+      requested_(requested), in_use_(in_use), budget_(budget), smallest_(smallest) {}
+
+}  // namespace vtensor

@@ -1,0 +1,69 @@
+#include "vtensor/core/graph.h"
+
+#include <stdexcept>
+
+namespace vtensor {
+
+const char* to_string(TensorKind k) {
+  switch (k) {
+    case TensorKind::kParam: return "param";
+    case TensorKind::kOptimizerState: return "optimizer_state";
+    case TensorKind::kBuffer: return "buffer";
+    case TensorKind::kData: return "data";
+    case TensorKind::kActivation: return "activation";
+    case TensorKind::kGradient: return "gradient";
+  }
+  return "?";
+}
+
+TensorId Graph::add_tensor(TensorInfo info) {
+  info.id = static_cast<TensorId>(tensors_.size());
+  tensors_.push_back(std::move(info));
+  return tensors_.back().id;
+}
+
+int Graph::add_op(Op op) {
+  op.index = static_cast<int>(ops_.size());
+  for (size_t s = 0; s < op.outputs.size(); ++s) {
+    TensorInfo& t = tensor(op.outputs[s]);
+    if (t.producer != -1) throw std::logic_error("tensor " + t.name + " produced twice");
+    t.producer = op.index;
+    t.slot = static_cast<int>(s);
+  }
+  ops_.push_back(std::move(op));
+  return ops_.back().index;
+}
+
+int Graph::add_layer(std::string name, LayerKind kind) {
+  layers_.push_back({std::move(name), kind});
+  return static_cast<int>(layers_.size()) - 1;
+}
+
+size_t Graph::persistent_bytes() const {
+  size_t b = 0;
+  for (const auto& t : tensors_)
+    if (t.persistent()) b += t.bytes();
+  return b;
+}
+
+size_t Graph::param_count() const {
+  size_t n = 0;
+  for (const auto& t : tensors_)
+    if (t.kind == TensorKind::kParam) n += static_cast<size_t>(t.shape.numel());
+  return n;
+}
+
+void Graph::validate() const {
+  std::vector<bool> ready(tensors_.size(), false);
+  for (const auto& t : tensors_)
+    if (t.persistent()) ready[static_cast<size_t>(t.id)] = true;
+  for (const auto& op : ops_) {
+    for (TensorId in : op.inputs)
+      if (in < 0 || static_cast<size_t>(in) >= tensors_.size() || !ready[static_cast<size_t>(in)])
+        throw std::logic_error("op " + op.name + " reads a tensor no earlier op produces");
+    for (TensorId out : op.outputs) ready[static_cast<size_t>(out)] = true;
+  }
+  if (loss == kNoTensor) throw std::logic_error("graph has no loss");
+}
+
+}  // namespace vtensor

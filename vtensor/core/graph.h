@@ -1,0 +1,88 @@
+// The static training graph: forward ops from a model builder, then backward and optimizer
+// ops appended by autodiff. The executor runs the same op sequence every iteration, so a
+// TensorId (its index here) names the same tensor in every iteration.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "vtensor/core/dtype.h"
+#include "vtensor/core/shape.h"
+#include "vtensor/ops/op.h"
+
+namespace vtensor {
+
+enum class TensorKind {
+  kParam,           // persistent, learned
+  kOptimizerState,  // persistent (momentum)
+  kBuffer,          // persistent, not learned (batch-norm running statistics)
+  kData,            // produced by the data op each iteration
+  kActivation,      // forward output
+  kGradient,        // backward output
+};
+const char* to_string(TensorKind k);
+
+enum class Init { kZeros, kOnes, kHeNormal, kUniformFanIn };
+
+struct TensorInfo {
+  TensorId id = kNoTensor;
+  std::string name;
+  Shape shape;
+  DType dtype = DType::kF32;
+  TensorKind kind = TensorKind::kActivation;
+  int producer = -1;  // op index; -1 for persistent tensors
+  int slot = 0;       // output slot in the producer
+  bool requires_grad = false;
+  Init init = Init::kZeros;
+  size_t bytes() const { return static_cast<size_t>(shape.numel()) * dtype_size(dtype); }
+  bool persistent() const {
+    return kind == TensorKind::kParam || kind == TensorKind::kOptimizerState || kind == TensorKind::kBuffer;
+  }
+};
+
+enum class LayerKind { kConv, kLinear, kNorm, kActivation, kPool, kOther };
+
+struct Layer {
+  std::string name;
+  LayerKind kind;
+};
+
+class Graph {
+ public:
+  TensorId add_tensor(TensorInfo info);
+  int add_op(Op op);  // assigns op.index, sets producers of its outputs
+  int add_layer(std::string name, LayerKind kind);
+
+  const TensorInfo& tensor(TensorId id) const { return tensors_.at(static_cast<size_t>(id)); }
+  TensorInfo& tensor(TensorId id) { return tensors_.at(static_cast<size_t>(id)); }
+  const Op& op(int i) const { return ops_.at(static_cast<size_t>(i)); }
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  const std::vector<Op>& ops() const { return ops_; }
+  const std::vector<Layer>& layers() const { return layers_; }
+  size_t num_tensors() const { return tensors_.size(); }
+  size_t num_ops() const { return ops_.size(); }
+
+  TensorId loss = kNoTensor;
+  std::vector<TensorId> params;  // in creation order
+
+  size_t persistent_bytes() const;
+  size_t param_count() const;  // scalars in kParam tensors
+  // Throws std::logic_error when the graph is inconsistent (an op reads a tensor no earlier op makes, ...).
+  void validate() const;
+
+ private:
+  std::vector<TensorInfo> tensors_;
+  std::vector<Op> ops_;
+  std::vector<Layer> layers_;
+};
+
+struct OptimizerConfig {
+  float lr = 0.05f;
+  float momentum = 0.9f;
+  float weight_decay = 0.f;
+};
+
+// Appends backward ops for `graph.loss` and one SGD-with-momentum op per parameter
+// (with its momentum tensor). Gradients of tensors used twice are summed with add ops.
+void build_backward(Graph& graph, const OptimizerConfig& opt);
+
+}  // namespace vtensor

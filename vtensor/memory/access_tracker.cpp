@@ -1,0 +1,56 @@
+#include "vtensor/memory/access_tracker.h"
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+namespace vtensor {
+
+const char* to_string(AccessKind k) {
+  switch (k) {
+    case AccessKind::kRead: return "read";
+    case AccessKind::kWrite: return "write";
+    case AccessKind::kRecomputeRead: return "recompute_read";
+    case AccessKind::kRecomputeWrite: return "recompute_write";
+  }
+  return "?";
+}
+
+void AccessTracker::begin_iteration(int iteration, double now_ms) {
+  trace_.iteration = iteration;
+  trace_.accesses.clear();
+  start_ms_ = now_ms;
+}
+
+void AccessTracker::record(TensorId id, int op_index, AccessKind kind, double now_ms) {
+  if (!enabled_) return;
+  trace_.accesses.push_back({id, op_index, kind, static_cast<int64_t>((now_ms - start_ms_) * 1e6)});
+}
+
+void AccessTracker::write_jsonl(const std::string& path, const Graph& g, const std::vector<AccessTrace>& traces) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    if (!out) throw std::invalid_argument("cannot write trace file '" + path + "'");
+    nlohmann::json tensors = nlohmann::json::array();
+    for (const auto& t : g.tensors()) {
+      nlohmann::json inputs = nlohmann::json::array();
+      if (t.producer >= 0)
+        for (TensorId in : g.op(t.producer).inputs) inputs.push_back(in);
+      tensors.push_back({{"id", t.id}, {"name", t.name}, {"bytes", t.bytes()}, {"kind", to_string(t.kind)},
+                         {"producer", t.producer}, {"inputs", inputs}});
+    }
+    out << nlohmann::json{{"type", "graph"}, {"num_ops", g.num_ops()}, {"tensors", tensors}}.dump() << "\n";
+    for (const auto& tr : traces)
+      for (const auto& a : tr.accesses)
+        out << nlohmann::json{{"type", "access"}, {"iter", tr.iteration}, {"id", a.id}, {"op", a.op_index},
+                              {"kind", to_string(a.kind)}, {"t_ns", a.time_ns}}
+                   .dump()
+            << "\n";
+    if (!out) throw std::runtime_error("error writing trace file '" + path + "'");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error("cannot move trace into '" + path + "'");
+}
+
+}  // namespace vtensor

@@ -1,0 +1,45 @@
+// Records every tensor access of an iteration: (tensor id, op index, kind, time). Capuchin's
+// measured execution plans from it; traces written as JSON lines replay anywhere.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "vtensor/core/graph.h"
+
+namespace vtensor {
+
+enum class AccessKind { kRead, kWrite, kRecomputeRead, kRecomputeWrite };
+const char* to_string(AccessKind k);
+
+struct TensorAccess {
+  TensorId id;
+  int op_index;
+  AccessKind kind;
+  int64_t time_ns;  // since the start of the iteration, on the backend's clock
+};
+
+struct AccessTrace {
+  int iteration = 0;
+  std::vector<TensorAccess> accesses;
+};
+
+class AccessTracker {
+ public:
+  void set_enabled(bool on) { enabled_ = on; }
+  bool enabled() const { return enabled_; }
+  void begin_iteration(int iteration, double now_ms);
+  void record(TensorId id, int op_index, AccessKind kind, double now_ms);
+  const AccessTrace& current() const { return trace_; }
+
+  // One header line with the graph's tensors (id, name, bytes, kind, producer op and its
+  // inputs: the lineage), then one line per access.
+  static void write_jsonl(const std::string& path, const Graph& g, const std::vector<AccessTrace>& traces);
+
+ private:
+  bool enabled_ = true;
+  double start_ms_ = 0;
+  AccessTrace trace_;
+};
+
+}  // namespace vtensor

@@ -1,0 +1,174 @@
+#include "vtensor/memory/caching_allocator.h"
+
+#include <algorithm>
+#include <iterator>
+#include <stdexcept>
+#include <string>
+
+namespace vtensor {
+
+CachingAllocator::CachingAllocator(size_t capacity) : capacity_(capacity) {
+  if (capacity == 0 || capacity % kAllocAlignment != 0) {
+    throw std::invalid_argument("caching allocator capacity " + std::to_string(capacity) +
+                                " must be a positive multiple of " + std::to_string(kAllocAlignment));
+  }
+  blocks_.emplace(0, Block{capacity, true, -1});
+  free_set_.emplace(capacity, 0);
+  stats_.capacity = capacity;
+  update_derived_stats();
+}
+
+// free_bytes, largest_free_block, reserved and the peaks, all O(1) from the structures.
+void CachingAllocator::update_derived_stats() {
+  stats_.free_bytes = capacity_ - stats_.allocated;
+  stats_.largest_free_block = free_set_.empty() ? 0 : free_set_.rbegin()->first;
+  // The last block is live (reserved = capacity) or free; a trailing free block's offset is the
+  // end of the highest live block because free blocks never touch.
+  const auto& [last_offset, last] = *blocks_.rbegin();
+  stats_.reserved = last.free ? last_offset : capacity_;
+  stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);
+  stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
+}
+
+std::optional<size_t> CachingAllocator::allocate(size_t bytes, int64_t tag) {
+  // Checked before rounding so huge requests cannot overflow align_up.
+  auto fit = free_set_.end();
+  size_t size = 0;
+  if (bytes <= capacity_) {
+    size = bytes == 0 ? kAllocAlignment : align_up(bytes);
+    fit = free_set_.lower_bound({size, 0});
+  }
+  if (fit == free_set_.end()) {
+    ++stats_.num_ooms;
+    record(AllocEvent::Kind::kOom, 0, bytes, tag);
+    return std::nullopt;
+  }
+  const auto [hole_size, offset] = *fit;
+  auto it = blocks_.find(offset);
+  const size_t rest = hole_size - size;
+  if (rest >= kAllocAlignment) {
+    // The only allocation happens first so a bad_alloc leaves the allocator untouched;
+    // the free-set node is re-keyed in place instead of erase + insert.
+    blocks_.emplace_hint(std::next(it), offset + size, Block{rest, true, -1});
+    it->second.size = size;
+    auto node = free_set_.extract(fit);
+    node.value() = {rest, offset + size};
+    free_set_.insert(std::move(node));
+  } else {
+    free_set_.erase(fit);  // rest is 0: sizes are multiples of the alignment
+  }
+  it->second.free = false;
+  it->second.tag = tag;
+  stats_.allocated += it->second.size;
+  ++stats_.num_allocs;
+  update_derived_stats();
+  record(AllocEvent::Kind::kAlloc, offset, it->second.size, tag);
+  return offset;
+}
+
+void CachingAllocator::free(size_t offset) {
+  auto it = blocks_.find(offset);
+  if (it == blocks_.end()) {
+    throw std::logic_error("caching allocator: free of unknown offset " + std::to_string(offset));
+  }
+  if (it->second.free) {
+    throw std::logic_error("caching allocator: free of already-free offset " + std::to_string(offset));
+  }
+  const size_t size = it->second.size;
+  const int64_t tag = it->second.tag;
+  auto prev = it == blocks_.begin() ? blocks_.end() : std::prev(it);
+  auto next = std::next(it);
+  const bool merge_prev = prev != blocks_.end() && prev->second.free;
+  const bool merge_next = next != blocks_.end() && next->second.free;
+
+  // Reuse a neighbour's free-set node for the merged block; allocate only when there is none,
+  // before anything is modified, so a bad_alloc leaves the allocator untouched.
+  std::set<FreeKey>::node_type node;
+  if (merge_prev) node = free_set_.extract({prev->second.size, prev->first});
+  if (merge_next) {
+    auto next_node = free_set_.extract({next->second.size, next->first});
+    if (node.empty()) node = std::move(next_node);
+  }
+  const size_t start = merge_prev ? prev->first : offset;
+  const size_t merged = size + (merge_prev ? prev->second.size : 0) + (merge_next ? next->second.size : 0);
+  if (node.empty()) {
+    free_set_.emplace(merged, start);
+  } else {
+    node.value() = {merged, start};
+    free_set_.insert(std::move(node));
+  }
+  if (merge_next) blocks_.erase(next);
+  if (merge_prev) {
+    blocks_.erase(it);
+    it = prev;
+  }
+  it->second = Block{merged, true, -1};
+  stats_.allocated -= size;
+  ++stats_.num_frees;
+  update_derived_stats();
+  record(AllocEvent::Kind::kFree, offset, size, tag);
+}
+
+size_t CachingAllocator::block_size(size_t offset) const {
+  auto it = blocks_.find(offset);
+  if (it == blocks_.end() || it->second.free) {
+    throw std::logic_error("caching allocator: no live block at offset " + std::to_string(offset));
+  }
+  return it->second.size;
+}
+
+void CachingAllocator::reset_peak() {
+  stats_.peak_allocated = stats_.allocated;
+  stats_.peak_reserved = stats_.reserved;
+}
+
+void CachingAllocator::check_invariants() const {
+  auto fail = [](const std::string& what) { throw std::logic_error("caching allocator invariant: " + what); };
+  auto at = [](size_t offset) { return " (block at " + std::to_string(offset) + ")"; };
+  if (blocks_.empty()) fail("no blocks");
+  size_t expect = 0, allocated = 0, reserved = 0, largest_free = 0, free_count = 0, live_count = 0;
+  bool prev_free = false;
+  for (const auto& [offset, b] : blocks_) {
+    if (offset != expect) {
+      fail((offset > expect ? "gap before " : "overlap at ") + std::to_string(offset) + ", expected " +
+           std::to_string(expect));
+    }
+    if (offset % kAllocAlignment != 0) fail("misaligned offset" + at(offset));
+    if (b.size == 0 || b.size % kAllocAlignment != 0) fail("bad size " + std::to_string(b.size) + at(offset));
+    if (b.size > capacity_ - offset) fail("block runs past capacity" + at(offset));
+    if (b.free) {
+      if (prev_free) fail("adjacent free blocks" + at(offset));
+      if (!free_set_.count({b.size, offset})) fail("free block missing from free set" + at(offset));
+      largest_free = std::max(largest_free, b.size);
+      ++free_count;
+    } else {
+      allocated += b.size;
+      reserved = offset + b.size;
+      ++live_count;
+    }
+    prev_free = b.free;
+    expect = offset + b.size;
+  }
+  if (expect != capacity_) {
+    fail("blocks end at " + std::to_string(expect) + ", capacity " + std::to_string(capacity_));
+  }
+  if (free_set_.size() != free_count) {
+    fail("free set has " + std::to_string(free_set_.size()) + " entries for " + std::to_string(free_count) +
+         " free blocks");
+  }
+  auto check = [&](const char* name, size_t got, size_t want) {
+    if (got != want) {
+      fail(std::string("stats.") + name + " = " + std::to_string(got) + ", recount " + std::to_string(want));
+    }
+  };
+  check("capacity", stats_.capacity, capacity_);
+  check("allocated", stats_.allocated, allocated);
+  check("reserved", stats_.reserved, reserved);
+  check("free_bytes", stats_.free_bytes, capacity_ - allocated);
+  check("largest_free_block", stats_.largest_free_block, largest_free);
+  check("live blocks (num_allocs - num_frees)", stats_.num_allocs - stats_.num_frees, live_count);
+  if (stats_.peak_allocated < stats_.allocated) fail("peak_allocated below allocated");
+  if (stats_.peak_reserved < stats_.reserved) fail("peak_reserved below reserved");
+}
+
+}  // namespace vtensor

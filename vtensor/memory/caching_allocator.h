@@ -1,0 +1,56 @@
+// CachingAllocator: best-fit with split and coalesce over one fixed arena of `capacity` bytes, in the
+// spirit of TensorFlow's BFC and PyTorch's CUDACachingAllocator but with a single segment: the arena
+// is the budget, so there is nothing to cudaMalloc, cache or release.
+// Best fit picks the smallest free block that fits; ties go to the lowest offset so memory packs low.
+// A block is split when the remainder is at least one alignment unit; a freed block merges with both
+// free neighbours at once, so no two free blocks are ever adjacent.
+// `reserved` is the end offset of the highest live block (capacity minus the trailing free block):
+// the address space in use, the analogue of PyTorch's reserved-but-never-returned segments.
+// Deviations from PyTorch: no small/large pools, no size-class rounding beyond 256 bytes, no
+// oversize-block split limit, no streams/events, and no cache flush-and-retry on OOM (there is
+// nothing to flush: eviction is the MemoryManager's job). All operations are O(log n) in blocks.
+#pragma once
+#include <map>
+#include <set>
+#include <utility>
+
+#include "vtensor/memory/allocator.h"
+
+namespace vtensor {
+
+class CachingAllocator final : public DeviceAllocator {
+ public:
+  // Throws std::invalid_argument when capacity is 0 or not a multiple of kAllocAlignment.
+  explicit CachingAllocator(size_t capacity);
+
+  std::string name() const override { return "caching"; }
+  std::optional<size_t> allocate(size_t bytes, int64_t tag = -1) override;
+  void free(size_t offset) override;
+  size_t block_size(size_t offset) const override;
+  const AllocatorStats& stats() const override { return stats_; }
+  void reset_peak() override;
+
+  // Throws std::logic_error describing the first violated structural or statistical invariant.
+  void check_invariants() const;
+
+  size_t num_blocks() const { return blocks_.size(); }
+  size_t num_free_blocks() const { return free_set_.size(); }
+
+ private:
+  struct Block {
+    size_t size;
+    bool free;
+    int64_t tag;
+  };
+  using BlockMap = std::map<size_t, Block>;  // offset -> block; tiles [0, capacity)
+  using FreeKey = std::pair<size_t, size_t>;  // (size, offset): begin() of lower_bound is the best fit
+
+  void update_derived_stats();
+
+  size_t capacity_;
+  BlockMap blocks_;
+  std::set<FreeKey> free_set_;
+  AllocatorStats stats_;
+};
+
+}  // namespace vtensor

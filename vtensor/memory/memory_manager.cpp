@@ -1,0 +1,391 @@
+#include "vtensor/memory/memory_manager.h"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include "vtensor/core/errors.h"
+
+namespace vtensor {
+
+const char* to_string(Residency r) {
+  switch (r) {
+    case Residency::kUnallocated: return "unallocated";
+    case Residency::kResident: return "resident";
+    case Residency::kSwappingOut: return "swapping_out";
+    case Residency::kOnHost: return "on_host";
+    case Residency::kSwappingIn: return "swapping_in";
+    case Residency::kDropped: return "dropped";
+  }
+  return "?";
+}
+
+MemoryManager::MemoryManager(Backend& backend, const Graph& graph, std::unique_ptr<DeviceAllocator> allocator,
+                             std::unique_ptr<Policy> policy)
+    : backend_(backend), graph_(graph), allocator_(std::move(allocator)), policy_(std::move(policy)), host_(backend) {
+  states_.resize(graph_.num_tensors());
+  for (const auto& t : graph_.tensors()) {
+    State& s = st(t.id);
+    s.bytes = t.bytes();
+    s.persistent = t.persistent();
+  }
+}
+
+MemoryManager::~MemoryManager() {
+  backend_.synchronize();
+  for (auto& s : states_) free_host(s);
+}
+
+void MemoryManager::init_persistent(uint64_t seed) {
+  for (const auto& t : graph_.tensors()) {
+    if (!t.persistent()) continue;
+    float* p = allocate(t.id);
+    backend_.init_tensor(t, p, seed);
+  }
+}
+
+void MemoryManager::begin_iteration(int iteration) {
+  iteration_ = iteration;
+  allocator_->reset_peak();
+  counters_ = {};
+  timeline_.clear();
+  tracker_.begin_iteration(iteration, backend_.now_ms());
+  for (auto& s : states_)
+    if (!s.persistent) s.released = false;
+  policy_->begin_iteration(iteration);
+}
+
+void MemoryManager::end_iteration() {
+  for (const auto& t : graph_.tensors()) {
+    const State& s = st(t.id);
+    if (!s.persistent && s.residency != Residency::kUnallocated)
+      throw std::logic_error("tensor " + t.name + " still " + to_string(s.residency) + " at the end of an iteration");
+  }
+  policy_->end_iteration(tracker_.current());
+}
+
+// ---------------------------------------------------------------- allocation and the OOM ladder
+
+size_t MemoryManager::alloc_block(size_t bytes, int64_t tag, const char* what) {
+  finish_swap_outs(false);
+  for (;;) {
+    if (auto off = allocator_->allocate(bytes, tag)) return *off;
+    if (finish_swap_outs(true)) continue;  // an in-flight swap-out freed its block
+    std::vector<Victim> victims = policy_->choose_victims(bytes, *this);
+    bool progressed = false;
+    for (const Victim& v : victims) {
+      const State& s = st(v.id);
+      if (s.residency != Residency::kResident || s.locks > 0) continue;  // policy asked for something it may not have
+      if (v.action == EvictAction::kDrop && !can_recompute(v.id)) continue;
+      evict(v);
+      progressed = true;
+    }
+    if (!progressed) {
+      std::string ctx = std::string(what) + (tag >= 0 ? " '" + graph_.tensor(static_cast<TensorId>(tag)).name + "'" : "") +
+                        ", policy '" + policy_->name() + "' found nothing more to evict; " + usage_summary();
+      throw OutOfMemoryError(bytes, allocator_->stats().allocated, budget(), ctx);
+    }
+  }
+}
+
+std::string MemoryManager::usage_summary() const {
+  size_t persistent = 0, locked = 0, other = 0, tensors = 0;
+  for (const auto& s : states_) {
+    if (s.residency != Residency::kResident && s.residency != Residency::kSwappingOut && s.residency != Residency::kSwappingIn)
+      continue;
+    tensors += s.bytes;
+    if (s.locks > 0) locked += s.bytes;
+    else if (s.persistent) persistent += s.bytes;
+    else other += s.bytes;
+  }
+  const auto& a = allocator_->stats();
+  return "in use: " + format_bytes(locked) + " by the running op, " + format_bytes(persistent) +
+         " parameters and optimizer state, " + format_bytes(other) + " other tensors, " +
+         format_bytes(a.allocated > tensors ? a.allocated - tensors : 0) + " scratch and rounding; largest free block " +
+         format_bytes(a.largest_free_block);
+}
+
+float* MemoryManager::allocate(TensorId id) {
+  State& s = st(id);
+  if (s.residency != Residency::kUnallocated && s.residency != Residency::kDropped)
+    throw std::logic_error("allocate: tensor " + graph_.tensor(id).name + " is " + to_string(s.residency));
+  s.offset = alloc_block(s.bytes, id, "tensor");
+  s.residency = Residency::kResident;  // `released` stays: a recomputed tensor may be past its last use
+  return device_ptr(id);
+}
+
+void* MemoryManager::allocate_scratch(size_t bytes, const char* what) {
+  const size_t off = alloc_block(bytes, -1, what);
+  return static_cast<char*>(backend_.arena_base()) + off;
+}
+
+void MemoryManager::free_scratch(void* p) {
+  allocator_->free(static_cast<size_t>(static_cast<char*>(p) - static_cast<char*>(backend_.arena_base())));
+}
+
+float* MemoryManager::device_ptr(TensorId id) const {
+  const State& s = st(id);
+  if (s.residency != Residency::kResident && s.residency != Residency::kSwappingOut)
+    throw std::logic_error("device_ptr: tensor " + graph_.tensor(id).name + " is " + to_string(s.residency));
+  return reinterpret_cast<float*>(static_cast<char*>(backend_.arena_base()) + s.offset);
+}
+
+void MemoryManager::lock(TensorId id) { ++st(id).locks; }
+void MemoryManager::unlock(TensorId id) {
+  State& s = st(id);
+  if (s.locks <= 0) throw std::logic_error("unlock of an unlocked tensor " + graph_.tensor(id).name);
+  --s.locks;
+}
+
+// ---------------------------------------------------------------- access and restore
+
+float* MemoryManager::access(TensorId id, AccessKind kind, int op_index) {
+  restore(id);
+  State& s = st(id);
+  s.last_access = ++clock_;
+  s.last_access_op = op_index;
+  tracker_.record(id, op_index, kind, backend_.now_ms());
+  return device_ptr(id);
+}
+
+void MemoryManager::wait_copy(State& s) {
+  if (!s.event) return;
+  if (!s.event->query()) {
+    const double t0 = backend_.now_ms();
+    backend_.stream_wait(Stream::kCompute, s.event);
+    counters_.stall_ms += backend_.now_ms() - t0;
+  }
+  s.event.reset();
+}
+
+void MemoryManager::restore(TensorId id) {
+  State& s = st(id);
+  switch (s.residency) {
+    case Residency::kResident: return;
+    case Residency::kSwappingOut: {
+      // Still on the device: let the copy finish, keep the device bytes, forget the host copy.
+      wait_copy(s);
+      swapping_out_.erase(std::find(swapping_out_.begin(), swapping_out_.end(), id));
+      free_host(s);
+      s.residency = Residency::kResident;
+      return;
+    }
+    case Residency::kOnHost:
+      ++s.locks;  // not a victim while it is being brought back
+      prefetch(id);
+      --s.locks;
+      [[fallthrough]];
+    case Residency::kSwappingIn:
+      wait_copy(s);
+      free_host(s);
+      s.residency = Residency::kResident;
+      return;
+    case Residency::kDropped: {
+      if (!recompute_) throw std::logic_error("tensor dropped but no recompute function is set");
+      recompute_(id);  // the executor re-runs the producer; it calls allocate() for this tensor
+      if (s.residency != Residency::kResident)
+        throw std::logic_error("recompute did not restore " + graph_.tensor(id).name);
+      return;
+    }
+    case Residency::kUnallocated:
+      throw std::logic_error("tensor " + graph_.tensor(id).name + " accessed before it was produced or after release");
+  }
+}
+
+void MemoryManager::read(TensorId id, void* host_dst) {
+  State& s = st(id);
+  if (s.residency == Residency::kOnHost || s.residency == Residency::kSwappingOut) {
+    if (s.event) s.event->wait();
+    std::memcpy(host_dst, s.host, s.bytes);
+    return;
+  }
+  if (s.residency == Residency::kSwappingIn) {
+    wait_copy(s);
+    free_host(s);
+    s.residency = Residency::kResident;
+  }
+  backend_.copy_to_host(host_dst, device_ptr(id), s.bytes);
+}
+
+// ---------------------------------------------------------------- mechanisms
+
+void MemoryManager::swap_out(TensorId id) {
+  State& s = st(id);
+  if (s.residency != Residency::kResident) throw std::logic_error("swap_out of a tensor that is " + std::string(to_string(s.residency)));
+  s.host = host_.acquire(s.bytes);
+  backend_.stream_wait(Stream::kD2H, backend_.record(Stream::kCompute));  // the producer has finished
+  backend_.copy_async(Stream::kD2H, s.host, device_ptr(id), s.bytes);
+  s.event = backend_.record(Stream::kD2H);
+  s.residency = Residency::kSwappingOut;
+  swapping_out_.push_back(id);
+  counters_.swapped_out_bytes += s.bytes;
+  ++counters_.swap_outs;
+}
+
+void MemoryManager::prefetch(TensorId id) {
+  State& s = st(id);
+  if (s.residency != Residency::kOnHost) throw std::logic_error("prefetch of a tensor that is " + std::string(to_string(s.residency)));
+  s.offset = alloc_block(s.bytes, id, "swap-in");
+  backend_.stream_wait(Stream::kH2D, backend_.record(Stream::kCompute));  // the block's last user has finished
+  s.residency = Residency::kSwappingIn;
+  backend_.copy_async(Stream::kH2D, static_cast<char*>(backend_.arena_base()) + s.offset, s.host, s.bytes);
+  s.event = backend_.record(Stream::kH2D);
+  counters_.swapped_in_bytes += s.bytes;
+  ++counters_.swap_ins;
+}
+
+void MemoryManager::drop(TensorId id) {
+  State& s = st(id);
+  if (s.residency != Residency::kResident) throw std::logic_error("drop of a tensor that is " + std::string(to_string(s.residency)));
+  if (!can_recompute(id)) throw std::logic_error("drop of " + graph_.tensor(id).name + ", which cannot be recomputed now");
+  free_device(s);
+  s.residency = Residency::kDropped;
+  add_lineage_refs(id, +1);
+  ++counters_.dropped;
+}
+
+void MemoryManager::evict(const Victim& v) {
+  ++counters_.evictions;
+  if (v.action == EvictAction::kSwap) {
+    swap_out(v.id);
+  } else {
+    drop(v.id);
+  }
+}
+
+bool MemoryManager::finish_swap_outs(bool wait_one) {
+  bool freed = false;
+  while (!swapping_out_.empty()) {
+    TensorId id = swapping_out_.front();
+    State& s = st(id);
+    if (!s.event->query()) {
+      if (!wait_one || freed) break;
+      wait_copy(s);
+    }
+    swapping_out_.pop_front();
+    complete_swap_out(id);
+    freed = true;
+  }
+  return freed;
+}
+
+void MemoryManager::complete_swap_out(TensorId id) {
+  State& s = st(id);
+  s.event.reset();
+  free_device(s);
+  s.residency = Residency::kOnHost;
+  if (s.released && s.lineage_refs == 0) destroy(id);
+}
+
+void MemoryManager::free_device(State& s) { allocator_->free(s.offset); }
+
+void MemoryManager::free_host(State& s) {
+  if (s.host) host_.release(s.host, s.bytes);
+  s.host = nullptr;
+}
+
+// ---------------------------------------------------------------- lifetimes and lineage
+
+void MemoryManager::release(TensorId id) {
+  State& s = st(id);
+  if (s.persistent) return;
+  s.released = true;
+  if (s.lineage_refs == 0) destroy(id);
+}
+
+void MemoryManager::destroy(TensorId id) {
+  State& s = st(id);
+  if (s.locks > 0) throw std::logic_error("destroy of locked tensor " + graph_.tensor(id).name);
+  switch (s.residency) {
+    case Residency::kUnallocated: return;
+    case Residency::kSwappingOut: return;  // freed when its copy completes (complete_swap_out)
+    case Residency::kSwappingIn:
+      wait_copy(s);
+      [[fallthrough]];
+    case Residency::kResident:
+      free_device(s);
+      break;
+    case Residency::kOnHost:
+      break;
+    case Residency::kDropped:
+      add_lineage_refs(id, -1);
+      break;
+  }
+  free_host(s);
+  s.residency = Residency::kUnallocated;
+}
+
+void MemoryManager::add_lineage_refs(TensorId id, int delta) {
+  const TensorInfo& t = graph_.tensor(id);
+  for (TensorId in : graph_.op(t.producer).inputs) {
+    State& s = st(in);
+    if (delta > 0 && s.residency == Residency::kUnallocated && s.released) {
+      // Released earlier this iteration: it comes back as dropped, recomputable from its own inputs.
+      s.residency = Residency::kDropped;
+      add_lineage_refs(in, +1);
+    }
+    s.lineage_refs += delta;
+    if (s.lineage_refs < 0) throw std::logic_error("negative lineage refs on " + graph_.tensor(in).name);
+    if (delta < 0 && s.lineage_refs == 0 && s.released) destroy(in);
+  }
+}
+
+bool MemoryManager::can_recompute(TensorId id) const {
+  const TensorInfo& t = graph_.tensor(id);
+  if (t.persistent() || t.producer < 0) return false;
+  const Op& op = graph_.op(t.producer);
+  if (!is_recomputable(op)) return false;
+  for (TensorId in : op.inputs) {
+    const State& s = st(in);
+    // A dropped input, or one already released this iteration, can itself be recomputed
+    // (DTR's view: every forward value is reachable from the data and the parameters).
+    const bool gone = s.residency == Residency::kDropped || (s.residency == Residency::kUnallocated && s.released);
+    if (s.residency == Residency::kUnallocated && !s.released) return false;  // not produced yet
+    if (gone && !can_recompute(in)) return false;
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------- per op
+
+void MemoryManager::after_op(int op_index) {
+  finish_swap_outs(false);
+  for (const Action& a : policy_->after_op(op_index)) {
+    const State& s = st(a.tensor);
+    switch (a.kind) {
+      case ActionKind::kSwapOut:
+        if (s.residency == Residency::kResident && s.locks == 0) swap_out(a.tensor);
+        break;
+      case ActionKind::kPrefetch:
+        if (s.residency == Residency::kOnHost) {
+          prefetch(a.tensor);
+          ++counters_.prefetches;
+        }
+        break;
+      case ActionKind::kDrop:
+        if (s.residency == Residency::kResident && s.locks == 0 && can_recompute(a.tensor)) drop(a.tensor);
+        break;
+    }
+  }
+  if (timeline_enabled_) sample_timeline(op_index);
+}
+
+void MemoryManager::sample_timeline(int op_index) {
+  timeline_.push_back({op_index, allocator_->stats().allocated, allocator_->stats().reserved});
+}
+
+// ---------------------------------------------------------------- MemoryView
+
+TensorView MemoryManager::view(TensorId id) const {
+  const State& s = st(id);
+  return {id, s.bytes, s.residency, s.locks > 0, s.persistent, s.last_access, s.last_access_op};
+}
+
+std::vector<TensorId> MemoryManager::evictable() const {
+  std::vector<TensorId> out;
+  for (size_t i = 0; i < states_.size(); ++i)
+    if (states_[i].residency == Residency::kResident && states_[i].locks == 0) out.push_back(static_cast<TensorId>(i));
+  return out;
+}
+
+}  // namespace vtensor

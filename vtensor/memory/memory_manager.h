@@ -1,0 +1,150 @@
+// The MemoryManager owns every tensor's residency and is the only code that changes it:
+//   unallocated -> resident -> swapping_out -> on_host -> swapping_in -> resident
+//   resident -> dropped -> (recompute) -> resident
+// It owns the device allocator, the host pool and the access tracker, carries out the
+// active policy's actions, and runs the OOM ladder when an allocation does not fit:
+//   1. the allocator reuses a cached free block;
+//   2. wait for in-flight swap-outs, whose blocks are freed once their copies complete;
+//   3. ask the policy for victims and evict them (swap out or drop), then retry;
+//   4. throw OutOfMemoryError{requested, in use, budget}.
+// Dropped tensors keep the inputs of their producer alive (a lineage reference), so a tensor
+// whose last use has passed is freed only when no dropped tensor needs it for recomputation.
+#pragma once
+#include <deque>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "vtensor/backend/backend.h"
+#include "vtensor/memory/access_tracker.h"
+#include "vtensor/memory/allocator.h"
+#include "vtensor/memory/host_pool.h"
+#include "vtensor/policy/policy.h"
+
+namespace vtensor {
+
+struct MemoryCounters {
+  uint64_t swapped_out_bytes = 0, swapped_in_bytes = 0;
+  uint64_t swap_outs = 0, swap_ins = 0, prefetches = 0;
+  uint64_t dropped = 0, recomputed_ops = 0;
+  double recompute_ms = 0, stall_ms = 0;  // compute time spent recomputing / waiting for copies
+  uint64_t evictions = 0;                 // victims taken by the OOM ladder
+};
+
+struct TimelinePoint {
+  int op_index;
+  size_t allocated, reserved;
+};
+
+class MemoryManager final : public MemoryView {
+ public:
+  // Re-runs the producer of a dropped tensor (the executor provides it).
+  using RecomputeFn = std::function<void(TensorId)>;
+
+  MemoryManager(Backend& backend, const Graph& graph, std::unique_ptr<DeviceAllocator> allocator,
+                std::unique_ptr<Policy> policy);
+  ~MemoryManager() override;
+
+  void set_recompute_fn(RecomputeFn fn) { recompute_ = std::move(fn); }
+  void set_timeline_enabled(bool on) { timeline_enabled_ = on; }
+
+  // Allocates and initialises the persistent tensors (parameters, optimizer state, buffers).
+  void init_persistent(uint64_t seed);
+
+  void begin_iteration(int iteration);
+  void end_iteration();
+
+  // --- executor interface ---
+  // Makes `id` resident (waits for a copy, swaps in, recomputes) and records the access.
+  float* access(TensorId id, AccessKind kind, int op_index);
+  // Gives an op output device memory (OOM ladder); the tensor becomes resident.
+  float* allocate(TensorId id);
+  void lock(TensorId id);
+  void unlock(TensorId id);
+  // The tensor's last use this iteration has passed.
+  void release(TensorId id);
+  // Scratch (workspaces, recompute outputs not needed): an arena offset.
+  void* allocate_scratch(size_t bytes, const char* what);
+  void free_scratch(void* p);
+  // After op `op_index` was launched: finish completed copies, carry out the policy's actions.
+  void after_op(int op_index);
+  // The executor recomputed `id` (a dropped output): its inputs no longer need to stay alive for it.
+  void recomputed(TensorId id) { add_lineage_refs(id, -1); }
+  void note_recompute(double ms) {
+    ++counters_.recomputed_ops;
+    counters_.recompute_ms += ms;
+  }
+
+  // --- mechanisms (each is one residency transition) ---
+  void swap_out(TensorId id);              // resident -> swapping_out (async)
+  void prefetch(TensorId id);              // on_host -> swapping_in (async)
+  void drop(TensorId id);                  // resident -> dropped
+  float* device_ptr(TensorId id) const;    // resident tensors only
+  // Reads a tensor's bytes to host memory wherever it lives (for the loss, weights, tests).
+  void read(TensorId id, void* host_dst);
+
+  // --- MemoryView ---
+  const Graph& graph() const override { return graph_; }
+  TensorView view(TensorId id) const override;
+  std::vector<TensorId> evictable() const override;
+  bool can_recompute(TensorId id) const override;
+  size_t budget() const override { return backend_.arena_bytes(); }
+  size_t allocated() const override { return allocator_->stats().allocated; }
+
+  Residency residency(TensorId id) const { return st(id).residency; }
+  const DeviceAllocator& allocator() const { return *allocator_; }
+  DeviceAllocator& allocator() { return *allocator_; }
+  const HostPool& host_pool() const { return host_; }
+  AccessTracker& tracker() { return tracker_; }
+  Policy& policy() { return *policy_; }
+  const MemoryCounters& counters() const { return counters_; }
+  const std::vector<TimelinePoint>& timeline() const { return timeline_; }
+  Backend& backend() { return backend_; }
+
+ private:
+  struct State {
+    Residency residency = Residency::kUnallocated;
+    size_t bytes = 0;
+    size_t offset = 0;       // device block (resident, swapping_out, swapping_in)
+    void* host = nullptr;    // host copy (swapping_out, on_host, swapping_in)
+    Event event;             // the copy in flight
+    int locks = 0;
+    int lineage_refs = 0;    // dropped tensors that need this one to be recomputed
+    bool released = false;   // last use passed; freed when lineage_refs reaches 0
+    bool persistent = false;
+    uint64_t last_access = 0;
+    int last_access_op = -1;
+  };
+  const State& st(TensorId id) const { return states_.at(static_cast<size_t>(id)); }
+  State& st(TensorId id) { return states_.at(static_cast<size_t>(id)); }
+
+  std::string usage_summary() const;
+  size_t alloc_block(size_t bytes, int64_t tag, const char* what);  // the OOM ladder
+  void restore(TensorId id);               // any -> resident
+  void wait_copy(State& s);                // host waits for s.event, counted as stall
+  bool finish_swap_outs(bool wait_one);    // frees blocks of completed swap-outs
+  void complete_swap_out(TensorId id);
+  void free_device(State& s);
+  void free_host(State& s);
+  void destroy(TensorId id);               // release for real
+  void add_lineage_refs(TensorId id, int delta);
+  void evict(const Victim& v);
+  void sample_timeline(int op_index);
+
+  Backend& backend_;
+  const Graph& graph_;
+  std::unique_ptr<DeviceAllocator> allocator_;
+  std::unique_ptr<Policy> policy_;
+  HostPool host_;
+  AccessTracker tracker_;
+  std::vector<State> states_;
+  std::deque<TensorId> swapping_out_;  // in submission order
+  RecomputeFn recompute_;
+  MemoryCounters counters_;
+  uint64_t clock_ = 0;
+  int iteration_ = 0;
+  bool timeline_enabled_ = false;
+  std::vector<TimelinePoint> timeline_;
+};
+
+}  // namespace vtensor

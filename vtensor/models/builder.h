@@ -1,0 +1,45 @@
+// Builds forward graphs layer by layer with shape inference; models call it.
+#pragma once
+#include <string>
+#include <utility>
+
+#include "vtensor/core/graph.h"
+
+namespace vtensor {
+
+class GraphBuilder {
+ public:
+  explicit GraphBuilder(Graph& g, uint64_t seed = 1) : g_(g), seed_(seed) {}
+
+  // Ops built after this belong to a new layer of the model.
+  void layer(const std::string& name, LayerKind kind);
+
+  // Synthetic batch: images [N, C, H, W] (or features [N, C] when h == 0) and labels [N].
+  std::pair<TensorId, TensorId> data(int n, int c, int h, int w, int num_classes);
+  TensorId param(const std::string& name, Shape shape, Init init, TensorKind kind = TensorKind::kParam);
+
+  TensorId conv2d(TensorId x, int out_channels, int kernel, int stride, int pad, bool bias = false);
+  TensorId batchnorm(TensorId x);
+  TensorId relu(TensorId x);
+  TensorId maxpool(TensorId x, int kernel, int stride, int pad = 0);
+  TensorId global_avgpool(TensorId x);
+  TensorId linear(TensorId x, int out_features, bool bias = true);
+  TensorId add(TensorId a, TensorId b);
+  TensorId flatten(TensorId x);
+  TensorId dropout(TensorId x, float p);
+  TensorId softmax_ce(TensorId logits, TensorId labels);
+
+  Graph& graph() { return g_; }
+
+ private:
+  TensorId activation(const std::string& name, Shape shape, bool requires_grad);
+  std::string name(const std::string& what) const;
+  int emit(Op op);
+
+  Graph& g_;
+  uint64_t seed_;
+  int layer_ = -1;
+  int counter_ = 0;
+};
+
+}  // namespace vtensor

@@ -1,0 +1,35 @@
+#include "vtensor/ops/op.h"
+
+namespace vtensor {
+
+const char* to_string(OpKind k) {
+  switch (k) {
+    case OpKind::kData: return "data";
+    case OpKind::kConv2d: return "conv2d";
+    case OpKind::kConv2dBwdData: return "conv2d_bwd_data";
+    case OpKind::kConv2dBwdFilter: return "conv2d_bwd_filter";
+    case OpKind::kBatchNorm: return "batchnorm";
+    case OpKind::kBatchNormBwd: return "batchnorm_bwd";
+    case OpKind::kRelu: return "relu";
+    case OpKind::kReluBwd: return "relu_bwd";
+    case OpKind::kMaxPool: return "maxpool";
+    case OpKind::kMaxPoolBwd: return "maxpool_bwd";
+    case OpKind::kGlobalAvgPool: return "global_avgpool";
+    case OpKind::kGlobalAvgPoolBwd: return "global_avgpool_bwd";
+    case OpKind::kLinear: return "linear";
+    case OpKind::kLinearBwd: return "linear_bwd";
+    case OpKind::kAdd: return "add";
+    case OpKind::kFlatten: return "flatten";
+    case OpKind::kReshapeBwd: return "reshape_bwd";
+    case OpKind::kDropout: return "dropout";
+    case OpKind::kDropoutBwd: return "dropout_bwd";
+    case OpKind::kSoftmaxCE: return "softmax_ce";
+    case OpKind::kSoftmaxCEBwd: return "softmax_ce_bwd";
+    case OpKind::kSgdMomentum: return "sgd_momentum";
+  }
+  return "?";
+}
+
+bool is_recomputable(const Op& op) { return !op.backward && !op.optimizer; }
+
+}  // namespace vtensor

@@ -1,0 +1,12 @@
+#pragma once
+#include "vtensor/policy/policy.h"
+
+namespace vtensor {
+
+class NonePolicy final : public Policy {
+ public:
+  std::string name() const override { return "none"; }
+  std::vector<Victim> choose_victims(size_t bytes, const MemoryView& view) override;
+};
+
+}  // namespace vtensor

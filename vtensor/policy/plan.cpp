@@ -1,0 +1,28 @@
+#include "vtensor/policy/plan.h"
+
+namespace vtensor {
+
+const char* to_string(ActionKind k) {
+  switch (k) {
+    case ActionKind::kSwapOut: return "swap_out";
+    case ActionKind::kPrefetch: return "prefetch";
+    case ActionKind::kDrop: return "drop";
+  }
+  return "?";
+}
+
+std::vector<Action> Plan::at(int op) const {
+  std::vector<Action> out;
+  for (const auto& a : actions)
+    if (a.op == op) out.push_back(a);
+  return out;
+}
+
+std::string Plan::str() const {
+  std::string s;
+  for (const auto& a : actions)
+    s += std::string(to_string(a.kind)) + " t" + std::to_string(a.tensor) + " after op " + std::to_string(a.op) + "\n";
+  return s;
+}
+
+}  // namespace vtensor

@@ -1,0 +1,31 @@
+// A Plan is data: the actions a policy wants carried out at fixed points of the iteration.
+// It can be printed, tested on a recorded trace without a device, and replayed.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "vtensor/ops/op.h"
+
+namespace vtensor {
+
+enum class ActionKind {
+  kSwapOut,   // after op `op`: copy the tensor to host, free its device memory when the copy is done
+  kPrefetch,  // after op `op`: start copying it back to the device
+  kDrop,      // after op `op`: free it; it is recomputed from its lineage when next accessed
+};
+const char* to_string(ActionKind k);
+
+struct Action {
+  ActionKind kind;
+  TensorId tensor;
+  int op;
+  bool operator==(const Action&) const = default;
+};
+
+struct Plan {
+  std::vector<Action> actions;
+  std::vector<Action> at(int op) const;  // the actions after op, in plan order
+  std::string str() const;
+};
+
+}  // namespace vtensor

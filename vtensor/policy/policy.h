@@ -1,0 +1,75 @@
+// A Policy decides; it never touches a device. The MemoryManager asks it for victims when an
+// allocation does not fit (passive eviction) and for planned actions after each op, and hands
+// it the access trace at the end of each iteration.
+#pragma once
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "vtensor/core/graph.h"
+#include "vtensor/memory/access_tracker.h"
+#include "vtensor/policy/plan.h"
+
+namespace vtensor {
+
+enum class Residency { kUnallocated, kResident, kSwappingOut, kOnHost, kSwappingIn, kDropped };
+const char* to_string(Residency r);
+
+// What a policy may read about a tensor.
+struct TensorView {
+  TensorId id;
+  size_t bytes;
+  Residency residency;
+  bool locked;             // in use by the running op: not evictable now
+  bool persistent;
+  uint64_t last_access;    // logical clock of the last access (deterministic across backends)
+  int last_access_op;
+};
+
+class MemoryView {
+ public:
+  virtual ~MemoryView() = default;
+  virtual const Graph& graph() const = 0;
+  virtual TensorView view(TensorId id) const = 0;
+  // Tensors whose bytes are on the device now and that nothing has locked.
+  virtual std::vector<TensorId> evictable() const = 0;
+  // Can the tensor be dropped now and recomputed later from what is alive?
+  virtual bool can_recompute(TensorId id) const = 0;
+  virtual size_t budget() const = 0;
+  virtual size_t allocated() const = 0;
+};
+
+enum class EvictAction { kSwap, kDrop };
+struct Victim {
+  TensorId id;
+  EvictAction action;
+};
+
+class Policy {
+ public:
+  virtual ~Policy() = default;
+  virtual std::string name() const = 0;
+  virtual void begin_iteration(int iteration) {}
+  // Actions to carry out after op `op_index` has been launched.
+  virtual std::vector<Action> after_op(int op_index) { return {}; }
+  // An allocation of `bytes` did not fit: which tensors to evict (in order). Empty: give up (OOM).
+  virtual std::vector<Victim> choose_victims(size_t bytes, const MemoryView& view) = 0;
+  virtual void end_iteration(const AccessTrace& trace) {}
+  // Lossless policies must give bit-identical training to `none`.
+  virtual bool lossless() const { return true; }
+};
+
+struct PolicyInfo {
+  std::string name;
+  std::string description;
+  std::function<std::unique_ptr<Policy>()> make;
+};
+
+// Policies by name. make_policy throws std::invalid_argument naming the accepted ones.
+const std::vector<PolicyInfo>& policy_registry();
+std::unique_ptr<Policy> make_policy(const std::string& name);
+std::vector<std::string> policy_names();
+
+}  // namespace vtensor

@@ -1,0 +1,35 @@
+// Policies by name. Each policy file registers here; the CLI and the tests list them from it.
+#include <stdexcept>
+
+#include "vtensor/policy/lru.h"
+#include "vtensor/policy/none.h"
+
+namespace vtensor {
+
+const std::vector<PolicyInfo>& policy_registry() {
+  static const std::vector<PolicyInfo> registry = {
+      {"none", "keep every tensor on the device; OutOfMemoryError when the budget is too small",
+       [] { return std::make_unique<NonePolicy>(); }},
+      {"lru", "passive: on OOM swap the least-recently-used tensors to host, swap back in on access",
+       [] { return std::make_unique<LruPolicy>(EvictAction::kSwap); }},
+      {"lru-recompute", "passive: on OOM drop the least-recently-used recomputable tensors (swap what cannot be recomputed), recompute on access",
+       [] { return std::make_unique<LruPolicy>(EvictAction::kDrop); }},
+  };
+  return registry;
+}
+
+std::vector<std::string> policy_names() {
+  std::vector<std::string> names;
+  for (const auto& p : policy_registry()) names.push_back(p.name);
+  return names;
+}
+
+std::unique_ptr<Policy> make_policy(const std::string& name) {
+  for (const auto& p : policy_registry())
+    if (p.name == name) return p.make();
+  std::string accepted;
+  for (const auto& n : policy_names()) accepted += (accepted.empty() ? "" : ", ") + n;
+  throw std::invalid_argument("unknown policy '" + name + "'; accepted: " + accepted);
+}
+
+}  // namespace vtensor

@@ -1,0 +1,101 @@
+#include "vtensor/train/executor.h"
+
+#include <stdexcept>
+
+namespace vtensor {
+
+Executor::Executor(const Graph& g, Backend& backend, MemoryManager& mm) : g_(g), backend_(backend), mm_(mm) {
+  std::vector<int> last_use(g.num_tensors(), -1);
+  for (const Op& op : g.ops()) {
+    for (TensorId in : op.inputs) last_use[static_cast<size_t>(in)] = op.index;
+    for (TensorId out : op.outputs) last_use[static_cast<size_t>(out)] = std::max(last_use[static_cast<size_t>(out)], op.index);
+  }
+  release_after_.resize(g.num_ops());
+  for (const auto& t : g.tensors())
+    if (!t.persistent() && last_use[static_cast<size_t>(t.id)] >= 0)
+      release_after_[static_cast<size_t>(last_use[static_cast<size_t>(t.id)])].push_back(t.id);
+  mm_.set_recompute_fn([this](TensorId id) { recompute(id); });
+}
+
+IterationStats Executor::run_iteration(int iteration) {
+  iteration_ = static_cast<uint64_t>(iteration);
+  mm_.begin_iteration(iteration);
+  const double t0 = backend_.now_ms();
+  for (const Op& op : g_.ops()) run_op(op.index);
+  mm_.end_iteration();
+  backend_.synchronize();
+  IterationStats s;
+  s.iteration = iteration;
+  s.loss = loss_;
+  s.time_ms = backend_.now_ms() - t0;
+  const auto& a = mm_.allocator().stats();
+  s.peak_allocated = a.peak_allocated;
+  s.peak_reserved = a.peak_reserved;
+  s.fragmentation = a.fragmentation();
+  s.counters = mm_.counters();
+  return s;
+}
+
+void Executor::run_op(int op_index) {
+  const Op& op = g_.op(op_index);
+  KernelArgs args;
+  args.iteration = iteration_;
+  auto is_inplace = [&](TensorId t) {
+    for (TensorId w : op.inplace)
+      if (w == t) return true;
+    return false;
+  };
+  for (TensorId in : op.inputs) {
+    args.inputs.push_back(mm_.access(in, is_inplace(in) ? AccessKind::kWrite : AccessKind::kRead, op_index));
+    mm_.lock(in);
+  }
+  for (TensorId out : op.outputs) {
+    mm_.allocate(out);
+    args.outputs.push_back(mm_.access(out, AccessKind::kWrite, op_index));
+    mm_.lock(out);
+  }
+  if (op.workspace_bytes) args.workspace = mm_.allocate_scratch(op.workspace_bytes, "workspace");
+  backend_.launch(g_, op, args);
+  if (args.workspace) mm_.free_scratch(args.workspace);
+  for (TensorId in : op.inputs) mm_.unlock(in);
+  for (TensorId out : op.outputs) mm_.unlock(out);
+  if (!op.outputs.empty() && op.outputs[0] == g_.loss) mm_.read(g_.loss, &loss_);
+  for (TensorId t : release_after_[static_cast<size_t>(op_index)]) mm_.release(t);
+  mm_.after_op(op_index);
+}
+
+void Executor::recompute(TensorId id) {
+  const Op& op = g_.op(g_.tensor(id).producer);
+  KernelArgs args;
+  args.iteration = iteration_;
+  args.recompute = true;
+  for (TensorId in : op.inputs) {
+    args.inputs.push_back(mm_.access(in, AccessKind::kRecomputeRead, op.index));
+    mm_.lock(in);
+  }
+  std::vector<TensorId> restored;
+  std::vector<void*> scratch;
+  for (TensorId out : op.outputs) {
+    if (mm_.residency(out) == Residency::kDropped) {
+      mm_.allocate(out);
+      args.outputs.push_back(mm_.access(out, AccessKind::kRecomputeWrite, op.index));
+      mm_.lock(out);
+      restored.push_back(out);
+    } else {  // alive elsewhere or no longer needed: compute into scratch and discard
+      void* p = mm_.allocate_scratch(g_.tensor(out).bytes(), "recompute scratch");
+      scratch.push_back(p);
+      args.outputs.push_back(static_cast<float*>(p));
+    }
+  }
+  if (op.workspace_bytes) args.workspace = mm_.allocate_scratch(op.workspace_bytes, "workspace");
+  const double t0 = backend_.now_ms();
+  backend_.launch(g_, op, args);
+  mm_.note_recompute(backend_.now_ms() - t0);
+  if (args.workspace) mm_.free_scratch(args.workspace);
+  for (void* p : scratch) mm_.free_scratch(p);
+  for (TensorId in : op.inputs) mm_.unlock(in);
+  for (TensorId out : restored) mm_.unlock(out);
+  for (TensorId out : restored) mm_.recomputed(out);
+}
+
+}  // namespace vtensor

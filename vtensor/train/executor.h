@@ -1,0 +1,39 @@
+// Runs the graph's ops in order, the same sequence every iteration. For each op it asks the
+// MemoryManager for resident inputs and allocated outputs, launches the kernel on the backend,
+// releases tensors whose last use has passed, and lets the manager carry out policy actions.
+// It also re-runs producers when the manager recomputes a dropped tensor.
+#pragma once
+#include <vector>
+
+#include "vtensor/backend/backend.h"
+#include "vtensor/memory/memory_manager.h"
+
+namespace vtensor {
+
+struct IterationStats {
+  int iteration = 0;
+  float loss = 0.f;
+  double time_ms = 0;
+  size_t peak_allocated = 0, peak_reserved = 0;
+  double fragmentation = 0;  // at the peak's end of the iteration
+  MemoryCounters counters;
+};
+
+class Executor {
+ public:
+  Executor(const Graph& g, Backend& backend, MemoryManager& mm);
+  IterationStats run_iteration(int iteration);
+
+ private:
+  void run_op(int op_index);
+  void recompute(TensorId id);
+
+  const Graph& g_;
+  Backend& backend_;
+  MemoryManager& mm_;
+  std::vector<std::vector<TensorId>> release_after_;  // per op: tensors whose last use it is
+  uint64_t iteration_ = 0;
+  float loss_ = 0.f;
+};
+
+}  // namespace vtensor

@@ -1,0 +1,155 @@
+#include "vtensor/train/trainer.h"
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "vtensor/core/errors.h"
+#include "vtensor/memory/allocator.h"
+
+namespace vtensor {
+
+Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
+  if (cfg_.iters <= 0) throw std::invalid_argument("--iters must be positive, got " + std::to_string(cfg_.iters));
+  cfg_.model = resolve_model(cfg_.model);
+  auto policy = make_policy(cfg_.policy);  // validate names before any work
+  if (cfg_.budget == 0) cfg_.budget = kDefaultCpuBudget;
+  cfg_.budget = align_up(cfg_.budget);
+  graph_ = build_model(cfg_.model);
+  build_backward(graph_, cfg_.optimizer);
+  auto allocator = make_allocator(cfg_.allocator, cfg_.budget);
+  backend_ = make_backend(cfg_.backend, {.arena_bytes = cfg_.budget});
+  mm_ = std::make_unique<MemoryManager>(*backend_, graph_, std::move(allocator), std::move(policy));
+  mm_->set_timeline_enabled(cfg_.timeline);
+  exec_ = std::make_unique<Executor>(graph_, *backend_, *mm_);
+  mm_->init_persistent(cfg_.seed);
+}
+
+Trainer::~Trainer() = default;
+
+IterationStats Trainer::step() {
+  IterationStats s = exec_->run_iteration(iteration_++);
+  if (!cfg_.trace_path.empty()) traces_.push_back(mm_->tracker().current());
+  return s;
+}
+
+TrainResult Trainer::run(const std::function<void(const IterationStats&)>& on_iteration) {
+  TrainResult r;
+  r.config = cfg_;
+  r.device = backend_->device_description();
+  for (TensorId p : graph_.params) r.param_bytes += graph_.tensor(p).bytes();
+  r.persistent_bytes = graph_.persistent_bytes();
+  r.num_ops = graph_.num_ops();
+  r.num_tensors = graph_.num_tensors();
+  for (int i = 0; i < cfg_.iters; ++i) {
+    r.iterations.push_back(step());
+    if (on_iteration) on_iteration(r.iterations.back());
+  }
+  r.timeline = mm_->timeline();
+  r.host_peak = mm_->host_pool().peak_in_use();
+  if (!cfg_.trace_path.empty()) AccessTracker::write_jsonl(cfg_.trace_path, graph_, traces_);
+  return r;
+}
+
+std::vector<float> Trainer::read(TensorId id) {
+  std::vector<float> out(static_cast<size_t>(graph_.tensor(id).shape.numel()));
+  mm_->read(id, out.data());
+  return out;
+}
+
+std::vector<std::vector<float>> Trainer::read_params() {
+  std::vector<std::vector<float>> out;
+  for (TensorId p : graph_.params) out.push_back(read(p));
+  return out;
+}
+
+std::string format_iteration_line(const IterationStats& s, int total) {
+  char buf[320];
+  const double mib = 1024.0 * 1024.0;
+  std::snprintf(buf, sizeof buf,
+                "iter %*d/%d  loss %.5f  time %8.1f ms  peak alloc %9.2f MiB  peak reserved %9.2f MiB  "
+                "swap out %8.2f MiB  swap in %8.2f MiB  recomputed %4llu ops",
+                static_cast<int>(std::to_string(total).size()), s.iteration + 1, total, static_cast<double>(s.loss),
+                s.time_ms, static_cast<double>(s.peak_allocated) / mib, static_cast<double>(s.peak_reserved) / mib,
+                static_cast<double>(s.counters.swapped_out_bytes) / mib,
+                static_cast<double>(s.counters.swapped_in_bytes) / mib,
+                static_cast<unsigned long long>(s.counters.recomputed_ops));
+  return buf;
+}
+
+std::string report_json(const TrainResult& r) {
+  using nlohmann::json;
+  const auto& c = r.config;
+  json iters = json::array();
+  size_t peak_alloc = 0, peak_res = 0;
+  double total_ms = 0;
+  for (const auto& s : r.iterations) {
+    peak_alloc = std::max(peak_alloc, s.peak_allocated);
+    peak_res = std::max(peak_res, s.peak_reserved);
+    total_ms += s.time_ms;
+    iters.push_back({{"iteration", s.iteration},
+                     {"loss", s.loss},
+                     {"time_ms", s.time_ms},
+                     {"peak_allocated_bytes", s.peak_allocated},
+                     {"peak_reserved_bytes", s.peak_reserved},
+                     {"fragmentation", s.fragmentation},
+                     {"swapped_out_bytes", s.counters.swapped_out_bytes},
+                     {"swapped_in_bytes", s.counters.swapped_in_bytes},
+                     {"swap_outs", s.counters.swap_outs},
+                     {"swap_ins", s.counters.swap_ins},
+                     {"prefetches", s.counters.prefetches},
+                     {"dropped", s.counters.dropped},
+                     {"recomputed_ops", s.counters.recomputed_ops},
+                     {"recompute_ms", s.counters.recompute_ms},
+                     {"stall_ms", s.counters.stall_ms},
+                     {"evictions", s.counters.evictions}});
+  }
+  json timeline = json::array();
+  for (const auto& p : r.timeline) timeline.push_back({p.op_index, p.allocated, p.reserved});
+  json j = {
+      {"config",
+       {{"model", c.model.name},
+        {"batch", c.model.batch},
+        {"image_size", c.model.image_size},
+        {"width", c.model.width},
+        {"classes", c.model.classes},
+        {"policy", c.policy},
+        {"backend", c.backend},
+        {"allocator", c.allocator},
+        {"budget_bytes", c.budget},
+        {"iters", c.iters},
+        {"seed", c.seed},
+        {"lr", c.optimizer.lr},
+        {"momentum", c.optimizer.momentum}}},
+      {"device", r.device},
+      {"graph", {{"ops", r.num_ops}, {"tensors", r.num_tensors}, {"param_bytes", r.param_bytes},
+                 {"persistent_bytes", r.persistent_bytes}}},
+      {"summary",
+       {{"peak_allocated_bytes", peak_alloc},
+        {"peak_reserved_bytes", peak_res},
+        {"budget_bytes", c.budget},
+        {"peak_host_bytes", r.host_peak},
+        {"first_loss", r.iterations.empty() ? 0.f : r.iterations.front().loss},
+        {"final_loss", r.iterations.empty() ? 0.f : r.iterations.back().loss},
+        {"mean_iteration_ms", r.iterations.empty() ? 0.0 : total_ms / static_cast<double>(r.iterations.size())}}},
+      {"iterations", iters},
+  };
+  if (!r.timeline.empty()) j["memory_timeline"] = {{"columns", {"op_index", "allocated_bytes", "reserved_bytes"}},
+                                                   {"points", timeline}};
+  return j.dump(2);
+}
+
+void write_report(const TrainResult& r, const std::string& path) {
+  const std::string text = report_json(r);
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    if (!out) throw std::invalid_argument("cannot write report '" + path + "' (is the directory there and writable?)");
+    out << text << "\n";
+    if (!out) throw std::runtime_error("error writing report '" + path + "'");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error("cannot move report into '" + path + "'");
+}
+
+}  // namespace vtensor

@@ -1,0 +1,71 @@
+// A training run from a config: model graph + autodiff, backend, allocator, policy, memory
+// manager, executor; N iterations with a progress callback; a report.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "vtensor/backend/backend.h"
+#include "vtensor/memory/memory_manager.h"
+#include "vtensor/models/models.h"
+#include "vtensor/train/executor.h"
+
+namespace vtensor {
+
+constexpr size_t kDefaultCpuBudget = size_t{8} << 30;  // "unlimited": mapped lazily, costs only what is touched
+
+struct TrainConfig {
+  ModelConfig model;
+  std::string policy = "none";
+  std::string backend = "cpu";
+  std::string allocator = "caching";
+  size_t budget = 0;  // 0: the backend's default (kDefaultCpuBudget on cpu)
+  int iters = 10;
+  uint64_t seed = 1;  // weight init
+  OptimizerConfig optimizer;
+  bool timeline = false;    // per-op allocated / reserved bytes of the last iteration
+  std::string trace_path;   // access trace as JSON lines
+};
+
+struct TrainResult {
+  TrainConfig config;
+  std::string device;
+  size_t param_bytes = 0, persistent_bytes = 0;
+  size_t num_ops = 0, num_tensors = 0;
+  std::vector<IterationStats> iterations;
+  std::vector<TimelinePoint> timeline;
+  size_t host_peak = 0;
+};
+
+class Trainer {
+ public:
+  explicit Trainer(TrainConfig cfg);
+  ~Trainer();
+  IterationStats step();  // one iteration
+  TrainResult run(const std::function<void(const IterationStats&)>& on_iteration = {});
+
+  // Current values of a tensor (weights after training, for comparisons).
+  std::vector<float> read(TensorId id);
+  std::vector<std::vector<float>> read_params();
+  const Graph& graph() const { return graph_; }
+  MemoryManager& memory() { return *mm_; }
+  const TrainConfig& config() const { return cfg_; }
+
+ private:
+  TrainConfig cfg_;
+  Graph graph_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<MemoryManager> mm_;
+  std::unique_ptr<Executor> exec_;
+  std::vector<AccessTrace> traces_;
+  int iteration_ = 0;
+};
+
+// The JSON report (PyTorch's vocabulary: peak allocated / reserved bytes).
+std::string report_json(const TrainResult& r);
+// Writes atomically: a failed run leaves no half-written report.
+void write_report(const TrainResult& r, const std::string& path);
+std::string format_iteration_line(const IterationStats& s, int total);
+
+}  // namespace vtensor
