@@ -100,6 +100,13 @@ int main(int argc, char** argv) {
   auto* models = app.add_subcommand("models", "list the models");
   auto* policies = app.add_subcommand("policies", "list the memory policies");
 
+  if (argc > 1 && argv[1][0] != '-') {
+    const std::string cmd = argv[1];
+    if (cmd != "train" && cmd != "models" && cmd != "policies") {
+      std::fprintf(stderr, "vtensor: unknown command '%s'; accepted: train, models, policies\n", cmd.c_str());
+      return kExitBadInput;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

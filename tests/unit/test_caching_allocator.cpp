@@ -432,3 +432,27 @@ TEST(CachingAllocatorTrace, EventsMatchOps) {
 
 }  // namespace
 }  // namespace vtensor
+
+namespace {
+
+TEST(CachingAllocatorCompact, SlidesMovableBlocksDownAroundFixedOnes) {
+  vtensor::CachingAllocator a(16 * 256);
+  auto b0 = *a.allocate(256), b1 = *a.allocate(512), b2 = *a.allocate(256), b3 = *a.allocate(256),
+       b4 = *a.allocate(512);
+  a.free(b0);
+  a.free(b2);
+  // Live: b1 [256,768) movable, b3 [1024,1280) fixed, b4 [1280,1792) movable.
+  auto moves = a.compact([&](size_t off) { return off != b3; });
+  a.check_invariants();
+  ASSERT_EQ(moves.size(), 1u);  // b1 slides to 0; b4 already sits right after the fixed b3
+  EXPECT_EQ(moves[0], std::make_pair(b1, size_t{0}));
+  EXPECT_EQ(a.block_size(0), 512u);
+  EXPECT_EQ(a.block_size(b3), 256u);
+  EXPECT_EQ(a.block_size(b4), 512u);
+  EXPECT_EQ(a.stats().allocated, 1280u);
+  // The two holes merged into one in front of the fixed block: [512, 1024).
+  EXPECT_EQ(a.allocate(512), std::optional<size_t>(512));
+  a.check_invariants();
+}
+
+}  // namespace

@@ -58,6 +58,8 @@ class Backend {
   // Synchronous copies for set-up and for reading results (loss, weights).
   virtual void copy_to_host(void* host_dst, const void* dev_src, size_t bytes) = 0;
   virtual void copy_to_device(void* dev_dst, const void* host_src, size_t bytes) = 0;
+  // Device-to-device copy on the compute stream; the ranges may overlap (defragmentation).
+  virtual void move_device(void* dst, const void* src, size_t bytes) = 0;
   virtual Event record(Stream s) = 0;
   // Work submitted to `s` after this call starts only once `e` has completed.
   virtual void stream_wait(Stream s, const Event& e) = 0;

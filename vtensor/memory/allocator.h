@@ -4,6 +4,8 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <utility>
 #include <memory>
 #include <optional>
 #include <string>
@@ -52,6 +54,11 @@ class DeviceAllocator {
   virtual const AllocatorStats& stats() const = 0;
   // Peak figures restart from the current ones (PyTorch's reset_peak_memory_stats).
   virtual void reset_peak() = 0;
+  // Defragmentation: slides every live block for which movable(offset) holds down to the
+  // lowest free address (blocks that are not movable stay put). Returns the moves
+  // (old offset, new offset) in ascending order; the caller moves the bytes in that order.
+  // Allocators that cannot compact return no moves.
+  virtual std::vector<std::pair<size_t, size_t>> compact(const std::function<bool(size_t)>& movable) { return {}; }
 
   void set_trace_enabled(bool on) { trace_enabled_ = on; }
   const std::vector<AllocEvent>& trace() const { return trace_; }

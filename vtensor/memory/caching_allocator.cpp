@@ -109,6 +109,27 @@ void CachingAllocator::free(size_t offset) {
   record(AllocEvent::Kind::kFree, offset, size, tag);
 }
 
+std::vector<std::pair<size_t, size_t>> CachingAllocator::compact(const std::function<bool(size_t)>& movable) {
+  std::vector<std::pair<size_t, size_t>> moves;
+  BlockMap packed;
+  size_t cursor = 0;  // lowest address not yet taken; never above a live block's offset
+  for (const auto& [off, b] : blocks_) {
+    if (b.free) continue;
+    const size_t dst = movable(off) ? cursor : off;
+    if (dst > cursor) packed.emplace(cursor, Block{dst - cursor, true, -1});
+    packed.emplace(dst, b);
+    if (dst != off) moves.emplace_back(off, dst);
+    cursor = dst + b.size;
+  }
+  if (cursor < capacity_) packed.emplace(cursor, Block{capacity_ - cursor, true, -1});
+  blocks_ = std::move(packed);
+  free_set_.clear();
+  for (const auto& [off, b] : blocks_)
+    if (b.free) free_set_.emplace(b.size, off);
+  update_derived_stats();
+  return moves;
+}
+
 size_t CachingAllocator::block_size(size_t offset) const {
   auto it = blocks_.find(offset);
   if (it == blocks_.end() || it->second.free) {

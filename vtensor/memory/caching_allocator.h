@@ -29,6 +29,7 @@ class CachingAllocator final : public DeviceAllocator {
   size_t block_size(size_t offset) const override;
   const AllocatorStats& stats() const override { return stats_; }
   void reset_peak() override;
+  std::vector<std::pair<size_t, size_t>> compact(const std::function<bool(size_t)>& movable) override;
 
   // Throws std::logic_error describing the first violated structural or statistical invariant.
   void check_invariants() const;

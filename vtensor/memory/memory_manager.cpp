@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <stdexcept>
 
 #include "vtensor/core/errors.h"
@@ -80,6 +81,7 @@ size_t MemoryManager::alloc_block(size_t bytes, int64_t tag, const char* what) {
       evict(v);
       progressed = true;
     }
+    if (!progressed && allocator_->stats().free_bytes >= align_up(bytes) && compact()) continue;
     if (!progressed) {
       std::string ctx = std::string(what) + (tag >= 0 ? " '" + graph_.tensor(static_cast<TensorId>(tag)).name + "'" : "") +
                         ", policy '" + policy_->name() + "' found nothing more to evict; " + usage_summary();
@@ -344,6 +346,28 @@ bool MemoryManager::can_recompute(TensorId id) const {
     if (gone && !can_recompute(in)) return false;
   }
   return true;
+}
+
+bool MemoryManager::compact() {
+  // No copy may touch a device block while it moves.
+  while (!swapping_out_.empty()) finish_swap_outs(true);
+  std::map<size_t, TensorId> owner;
+  for (size_t i = 0; i < states_.size(); ++i) {
+    State& s = states_[i];
+    if (s.residency == Residency::kSwappingIn) wait_copy(s);
+    if (s.residency == Residency::kResident || s.residency == Residency::kSwappingIn)
+      owner.emplace(s.offset, static_cast<TensorId>(i));
+  }
+  auto moves = allocator_->compact([&](size_t off) { return owner.count(off) > 0; });
+  char* base = static_cast<char*>(backend_.arena_base());
+  for (const auto& [from, to] : moves) {  // ascending: each moves down into space already vacated
+    State& s = st(owner.at(from));
+    backend_.move_device(base + to, base + from, s.bytes);
+    s.offset = to;
+    counters_.compacted_bytes += s.bytes;
+  }
+  ++counters_.compactions;
+  return !moves.empty();
 }
 
 // ---------------------------------------------------------------- per op

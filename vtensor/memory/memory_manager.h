@@ -6,7 +6,10 @@
 //   1. the allocator reuses a cached free block;
 //   2. wait for in-flight swap-outs, whose blocks are freed once their copies complete;
 //   3. ask the policy for victims and evict them (swap out or drop), then retry;
-//   4. throw OutOfMemoryError{requested, in use, budget}.
+//   4. if enough bytes are free but scattered, compact: slide tensors down the arena;
+//   5. throw OutOfMemoryError{requested, in use, budget}.
+// Pointers to tensors are valid until the next allocation (compaction moves them): the
+// executor resolves them right before it launches a kernel. Scratch blocks never move.
 // Dropped tensors keep the inputs of their producer alive (a lineage reference), so a tensor
 // whose last use has passed is freed only when no dropped tensor needs it for recomputation.
 #pragma once
@@ -29,6 +32,7 @@ struct MemoryCounters {
   uint64_t dropped = 0, recomputed_ops = 0;
   double recompute_ms = 0, stall_ms = 0;  // compute time spent recomputing / waiting for copies
   uint64_t evictions = 0;                 // victims taken by the OOM ladder
+  uint64_t compactions = 0, compacted_bytes = 0;  // defragmentation moves
 };
 
 struct TimelinePoint {
@@ -130,6 +134,7 @@ class MemoryManager final : public MemoryView {
   void add_lineage_refs(TensorId id, int delta);
   void evict(const Victim& v);
   void sample_timeline(int op_index);
+  bool compact();
 
   Backend& backend_;
   const Graph& graph_;

@@ -46,15 +46,18 @@ void Executor::run_op(int op_index) {
     return false;
   };
   for (TensorId in : op.inputs) {
-    args.inputs.push_back(mm_.access(in, is_inplace(in) ? AccessKind::kWrite : AccessKind::kRead, op_index));
+    mm_.access(in, is_inplace(in) ? AccessKind::kWrite : AccessKind::kRead, op_index);
     mm_.lock(in);
   }
   for (TensorId out : op.outputs) {
     mm_.allocate(out);
-    args.outputs.push_back(mm_.access(out, AccessKind::kWrite, op_index));
+    mm_.access(out, AccessKind::kWrite, op_index);
     mm_.lock(out);
   }
   if (op.workspace_bytes) args.workspace = mm_.allocate_scratch(op.workspace_bytes, "workspace");
+  // Only now: an allocation above may have compacted the arena and moved tensors.
+  for (TensorId in : op.inputs) args.inputs.push_back(mm_.device_ptr(in));
+  for (TensorId out : op.outputs) args.outputs.push_back(mm_.device_ptr(out));
   backend_.launch(g_, op, args);
   if (args.workspace) mm_.free_scratch(args.workspace);
   for (TensorId in : op.inputs) mm_.unlock(in);
@@ -70,29 +73,32 @@ void Executor::recompute(TensorId id) {
   args.iteration = iteration_;
   args.recompute = true;
   for (TensorId in : op.inputs) {
-    args.inputs.push_back(mm_.access(in, AccessKind::kRecomputeRead, op.index));
+    mm_.access(in, AccessKind::kRecomputeRead, op.index);
     mm_.lock(in);
   }
   std::vector<TensorId> restored;
-  std::vector<void*> scratch;
-  for (TensorId out : op.outputs) {
+  std::vector<void*> scratch(op.outputs.size(), nullptr);
+  for (size_t i = 0; i < op.outputs.size(); ++i) {
+    const TensorId out = op.outputs[i];
     if (mm_.residency(out) == Residency::kDropped) {
       mm_.allocate(out);
-      args.outputs.push_back(mm_.access(out, AccessKind::kRecomputeWrite, op.index));
+      mm_.access(out, AccessKind::kRecomputeWrite, op.index);
       mm_.lock(out);
       restored.push_back(out);
     } else {  // alive elsewhere or no longer needed: compute into scratch and discard
-      void* p = mm_.allocate_scratch(g_.tensor(out).bytes(), "recompute scratch");
-      scratch.push_back(p);
-      args.outputs.push_back(static_cast<float*>(p));
+      scratch[i] = mm_.allocate_scratch(g_.tensor(out).bytes(), "recompute scratch");
     }
   }
   if (op.workspace_bytes) args.workspace = mm_.allocate_scratch(op.workspace_bytes, "workspace");
+  for (TensorId in : op.inputs) args.inputs.push_back(mm_.device_ptr(in));
+  for (size_t i = 0; i < op.outputs.size(); ++i)
+    args.outputs.push_back(scratch[i] ? static_cast<float*>(scratch[i]) : mm_.device_ptr(op.outputs[i]));
   const double t0 = backend_.now_ms();
   backend_.launch(g_, op, args);
   mm_.note_recompute(backend_.now_ms() - t0);
   if (args.workspace) mm_.free_scratch(args.workspace);
-  for (void* p : scratch) mm_.free_scratch(p);
+  for (void* p : scratch)
+    if (p) mm_.free_scratch(p);
   for (TensorId in : op.inputs) mm_.unlock(in);
   for (TensorId out : restored) mm_.unlock(out);
   for (TensorId out : restored) mm_.recomputed(out);

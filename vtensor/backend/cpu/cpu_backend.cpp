@@ -106,6 +106,8 @@ void CpuBackend::copy_async(Stream s, void* dst, const void* src, size_t bytes) 
 void CpuBackend::copy_to_host(void* host_dst, const void* dev_src, size_t bytes) { std::memcpy(host_dst, dev_src, bytes); }
 void CpuBackend::copy_to_device(void* dev_dst, const void* host_src, size_t bytes) { std::memcpy(dev_dst, host_src, bytes); }
 
+void CpuBackend::move_device(void* dst, const void* src, size_t bytes) { std::memmove(dst, src, bytes); }
+
 Event CpuBackend::record(Stream s) {
   auto e = std::make_shared<CpuEvent>();
   if (s == Stream::kCompute) {

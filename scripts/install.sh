@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Installs what vtensor needs from Debian's packages and builds it (Release) into build/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+pkgs=(build-essential cmake ninja-build libopenblas-dev nlohmann-json3-dev libcli11-dev libgtest-dev)
+missing=()
+for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release ${VTENSOR_CMAKE_ARGS:-}
+cmake --build build -j "$(nproc)"

@@ -1,0 +1,115 @@
+// The vtensor command as a user meets it: exit codes, messages, reports.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+
+namespace {
+
+struct Result {
+  int code;
+  std::string output;
+};
+
+Result run(const std::string& args) {
+  const std::string cmd = std::string(VTENSOR_BINARY) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  while (size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("vtensor_cli_" + std::to_string(getpid()) + "_" + name)).string();
+}
+
+TEST(Cli, TrainWritesAReport) {
+  const std::string report = temp_path("report.json");
+  Result r = run("train --model resnet-tiny --iters 3 --budget 2MiB --policy lru --report " + report);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("iter 3/3"), std::string::npos) << r.output;
+  std::ifstream in(report);
+  ASSERT_TRUE(in.good());
+  auto j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["config"]["policy"], "lru");
+  EXPECT_EQ(j["iterations"].size(), 3u);
+  EXPECT_LE(j["summary"]["peak_allocated_bytes"].get<size_t>(), j["config"]["budget_bytes"].get<size_t>());
+  EXPECT_GT(j["iterations"][0]["swapped_out_bytes"].get<size_t>(), 0u);
+  std::filesystem::remove(report);
+}
+
+TEST(Cli, ListsModelsAndPolicies) {
+  Result m = run("models");
+  EXPECT_EQ(m.code, 0);
+  for (const char* name : {"mlp", "vgg16", "resnet50", "resnet-tiny"}) EXPECT_NE(m.output.find(name), std::string::npos);
+  Result p = run("policies");
+  EXPECT_EQ(p.code, 0);
+  for (const char* name : {"none", "lru", "lru-recompute"}) EXPECT_NE(p.output.find(name), std::string::npos);
+}
+
+TEST(Cli, BadArgumentsNameTheArgumentAndExitTwo) {
+  struct Case {
+    std::string args, expect;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"train --model resnet-huge", "unknown model 'resnet-huge'; accepted: "},
+           {"train --model resnet-tiny --policy magic", "unknown policy 'magic'; accepted: none, lru, lru-recompute"},
+           {"train --model resnet-tiny --backend tpu", "unknown backend 'tpu'; accepted: cpu, cuda"},
+           {"train --model resnet-tiny --budget lots", "--budget"},
+           {"train --model resnet-tiny --budget 12XB", "invalid unit"},
+           {"train --model resnet-tiny --iters 0", "--iters"},
+           {"train --model resnet-tiny --batch -3", "--batch"},
+           {"train --model resnet-tiny --allocator buddy", "unknown allocator 'buddy'; accepted: caching"},
+           {"train --model resnet-tiny --report /nonexistent/dir/r.json", "does not exist"},
+           {"train", "--model"},
+           {"fly", "fly"},
+       }) {
+    Result r = run(c.args);
+    EXPECT_EQ(r.code, 2) << c.args << "\n" << r.output;
+    EXPECT_NE(r.output.find(c.expect), std::string::npos) << c.args << "\n" << r.output;
+  }
+}
+
+TEST(Cli, OutOfMemoryIsAClearErrorAndWritesNoReport) {
+  const std::string report = temp_path("oom.json");
+  Result r = run("train --model resnet-tiny --iters 2 --budget 256KiB --policy none --report " + report);
+  EXPECT_EQ(r.code, 3) << r.output;
+  EXPECT_NE(r.output.find("out of device memory: requested"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("budget"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(report));
+  EXPECT_FALSE(std::filesystem::exists(report + ".tmp"));
+}
+
+TEST(Cli, CudaWithoutCudaSaysWhy) {
+  Result r = run("train --model resnet-tiny --iters 1 --backend cuda");
+#ifndef VTENSOR_HAVE_CUDA
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("built without CUDA"), std::string::npos) << r.output;
+#endif
+}
+
+TEST(Cli, TraceIsWrittenAsJsonLines) {
+  const std::string trace = temp_path("trace.jsonl");
+  Result r = run("train --model mlp-tiny --iters 2 --trace " + trace);
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::ifstream in(trace);
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line));
+  EXPECT_EQ(nlohmann::json::parse(line)["type"], "graph");
+  size_t accesses = 0;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    EXPECT_EQ(j["type"], "access");
+    ++accesses;
+  }
+  EXPECT_GT(accesses, 0u);
+  std::filesystem::remove(trace);
+}
+
+}  // namespace
