@@ -1,0 +1,659 @@
+// MemoryManager mechanisms under real training on tiny models (cpu backend): planned swap-out /
+// prefetch, drop + (recursive) recompute, passive lru policies through the Trainer, the OOM
+// ladder, the MemoryView a policy sees, and the access tracker.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "vtensor/backend/backend.h"
+#include "vtensor/core/errors.h"
+#include "vtensor/memory/allocator.h"
+#include "vtensor/memory/memory_manager.h"
+#include "vtensor/models/models.h"
+#include "vtensor/policy/plan.h"
+#include "vtensor/policy/policy.h"
+#include "vtensor/train/executor.h"
+#include "vtensor/train/trainer.h"
+
+namespace vtensor {
+namespace {
+
+constexpr int kIters = 3;
+
+// Returns a fixed plan's actions and never offers victims. Records the residency of every
+// planned tensor at the moment its action is handed out (before the manager carries it out).
+class ScriptedPolicy : public Policy {
+ public:
+  struct Seen {
+    int iteration;
+    Action action;
+    Residency residency;
+  };
+
+  explicit ScriptedPolicy(Plan plan) : plan_(std::move(plan)) {}
+  std::string name() const override { return "scripted"; }
+  void attach(MemoryManager* mm) { mm_ = mm; }
+  void set_probe(std::function<void(int iteration, int op)> probe) { probe_ = std::move(probe); }
+
+  void begin_iteration(int iteration) override { iteration_ = iteration; }
+  std::vector<Action> after_op(int op) override {
+    if (probe_) probe_(iteration_, op);
+    std::vector<Action> out = plan_.at(op);
+    if (mm_)
+      for (const Action& a : out) seen_.push_back({iteration_, a, mm_->residency(a.tensor)});
+    return out;
+  }
+  std::vector<Victim> choose_victims(size_t, const MemoryView&) override { return {}; }
+
+  const std::vector<Seen>& seen() const { return seen_; }
+
+ private:
+  Plan plan_;
+  MemoryManager* mm_ = nullptr;
+  int iteration_ = -1;
+  std::function<void(int, int)> probe_;
+  std::vector<Seen> seen_;
+};
+
+// The pieces Trainer's constructor builds, with a policy of our own. Not movable: the manager
+// keeps references to the graph and the backend. Members die in reverse order (exec, mm, backend).
+struct Rig {
+  Graph graph;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<MemoryManager> mm;
+  std::unique_ptr<Executor> exec;
+  ScriptedPolicy* policy = nullptr;
+};
+
+ModelConfig tiny(const std::string& name, int batch) {
+  ModelConfig m;
+  m.name = name;
+  m.batch = batch;
+  return resolve_model(m);
+}
+
+std::unique_ptr<Rig> make_rig(const ModelConfig& model, Plan plan, size_t budget = kDefaultCpuBudget) {
+  auto rig = std::make_unique<Rig>();
+  rig->graph = build_model(model);
+  build_backward(rig->graph, OptimizerConfig{});
+  auto policy = std::make_unique<ScriptedPolicy>(std::move(plan));
+  rig->policy = policy.get();
+  rig->backend = make_cpu_backend({.arena_bytes = budget});
+  rig->mm = std::make_unique<MemoryManager>(*rig->backend, rig->graph, make_allocator("caching", budget),
+                                            std::move(policy));
+  rig->policy->attach(rig->mm.get());
+  rig->exec = std::make_unique<Executor>(rig->graph, *rig->backend, *rig->mm);
+  rig->mm->init_persistent(1);
+  return rig;
+}
+
+std::vector<float> read_tensor(MemoryManager& mm, const Graph& g, TensorId id) {
+  std::vector<float> v(static_cast<size_t>(g.tensor(id).shape.numel()));
+  mm.read(id, v.data());
+  return v;
+}
+
+struct RunOut {
+  std::vector<IterationStats> stats;
+  std::vector<std::vector<float>> params, buffers;  // buffers: batch-norm running statistics
+};
+
+RunOut run(Rig& rig, int iters = kIters) {
+  RunOut out;
+  for (int i = 0; i < iters; ++i) out.stats.push_back(rig.exec->run_iteration(i));
+  for (TensorId p : rig.graph.params) out.params.push_back(read_tensor(*rig.mm, rig.graph, p));
+  for (const auto& t : rig.graph.tensors())
+    if (t.kind == TensorKind::kBuffer) out.buffers.push_back(read_tensor(*rig.mm, rig.graph, t.id));
+  return out;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+void expect_same_losses(const std::vector<IterationStats>& a, const std::vector<IterationStats>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_EQ(std::memcmp(&a[i].loss, &b[i].loss, sizeof(float)), 0)
+        << "iteration " << i << ": loss " << a[i].loss << " vs " << b[i].loss;
+}
+
+void expect_same_tensors(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b,
+                         const char* what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(same_bits(a[i], b[i])) << what << " #" << i << " differs";
+}
+
+void expect_identical(const RunOut& got, const RunOut& ref) {
+  expect_same_losses(got.stats, ref.stats);
+  expect_same_tensors(got.params, ref.params, "param");
+  expect_same_tensors(got.buffers, ref.buffers, "buffer");
+}
+
+// Forward / backward uses of a forward-produced tensor.
+struct Uses {
+  int producer = -1, last_forward = -1, first_backward = -1;
+};
+
+Uses uses_of(const Graph& g, TensorId id) {
+  Uses u;
+  u.producer = u.last_forward = g.tensor(id).producer;
+  for (const Op& op : g.ops())
+    for (TensorId in : op.inputs) {
+      if (in != id) continue;
+      if (op.backward) {
+        if (u.first_backward < 0) u.first_backward = op.index;
+      } else if (!op.optimizer) {
+        u.last_forward = std::max(u.last_forward, op.index);
+      }
+    }
+  return u;
+}
+
+bool is_forward_activation(const Graph& g, TensorId id) {
+  const TensorInfo& t = g.tensor(id);
+  return t.kind == TensorKind::kActivation && t.producer >= 0 && !g.op(t.producer).backward &&
+         !g.op(t.producer).optimizer;
+}
+
+// Forward activations whose name contains `part`, in id order.
+std::vector<TensorId> activations_named(const Graph& g, const std::string& part) {
+  std::vector<TensorId> out;
+  for (const auto& t : g.tensors())
+    if (is_forward_activation(g, t.id) && t.name.find(part) != std::string::npos) out.push_back(t.id);
+  return out;
+}
+
+RunOut baseline(const ModelConfig& model) {
+  auto rig = make_rig(model, Plan{});
+  return run(*rig);
+}
+
+// ---------------------------------------------------------------- scripted swap-out / prefetch
+
+TEST(ScriptedPolicy, SwapOutThenPrefetchIsBitIdentical) {
+  const ModelConfig model = tiny("resnet-tiny", 8);
+  const RunOut ref = baseline(model);
+
+  Graph g = build_model(model);
+  build_backward(g, OptimizerConfig{});
+  // Forward activations used again in backward, with a long gap: swap out after the last
+  // forward use (a swap-out right after the producer would be undone by the next forward
+  // reader), prefetch three ops before the first backward use.
+  Plan plan;
+  std::vector<TensorId> chosen;
+  size_t bytes = 0;
+  for (const auto& t : g.tensors()) {
+    if (!is_forward_activation(g, t.id) || t.bytes() < 1024) continue;
+    const Uses u = uses_of(g, t.id);
+    if (u.first_backward < 0 || u.first_backward - u.last_forward < 20) continue;
+    plan.actions.push_back({ActionKind::kSwapOut, t.id, u.last_forward});
+    plan.actions.push_back({ActionKind::kPrefetch, t.id, u.first_backward - 3});
+    chosen.push_back(t.id);
+    bytes += t.bytes();
+    if (chosen.size() == 4) break;
+  }
+  ASSERT_EQ(chosen.size(), 4u) << "resnet-tiny should have forward activations used in backward";
+
+  auto rig = make_rig(model, plan);
+  const RunOut got = run(*rig);
+  expect_identical(got, ref);
+
+  for (const auto& s : got.stats) {
+    SCOPED_TRACE("iteration " + std::to_string(s.iteration));
+    EXPECT_EQ(s.counters.swapped_out_bytes, bytes);
+    EXPECT_EQ(s.counters.swapped_in_bytes, bytes);
+    EXPECT_EQ(s.counters.swap_outs, chosen.size());
+    EXPECT_EQ(s.counters.swap_ins, chosen.size());
+    EXPECT_EQ(s.counters.prefetches, chosen.size());
+    EXPECT_EQ(s.counters.dropped, 0u);
+    EXPECT_EQ(s.counters.recomputed_ops, 0u);
+  }
+  // Each tensor was resident when its swap-out was handed out and on host at its prefetch.
+  size_t outs = 0, ins = 0;
+  for (const auto& s : rig->policy->seen()) {
+    SCOPED_TRACE(rig->graph.tensor(s.action.tensor).name + " iteration " + std::to_string(s.iteration));
+    if (s.action.kind == ActionKind::kSwapOut) {
+      ++outs;
+      EXPECT_EQ(s.residency, Residency::kResident) << to_string(s.residency);
+    } else {
+      ++ins;
+      EXPECT_EQ(s.residency, Residency::kOnHost) << to_string(s.residency);
+    }
+  }
+  EXPECT_EQ(outs, chosen.size() * kIters);
+  EXPECT_EQ(ins, chosen.size() * kIters);
+  for (TensorId id : chosen) EXPECT_EQ(rig->mm->residency(id), Residency::kUnallocated);
+  EXPECT_GE(rig->mm->host_pool().peak_in_use(), bytes);
+}
+
+TEST(ScriptedPolicy, SwapOutRightAfterProducerIsBitIdentical) {
+  // The next forward reader brings the tensor back from swapping_out or on_host, whichever the
+  // copy has reached: no prefetch planned, results must not depend on the race.
+  const ModelConfig model = tiny("resnet-tiny", 8);
+  const RunOut ref = baseline(model);
+  Graph g = build_model(model);
+  build_backward(g, OptimizerConfig{});
+  Plan plan;
+  for (TensorId id : activations_named(g, "relu_out")) plan.actions.push_back({ActionKind::kSwapOut, id, g.tensor(id).producer});
+  ASSERT_FALSE(plan.actions.empty());
+
+  auto rig = make_rig(model, plan);
+  const RunOut got = run(*rig);
+  expect_identical(got, ref);
+  for (const auto& s : got.stats) {
+    EXPECT_EQ(s.counters.swap_outs, plan.actions.size());
+    EXPECT_LE(s.counters.swapped_in_bytes, s.counters.swapped_out_bytes);
+    EXPECT_EQ(s.counters.prefetches, 0u);
+  }
+}
+
+// ---------------------------------------------------------------- scripted drop / recompute
+
+TEST(ScriptedPolicy, DropDropoutOutputsInMlpIsBitIdentical) {
+  const ModelConfig model = tiny("mlp-tiny", 16);
+  const RunOut ref = baseline(model);
+  Graph g = build_model(model);
+  build_backward(g, OptimizerConfig{});
+  Plan plan;
+  // Dropout outputs right after their producer (recomputed by the next linear, same mask),
+  // relu outputs after their last forward use (recomputed in backward from a released fc_out).
+  const auto drops = activations_named(g, "dropout_out"), relus = activations_named(g, "relu_out");
+  ASSERT_EQ(drops.size(), 2u);
+  ASSERT_EQ(relus.size(), 2u);
+  for (TensorId id : drops) plan.actions.push_back({ActionKind::kDrop, id, g.tensor(id).producer});
+  for (TensorId id : relus) plan.actions.push_back({ActionKind::kDrop, id, uses_of(g, id).last_forward});
+
+  auto rig = make_rig(model, plan);
+  const RunOut got = run(*rig);
+  expect_identical(got, ref);
+  for (const auto& s : got.stats) {
+    SCOPED_TRACE("iteration " + std::to_string(s.iteration));
+    EXPECT_EQ(s.counters.dropped, plan.actions.size());
+    EXPECT_GE(s.counters.recomputed_ops, plan.actions.size());
+    EXPECT_EQ(s.counters.swap_outs, 0u);
+  }
+  for (const auto& s : rig->policy->seen()) EXPECT_EQ(s.residency, Residency::kResident);
+}
+
+TEST(ScriptedPolicy, DropBatchNormOutputsKeepsRunningStats) {
+  const ModelConfig model = tiny("resnet-tiny", 8);
+  const RunOut ref = baseline(model);
+  ASSERT_FALSE(ref.buffers.empty());
+  Graph g = build_model(model);
+  build_backward(g, OptimizerConfig{});
+  Plan plan;
+  // Every bn_out right after the batch norm (recomputed by its forward reader), and the first
+  // relu outputs after their last forward use: recomputed in backward through their released
+  // bn_out, i.e. the batch norm runs again and must not update the running statistics.
+  for (TensorId id : activations_named(g, "bn_out")) plan.actions.push_back({ActionKind::kDrop, id, g.tensor(id).producer});
+  const size_t bn_drops = plan.actions.size();
+  ASSERT_GE(bn_drops, 8u);
+  auto relus = activations_named(g, "relu_out");
+  relus.resize(3);
+  for (TensorId id : relus) plan.actions.push_back({ActionKind::kDrop, id, uses_of(g, id).last_forward});
+
+  auto rig = make_rig(model, plan);
+  const RunOut got = run(*rig);
+  expect_identical(got, ref);  // buffers included: running_mean / running_var bit-identical
+  for (const auto& s : got.stats) {
+    SCOPED_TRACE("iteration " + std::to_string(s.iteration));
+    EXPECT_EQ(s.counters.dropped, plan.actions.size());
+    // bn_out: one each; relu_out: the relu and its batch norm.
+    EXPECT_GE(s.counters.recomputed_ops, bn_drops + 2 * relus.size());
+  }
+  // Recomputations are traced with the producer's op index.
+  size_t recompute_writes = 0;
+  for (const auto& a : rig->mm->tracker().current().accesses)
+    if (a.kind == AccessKind::kRecomputeWrite) {
+      ++recompute_writes;
+      EXPECT_EQ(a.op_index, rig->graph.tensor(a.id).producer);
+    }
+  EXPECT_GE(recompute_writes, bn_drops + 2 * relus.size());
+}
+
+TEST(ScriptedPolicy, RecursiveRecomputeOfConvBnChain) {
+  const ModelConfig model = tiny("resnet-tiny", 8);
+  const RunOut ref = baseline(model);
+  Graph g = build_model(model);
+  build_backward(g, OptimizerConfig{});
+  // The first two conv -> bn pairs: after the batch norm drop conv_out, then bn_out. The next
+  // reader of bn_out recomputes the batch norm, which first recomputes the conv.
+  Plan plan;
+  std::vector<TensorId> convs;
+  for (TensorId bn : activations_named(g, "bn_out")) {
+    const Op& bn_op = g.op(g.tensor(bn).producer);
+    const TensorId conv = bn_op.inputs[0];
+    ASSERT_EQ(g.op(g.tensor(conv).producer).kind, OpKind::kConv2d);
+    plan.actions.push_back({ActionKind::kDrop, conv, bn_op.index});
+    plan.actions.push_back({ActionKind::kDrop, bn, bn_op.index});
+    convs.push_back(conv);
+    if (convs.size() == 2) break;
+  }
+
+  auto rig = make_rig(model, plan);
+  const RunOut got = run(*rig);
+  expect_identical(got, ref);
+  for (const auto& s : got.stats) {
+    SCOPED_TRACE("iteration " + std::to_string(s.iteration));
+    EXPECT_EQ(s.counters.dropped, 4u);
+    EXPECT_GE(s.counters.recomputed_ops, 4u);
+  }
+  // Both conv outputs were rebuilt by a recomputation (they are read by batch-norm backward).
+  const auto& acc = rig->mm->tracker().current().accesses;
+  for (TensorId c : convs)
+    EXPECT_TRUE(std::any_of(acc.begin(), acc.end(), [&](const TensorAccess& a) {
+      return a.id == c && a.kind == AccessKind::kRecomputeWrite;
+    })) << g.tensor(c).name;
+}
+
+TEST(ScriptedPolicy, DropOfGradientIsIgnored) {
+  // Gradients cannot be recomputed: after_op must skip the planned drop, not throw.
+  const ModelConfig model = tiny("mlp-tiny", 16);
+  const RunOut ref = baseline(model);
+  Graph g = build_model(model);
+  build_backward(g, OptimizerConfig{});
+  Plan plan;
+  for (const auto& t : g.tensors())
+    if (t.kind == TensorKind::kGradient) plan.actions.push_back({ActionKind::kDrop, t.id, t.producer});
+  ASSERT_FALSE(plan.actions.empty());
+  auto rig = make_rig(model, plan);
+  const RunOut got = run(*rig);
+  expect_identical(got, ref);
+  for (const auto& s : got.stats) EXPECT_EQ(s.counters.dropped, 0u);
+}
+
+// ---------------------------------------------------------------- passive policies via Trainer
+
+TrainConfig trainer_config(const std::string& policy, size_t budget) {
+  TrainConfig c;
+  c.model.name = "resnet-tiny";
+  c.model.batch = 8;
+  c.policy = policy;
+  c.budget = budget;
+  c.iters = kIters;
+  return c;
+}
+
+struct TrainerOut {
+  TrainResult result;
+  std::vector<std::vector<float>> params;
+};
+
+TrainerOut train(const TrainConfig& c) {
+  Trainer t(c);
+  TrainerOut out;
+  out.result = t.run();
+  out.params = t.read_params();
+  return out;
+}
+
+size_t max_peak(const TrainResult& r) {
+  size_t p = 0;
+  for (const auto& s : r.iterations) p = std::max(p, s.peak_allocated);
+  return p;
+}
+
+TEST(MemoryManagerTrainer, LruPoliciesAtHalfPeakAreBitIdentical) {
+  const TrainerOut none = train(trainer_config("none", 0));
+  const size_t peak = max_peak(none.result);
+  ASSERT_GT(peak, 0u);
+  const size_t budget = align_up(peak / 2);
+
+  for (const std::string policy : {"lru", "lru-recompute"}) {
+    SCOPED_TRACE(policy);
+    const TrainerOut got = train(trainer_config(policy, budget));
+    EXPECT_EQ(got.result.config.budget, budget);
+    expect_same_losses(got.result.iterations, none.result.iterations);
+    expect_same_tensors(got.params, none.params, "param");
+    uint64_t swapped = 0, recomputed = 0;
+    for (const auto& s : got.result.iterations) {
+      SCOPED_TRACE("iteration " + std::to_string(s.iteration));
+      EXPECT_LE(s.peak_allocated, budget);
+      EXPECT_GT(s.counters.evictions, 0u);
+      swapped += s.counters.swapped_out_bytes;
+      recomputed += s.counters.recomputed_ops;
+    }
+    if (policy == "lru") {
+      EXPECT_GT(swapped, 0u);
+      EXPECT_EQ(recomputed, 0u);
+    } else {
+      EXPECT_GT(recomputed, 0u);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- OOM ladder
+
+size_t none_peak() { return max_peak(train(trainer_config("none", 0)).result); }
+
+TEST(OomLadder, NonePolicyThrowsWithDetails) {
+  const size_t budget = align_up(none_peak() / 2);
+  Trainer t(trainer_config("none", budget));  // the persistent tensors fit
+  try {
+    t.step();
+    FAIL() << "expected OutOfMemoryError at half the peak";
+  } catch (const OutOfMemoryError& e) {
+    EXPECT_GT(e.requested(), 0u);
+    EXPECT_LE(e.in_use(), e.budget());
+    EXPECT_GT(align_up(e.requested()), t.memory().allocator().stats().largest_free_block);  // it did not fit
+    EXPECT_EQ(e.budget(), budget);
+    const std::string what = e.what();
+    EXPECT_NE(what.find("requested"), std::string::npos) << what;
+    EXPECT_NE(what.find("budget"), std::string::npos) << what;
+    EXPECT_NE(what.find("none"), std::string::npos) << what;  // names the policy
+  }
+}
+
+TEST(OomLadder, LruBelowLargestTensorThrowsAtInit) {
+  // 64 KiB: smaller than the largest parameter (a 64x64x3x3 conv weight, 144 KiB).
+  const size_t budget = 64 << 10;
+  try {
+    Trainer t(trainer_config("lru", budget));
+    FAIL() << "expected OutOfMemoryError while allocating the persistent tensors";
+  } catch (const OutOfMemoryError& e) {
+    EXPECT_GT(e.requested(), budget);
+    EXPECT_LE(e.in_use(), e.budget());
+    EXPECT_EQ(e.budget(), budget);
+  }
+}
+
+TEST(OomLadder, LruBelowPersistentBytesThrowsInStep) {
+  // Below the persistent bytes lru swaps parameters out while initialising them; but the
+  // update of the largest weight needs weight, gradient and momentum (3 x 144 KiB) at once.
+  const size_t budget = align_up(300000);
+  Trainer t(trainer_config("lru", budget));
+  ASSERT_LT(budget, t.graph().persistent_bytes());
+  EXPECT_GT(t.memory().host_pool().peak_in_use(), 0u) << "some persistent tensors must be on host";
+  EXPECT_LE(t.memory().allocated(), budget);
+  try {
+    for (int i = 0; i < kIters; ++i) t.step();
+    FAIL() << "expected OutOfMemoryError below the working set of one op";
+  } catch (const OutOfMemoryError& e) {
+    EXPECT_GT(e.requested(), 0u);
+    EXPECT_LE(e.in_use(), e.budget());
+    EXPECT_EQ(e.budget(), budget);
+    EXPECT_NE(std::string(e.what()).find("lru"), std::string::npos) << e.what();
+  }
+}
+
+// ---------------------------------------------------------------- MemoryView
+
+TEST(MemoryView, EvictableAfterInitIsThePersistentTensorsUnlessLocked) {
+  auto rig = make_rig(tiny("mlp-tiny", 16), Plan{});
+  MemoryManager& mm = *rig->mm;
+  std::vector<TensorId> persistent;
+  for (const auto& t : rig->graph.tensors())
+    if (t.persistent()) persistent.push_back(t.id);
+  EXPECT_EQ(mm.evictable(), persistent);
+  const TensorId p = rig->graph.params.front();
+  mm.lock(p);
+  const auto ev = mm.evictable();
+  EXPECT_EQ(std::count(ev.begin(), ev.end(), p), 0);
+  EXPECT_EQ(ev.size(), persistent.size() - 1);
+  EXPECT_TRUE(mm.view(p).locked);
+  mm.unlock(p);
+  EXPECT_EQ(mm.evictable(), persistent);
+  EXPECT_FALSE(mm.view(p).locked);
+  EXPECT_THROW(mm.unlock(p), std::logic_error);
+  for (TensorId id : persistent) {
+    EXPECT_FALSE(mm.can_recompute(id)) << rig->graph.tensor(id).name;
+    EXPECT_TRUE(mm.view(id).persistent);
+  }
+}
+
+TEST(MemoryView, MidIterationRecomputabilityAndLocks) {
+  const ModelConfig model = tiny("resnet-tiny", 8);
+  auto rig = make_rig(model, Plan{});
+  const Graph& g = rig->graph;
+  MemoryManager& mm = *rig->mm;
+  const TensorId bn = activations_named(g, "bn_out").front();        // stem.bn_out
+  const TensorId relu = activations_named(g, "relu_out").front();    // stem.relu_out
+  const int relu_op = g.tensor(relu).producer;
+  const TensorId later = activations_named(g, "add_out").front();    // not produced yet
+  const int loss_bwd = g.tensor(g.loss).producer + 1;
+  const TensorId grad = g.op(loss_bwd).outputs.front();
+  ASSERT_EQ(g.tensor(grad).kind, TensorKind::kGradient);
+  int probes = 0;
+  rig->policy->set_probe([&](int, int op) {
+    auto evictable_has = [&](TensorId id) {
+      const auto ev = mm.evictable();
+      return std::find(ev.begin(), ev.end(), id) != ev.end();
+    };
+    if (op == relu_op) {
+      ++probes;
+      // bn_out's last use has passed: gone, but recomputable, so relu_out is recomputable.
+      EXPECT_EQ(mm.residency(bn), Residency::kUnallocated);
+      EXPECT_EQ(mm.residency(relu), Residency::kResident);
+      EXPECT_TRUE(mm.can_recompute(relu));
+      EXPECT_FALSE(mm.can_recompute(later));
+      EXPECT_FALSE(mm.can_recompute(g.params.front()));
+      EXPECT_TRUE(evictable_has(relu));
+      EXPECT_FALSE(evictable_has(bn));
+      mm.lock(relu);
+      EXPECT_FALSE(evictable_has(relu));
+      EXPECT_TRUE(mm.view(relu).locked);
+      mm.unlock(relu);
+      EXPECT_TRUE(evictable_has(relu));
+      EXPECT_EQ(mm.view(relu).last_access_op, relu_op);
+    }
+    if (op == loss_bwd) {
+      ++probes;
+      EXPECT_EQ(mm.residency(grad), Residency::kResident);
+      EXPECT_FALSE(mm.can_recompute(grad));
+      EXPECT_TRUE(evictable_has(grad));
+    }
+  });
+  rig->exec->run_iteration(0);
+  EXPECT_EQ(probes, 2);
+}
+
+// ---------------------------------------------------------------- access tracker
+
+TEST(AccessTracker, IterationTraceCoversEveryOp) {
+  auto rig = make_rig(tiny("resnet-tiny", 8), Plan{});
+  rig->exec->run_iteration(0);
+  const Graph& g = rig->graph;
+  const AccessTrace& tr = rig->mm->tracker().current();
+  EXPECT_EQ(tr.iteration, 0);
+  ASSERT_FALSE(tr.accesses.empty());
+  int last = -1;
+  std::vector<std::vector<std::pair<TensorId, AccessKind>>> per_op(g.num_ops());
+  for (const auto& a : tr.accesses) {
+    ASSERT_TRUE(a.kind == AccessKind::kRead || a.kind == AccessKind::kWrite) << "no recompute without a plan";
+    EXPECT_GE(a.op_index, last);
+    last = a.op_index;
+    ASSERT_GE(a.op_index, 0);
+    ASSERT_LT(static_cast<size_t>(a.op_index), g.num_ops());
+    EXPECT_GE(a.time_ns, 0);
+    per_op[static_cast<size_t>(a.op_index)].push_back({a.id, a.kind});
+  }
+  for (const Op& op : g.ops()) {
+    const auto& seen = per_op[static_cast<size_t>(op.index)];
+    auto has = [&](TensorId id, AccessKind k) { return std::count(seen.begin(), seen.end(), std::pair{id, k}) > 0; };
+    for (TensorId in : op.inputs) {
+      const bool inplace = std::find(op.inplace.begin(), op.inplace.end(), in) != op.inplace.end();
+      EXPECT_TRUE(has(in, inplace ? AccessKind::kWrite : AccessKind::kRead)) << op.name << " input " << g.tensor(in).name;
+    }
+    for (TensorId out : op.outputs) EXPECT_TRUE(has(out, AccessKind::kWrite)) << op.name << " output " << g.tensor(out).name;
+    EXPECT_EQ(seen.size(), op.inputs.size() + op.outputs.size()) << op.name;
+  }
+  // A new iteration starts a new trace.
+  const size_t n = tr.accesses.size();
+  rig->exec->run_iteration(1);
+  EXPECT_EQ(rig->mm->tracker().current().iteration, 1);
+  EXPECT_EQ(rig->mm->tracker().current().accesses.size(), n);
+}
+
+std::vector<nlohmann::json> read_jsonl(const std::string& path) {
+  std::ifstream in(path);
+  EXPECT_TRUE(in) << path;
+  std::vector<nlohmann::json> out;
+  std::string line;
+  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+TEST(AccessTracker, WriteJsonlHasGraphHeaderThenAccesses) {
+  auto rig = make_rig(tiny("mlp-tiny", 16), Plan{});
+  std::vector<AccessTrace> traces;
+  for (int i = 0; i < 2; ++i) {
+    rig->exec->run_iteration(i);
+    traces.push_back(rig->mm->tracker().current());
+  }
+  const std::string path = testing::TempDir() + "vtensor_mm_trace.jsonl";
+  AccessTracker::write_jsonl(path, rig->graph, traces);
+  const auto lines = read_jsonl(path);
+  std::filesystem::remove(path);
+  ASSERT_EQ(lines.size(), 1 + traces[0].accesses.size() + traces[1].accesses.size());
+  const auto& head = lines.front();
+  EXPECT_EQ(head.at("type"), "graph");
+  EXPECT_EQ(head.at("num_ops").get<size_t>(), rig->graph.num_ops());
+  ASSERT_EQ(head.at("tensors").size(), rig->graph.num_tensors());
+  const auto& t1 = head.at("tensors").at(1);
+  EXPECT_EQ(t1.at("id"), 1);
+  EXPECT_EQ(t1.at("name"), rig->graph.tensor(1).name);
+  EXPECT_EQ(t1.at("bytes").get<size_t>(), rig->graph.tensor(1).bytes());
+  size_t i = 1;
+  for (const auto& tr : traces)
+    for (const auto& a : tr.accesses) {
+      const auto& l = lines.at(i++);
+      EXPECT_EQ(l.at("type"), "access");
+      EXPECT_EQ(l.at("iter").get<int>(), tr.iteration);
+      EXPECT_EQ(l.at("id").get<TensorId>(), a.id);
+      EXPECT_EQ(l.at("op").get<int>(), a.op_index);
+      EXPECT_EQ(l.at("kind"), to_string(a.kind));
+    }
+}
+
+TEST(AccessTracker, TrainerWritesTraceOfEveryIteration) {
+  TrainConfig c = trainer_config("none", 0);
+  c.model.name = "mlp-tiny";
+  c.model.batch = 16;
+  c.trace_path = testing::TempDir() + "vtensor_mm_trainer_trace.jsonl";
+  Trainer t(c);
+  t.run();
+  const auto lines = read_jsonl(c.trace_path);
+  std::filesystem::remove(c.trace_path);
+  ASSERT_GT(lines.size(), 1u);
+  EXPECT_EQ(lines.front().at("type"), "graph");
+  std::vector<int> iters;
+  for (size_t i = 1; i < lines.size(); ++i) {
+    EXPECT_EQ(lines[i].at("type"), "access");
+    const int it = lines[i].at("iter").get<int>();
+    if (iters.empty() || iters.back() != it) iters.push_back(it);
+  }
+  EXPECT_EQ(iters, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(lines.size() - 1, kIters * t.memory().tracker().current().accesses.size());
+}
+
+}  // namespace
+}  // namespace vtensor
