@@ -38,9 +38,12 @@ int cmd_train(const TrainConfig& base, const std::string& budget_text, const std
   Trainer trainer(cfg);
   const auto& c = trainer.config();
   const auto& g = trainer.graph();
-  std::printf("vtensor train: model %s (batch %d, %dx%d, width %d, %d classes), policy %s, backend %s, budget %s\n",
-              c.model.name.c_str(), c.model.batch, c.model.image_size, c.model.image_size, c.model.width,
-              c.model.classes, c.policy.c_str(), c.backend.c_str(), format_bytes(c.budget).c_str());
+  const bool images = c.model.name.rfind("mlp", 0) != 0;
+  const std::string input = images ? std::to_string(c.model.image_size) + "x" + std::to_string(c.model.image_size)
+                                   : std::to_string(c.model.image_size) + " features";
+  std::printf("vtensor train: model %s (batch %d, %s, width %d, %d classes), policy %s, backend %s, budget %s\n",
+              c.model.name.c_str(), c.model.batch, input.c_str(), c.model.width, c.model.classes, c.policy.c_str(),
+              c.backend.c_str(), format_bytes(c.budget).c_str());
   std::printf("graph: %zu ops, %zu tensors, %zu parameters (%s), persistent %s\n", g.num_ops(), g.num_tensors(),
               g.param_count(), format_bytes(g.param_count() * 4).c_str(), format_bytes(g.persistent_bytes()).c_str());
   std::fflush(stdout);

@@ -114,3 +114,24 @@ TEST(Budget, NoneBelowItsPeakIsOutOfMemory) {
 }
 
 }  // namespace
+
+namespace {
+
+// Memory figures depend on the op sequence only, never on how fast the copy threads ran.
+TEST(Determinism, SameRunSameMemoryFigures) {
+  const size_t budget = align_up(max_peak(train("resnet-tiny", "none", 0, 1)) * 45 / 100);
+  for (const std::string policy : {"lru", "lru-recompute"}) {
+    SCOPED_TRACE(policy);
+    TrainRun a = train("resnet-tiny", policy, budget, 3), b = train("resnet-tiny", policy, budget, 3);
+    for (size_t i = 0; i < a.iters.size(); ++i) {
+      EXPECT_EQ(a.iters[i].peak_allocated, b.iters[i].peak_allocated);
+      EXPECT_EQ(a.iters[i].peak_reserved, b.iters[i].peak_reserved);
+      EXPECT_EQ(a.iters[i].counters.swapped_out_bytes, b.iters[i].counters.swapped_out_bytes);
+      EXPECT_EQ(a.iters[i].counters.swapped_in_bytes, b.iters[i].counters.swapped_in_bytes);
+      EXPECT_EQ(a.iters[i].counters.recomputed_ops, b.iters[i].counters.recomputed_ops);
+      EXPECT_EQ(a.iters[i].counters.evictions, b.iters[i].counters.evictions);
+    }
+  }
+}
+
+}  // namespace

@@ -204,6 +204,13 @@ TEST(ScriptedPolicy, SwapOutThenPrefetchIsBitIdentical) {
   ASSERT_EQ(chosen.size(), 4u) << "resnet-tiny should have forward activations used in backward";
 
   auto rig = make_rig(model, plan);
+  // Drain the copy streams one op before each prefetch: the swap-out has then certainly
+  // completed (under CPU load the d2h worker may lag, and a prefetch of a tensor still
+  // swapping out is skipped, which would make the counters below timing-dependent).
+  rig->policy->set_probe([&](int, int op) {
+    for (const Action& a : plan.actions)
+      if (a.kind == ActionKind::kPrefetch && a.op == op + 1) rig->backend->synchronize();
+  });
   const RunOut got = run(*rig);
   expect_identical(got, ref);
 
@@ -243,7 +250,8 @@ TEST(ScriptedPolicy, SwapOutRightAfterProducerIsBitIdentical) {
   Graph g = build_model(model);
   build_backward(g, OptimizerConfig{});
   Plan plan;
-  for (TensorId id : activations_named(g, "relu_out")) plan.actions.push_back({ActionKind::kSwapOut, id, g.tensor(id).producer});
+  for (TensorId id : activations_named(g, "relu_out"))
+    plan.actions.push_back({ActionKind::kSwapOut, id, g.tensor(id).producer});
   ASSERT_FALSE(plan.actions.empty());
 
   auto rig = make_rig(model, plan);
@@ -294,7 +302,8 @@ TEST(ScriptedPolicy, DropBatchNormOutputsKeepsRunningStats) {
   // Every bn_out right after the batch norm (recomputed by its forward reader), and the first
   // relu outputs after their last forward use: recomputed in backward through their released
   // bn_out, i.e. the batch norm runs again and must not update the running statistics.
-  for (TensorId id : activations_named(g, "bn_out")) plan.actions.push_back({ActionKind::kDrop, id, g.tensor(id).producer});
+  for (TensorId id : activations_named(g, "bn_out"))
+    plan.actions.push_back({ActionKind::kDrop, id, g.tensor(id).producer});
   const size_t bn_drops = plan.actions.size();
   ASSERT_GE(bn_drops, 8u);
   auto relus = activations_named(g, "relu_out");
@@ -578,12 +587,16 @@ TEST(AccessTracker, IterationTraceCoversEveryOp) {
   }
   for (const Op& op : g.ops()) {
     const auto& seen = per_op[static_cast<size_t>(op.index)];
-    auto has = [&](TensorId id, AccessKind k) { return std::count(seen.begin(), seen.end(), std::pair{id, k}) > 0; };
+    auto has = [&](TensorId id, AccessKind k) {
+      return std::count(seen.begin(), seen.end(), std::pair{id, k}) > 0;
+    };
     for (TensorId in : op.inputs) {
       const bool inplace = std::find(op.inplace.begin(), op.inplace.end(), in) != op.inplace.end();
-      EXPECT_TRUE(has(in, inplace ? AccessKind::kWrite : AccessKind::kRead)) << op.name << " input " << g.tensor(in).name;
+      EXPECT_TRUE(has(in, inplace ? AccessKind::kWrite : AccessKind::kRead))
+          << op.name << " input " << g.tensor(in).name;
     }
-    for (TensorId out : op.outputs) EXPECT_TRUE(has(out, AccessKind::kWrite)) << op.name << " output " << g.tensor(out).name;
+    for (TensorId out : op.outputs)
+      EXPECT_TRUE(has(out, AccessKind::kWrite)) << op.name << " output " << g.tensor(out).name;
     EXPECT_EQ(seen.size(), op.inputs.size() + op.outputs.size()) << op.name;
   }
   // A new iteration starts a new trace.

@@ -57,6 +57,8 @@ void MemoryManager::begin_iteration(int iteration) {
 }
 
 void MemoryManager::end_iteration() {
+  while (finish_oldest_swap_out()) {
+  }
   for (const auto& t : graph_.tensors()) {
     const State& s = st(t.id);
     if (!s.persistent && s.residency != Residency::kUnallocated)
@@ -68,10 +70,9 @@ void MemoryManager::end_iteration() {
 // ---------------------------------------------------------------- allocation and the OOM ladder
 
 size_t MemoryManager::alloc_block(size_t bytes, int64_t tag, const char* what) {
-  finish_swap_outs(false);
   for (;;) {
     if (auto off = allocator_->allocate(bytes, tag)) return *off;
-    if (finish_swap_outs(true)) continue;  // an in-flight swap-out freed its block
+    if (finish_oldest_swap_out()) continue;  // wait for the oldest in-flight swap-out to free its block
     std::vector<Victim> victims = policy_->choose_victims(bytes, *this);
     bool progressed = false;
     for (const Victim& v : victims) {
@@ -164,14 +165,9 @@ void MemoryManager::restore(TensorId id) {
   State& s = st(id);
   switch (s.residency) {
     case Residency::kResident: return;
-    case Residency::kSwappingOut: {
-      // Still on the device: let the copy finish, keep the device bytes, forget the host copy.
-      wait_copy(s);
-      swapping_out_.erase(std::find(swapping_out_.begin(), swapping_out_.end(), id));
-      free_host(s);
-      s.residency = Residency::kResident;
+    case Residency::kSwappingOut:
+      cancel_swap_out(id);
       return;
-    }
     case Residency::kOnHost:
       ++s.locks;  // not a victim while it is being brought back
       prefetch(id);
@@ -219,6 +215,7 @@ void MemoryManager::swap_out(TensorId id) {
   backend_.copy_async(Stream::kD2H, s.host, device_ptr(id), s.bytes);
   s.event = backend_.record(Stream::kD2H);
   s.residency = Residency::kSwappingOut;
+  s.swap_issue_seq = op_seq_;
   swapping_out_.push_back(id);
   counters_.swapped_out_bytes += s.bytes;
   ++counters_.swap_outs;
@@ -255,20 +252,31 @@ void MemoryManager::evict(const Victim& v) {
   }
 }
 
-bool MemoryManager::finish_swap_outs(bool wait_one) {
-  bool freed = false;
-  while (!swapping_out_.empty()) {
+void MemoryManager::cancel_swap_out(TensorId id) {
+  // Still on the device: let the copy finish, keep the device bytes, forget the host copy.
+  State& s = st(id);
+  wait_copy(s);
+  swapping_out_.erase(std::find(swapping_out_.begin(), swapping_out_.end(), id));
+  free_host(s);
+  s.residency = Residency::kResident;
+}
+
+void MemoryManager::finish_swap_outs_before(uint64_t op_seq) {
+  while (!swapping_out_.empty() && st(swapping_out_.front()).swap_issue_seq < op_seq) {
     TensorId id = swapping_out_.front();
-    State& s = st(id);
-    if (!s.event->query()) {
-      if (!wait_one || freed) break;
-      wait_copy(s);
-    }
+    wait_copy(st(id));
     swapping_out_.pop_front();
     complete_swap_out(id);
-    freed = true;
   }
-  return freed;
+}
+
+bool MemoryManager::finish_oldest_swap_out() {
+  if (swapping_out_.empty()) return false;
+  TensorId id = swapping_out_.front();
+  wait_copy(st(id));
+  swapping_out_.pop_front();
+  complete_swap_out(id);
+  return true;
 }
 
 void MemoryManager::complete_swap_out(TensorId id) {
@@ -350,7 +358,8 @@ bool MemoryManager::can_recompute(TensorId id) const {
 
 bool MemoryManager::compact() {
   // No copy may touch a device block while it moves.
-  while (!swapping_out_.empty()) finish_swap_outs(true);
+  while (finish_oldest_swap_out()) {
+  }
   std::map<size_t, TensorId> owner;
   for (size_t i = 0; i < states_.size(); ++i) {
     State& s = states_[i];
@@ -373,7 +382,11 @@ bool MemoryManager::compact() {
 // ---------------------------------------------------------------- per op
 
 void MemoryManager::after_op(int op_index) {
-  finish_swap_outs(false);
+  // Swap-outs issued before this op are completed now, waiting if their copy is still running:
+  // blocks are freed at points fixed by the op sequence, never by how fast a copy thread ran,
+  // so memory figures are identical from run to run and across backends.
+  finish_swap_outs_before(op_seq_);
+  ++op_seq_;
   for (const Action& a : policy_->after_op(op_index)) {
     const State& s = st(a.tensor);
     switch (a.kind) {
@@ -381,7 +394,10 @@ void MemoryManager::after_op(int op_index) {
         if (s.residency == Residency::kResident && s.locks == 0) swap_out(a.tensor);
         break;
       case ActionKind::kPrefetch:
-        if (s.residency == Residency::kOnHost) {
+        if (s.residency == Residency::kSwappingOut) {
+          cancel_swap_out(a.tensor);  // still on the device: keep it there
+          ++counters_.prefetches;
+        } else if (s.residency == Residency::kOnHost) {
           prefetch(a.tensor);
           ++counters_.prefetches;
         }

@@ -118,6 +118,7 @@ class MemoryManager final : public MemoryView {
     bool persistent = false;
     uint64_t last_access = 0;
     int last_access_op = -1;
+    uint64_t swap_issue_seq = 0;  // op_seq_ when the swap-out was issued
   };
   const State& st(TensorId id) const { return states_.at(static_cast<size_t>(id)); }
   State& st(TensorId id) { return states_.at(static_cast<size_t>(id)); }
@@ -126,8 +127,10 @@ class MemoryManager final : public MemoryView {
   size_t alloc_block(size_t bytes, int64_t tag, const char* what);  // the OOM ladder
   void restore(TensorId id);               // any -> resident
   void wait_copy(State& s);                // host waits for s.event, counted as stall
-  bool finish_swap_outs(bool wait_one);    // frees blocks of completed swap-outs
+  bool finish_oldest_swap_out();           // waits for it, frees its block
   void complete_swap_out(TensorId id);
+  void cancel_swap_out(TensorId id);             // swapping_out -> resident
+  void finish_swap_outs_before(uint64_t op_seq);
   void free_device(State& s);
   void free_host(State& s);
   void destroy(TensorId id);               // release for real
@@ -147,6 +150,7 @@ class MemoryManager final : public MemoryView {
   RecomputeFn recompute_;
   MemoryCounters counters_;
   uint64_t clock_ = 0;
+  uint64_t op_seq_ = 0;  // ops completed since construction
   int iteration_ = 0;
   bool timeline_enabled_ = false;
   std::vector<TimelinePoint> timeline_;
