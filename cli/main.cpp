@@ -64,6 +64,7 @@ int cmd_train(const TrainConfig& base, const std::string& budget_text, const std
               static_cast<double>(r.iterations.front().loss), static_cast<double>(r.iterations.back().loss),
               format_bytes(peak_alloc).c_str(), format_bytes(peak_res).c_str(), format_bytes(c.budget).c_str(),
               ms / static_cast<double>(r.iterations.size()));
+  if (!r.policy_summary.empty()) std::printf("policy %s: %s\n", c.policy.c_str(), r.policy_summary.c_str());
   if (!report.empty()) {
     write_report(r, report);
     std::printf("report written to %s\n", report.c_str());

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace vtensor {
 
 constexpr size_t kAllocAlignment = 256;  // like cudaMalloc: every block starts 256-byte aligned
@@ -59,6 +61,11 @@ class DeviceAllocator {
   // (old offset, new offset) in ascending order; the caller moves the bytes in that order.
   // Allocators that cannot compact return no moves.
   virtual std::vector<std::pair<size_t, size_t>> compact(const std::function<bool(size_t)>& movable) { return {}; }
+  // Iteration boundaries (the planned pool records one iteration and plans the next ones).
+  virtual void begin_iteration(int iteration) {}
+  virtual void end_iteration() {}
+  // Allocator-specific figures for the run's report; null when nothing.
+  virtual nlohmann::json report() const { return nullptr; }
 
   void set_trace_enabled(bool on) { trace_enabled_ = on; }
   const std::vector<AllocEvent>& trace() const { return trace_; }

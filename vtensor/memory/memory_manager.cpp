@@ -47,6 +47,7 @@ void MemoryManager::init_persistent(uint64_t seed) {
 
 void MemoryManager::begin_iteration(int iteration) {
   iteration_ = iteration;
+  allocator_->begin_iteration(iteration);
   allocator_->reset_peak();
   counters_ = {};
   timeline_.clear();
@@ -64,6 +65,7 @@ void MemoryManager::end_iteration() {
     if (!s.persistent && s.residency != Residency::kUnallocated)
       throw std::logic_error("tensor " + t.name + " still " + to_string(s.residency) + " at the end of an iteration");
   }
+  allocator_->end_iteration();
   policy_->end_iteration(tracker_.current());
 }
 

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "vtensor/core/graph.h"
 #include "vtensor/memory/access_tracker.h"
 #include "vtensor/policy/plan.h"
@@ -59,6 +61,10 @@ class Policy {
   virtual void end_iteration(const AccessTrace& trace) {}
   // Lossless policies must give bit-identical training to `none`.
   virtual bool lossless() const { return true; }
+  // What the policy decided (per layer / per tensor), for the run's report; null when nothing.
+  virtual nlohmann::json report() const { return nullptr; }
+  // One line for the console after a run (e.g. vdnn-dyn's chosen configuration); empty: none.
+  virtual std::string summary() const { return {}; }
 };
 
 struct PolicyInfo {

@@ -48,6 +48,9 @@ TrainResult Trainer::run(const std::function<void(const IterationStats&)>& on_it
   }
   r.timeline = mm_->timeline();
   r.host_peak = mm_->host_pool().peak_in_use();
+  r.policy_report = mm_->policy().report();
+  r.policy_summary = mm_->policy().summary();
+  r.allocator_report = mm_->allocator().report();
   if (!cfg_.trace_path.empty()) AccessTracker::write_jsonl(cfg_.trace_path, graph_, traces_);
   return r;
 }
@@ -135,6 +138,8 @@ std::string report_json(const TrainResult& r) {
         {"mean_iteration_ms", r.iterations.empty() ? 0.0 : total_ms / static_cast<double>(r.iterations.size())}}},
       {"iterations", iters},
   };
+  if (!r.policy_report.is_null()) j["policy_report"] = r.policy_report;
+  if (!r.allocator_report.is_null()) j["allocator_report"] = r.allocator_report;
   if (!r.timeline.empty()) j["memory_timeline"] = {{"columns", {"op_index", "allocated_bytes", "reserved_bytes"}},
                                                    {"points", timeline}};
   return j.dump(2);

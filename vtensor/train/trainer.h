@@ -36,6 +36,9 @@ struct TrainResult {
   std::vector<IterationStats> iterations;
   std::vector<TimelinePoint> timeline;
   size_t host_peak = 0;
+  nlohmann::json policy_report;     // Policy::report(): null when the policy has nothing to say
+  std::string policy_summary;       // Policy::summary()
+  nlohmann::json allocator_report;  // DeviceAllocator::report()
 };
 
 class Trainer {
