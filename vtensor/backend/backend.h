@@ -32,6 +32,7 @@ struct KernelArgs {
   void* workspace = nullptr;
   uint64_t iteration = 0;
   bool recompute = false;  // a recomputation: skip side effects (running stats)
+  ConvAlgo conv_algo = ConvAlgo::kFast;  // conv ops: the algorithm the memory manager sized the workspace for
 };
 
 struct BackendOptions {

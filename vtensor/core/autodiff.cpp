@@ -86,6 +86,7 @@ class Autodiff {
           op.inputs = {dy, w};
           op.outputs = {dx};
           op.workspace_bytes = f.workspace_bytes;
+          op.workspace_lean_bytes = f.workspace_lean_bytes;
           op.flops = f.flops;
           g_.add_op(op);
           accumulate(x, dx, f.layer);
@@ -97,6 +98,7 @@ class Autodiff {
         TensorId db = kNoTensor;
         if (f.attrs.has_bias) op.outputs.push_back(db = new_grad(f.inputs[2]));
         op.workspace_bytes = f.workspace_bytes;
+        op.workspace_lean_bytes = f.workspace_lean_bytes;
         op.flops = f.flops;
         g_.add_op(op);
         accumulate(w, dw, f.layer);

@@ -59,7 +59,8 @@ TensorId GraphBuilder::conv2d(TensorId x, int k, int r, int stride, int pad, boo
   op.attrs.pad = pad;
   op.attrs.kernel = r;
   op.attrs.has_bias = bias;
-  op.workspace_bytes = cpu::conv2d_workspace_floats(p) * sizeof(float);
+  op.workspace_bytes = cpu::conv2d_workspace_floats(p, ConvAlgo::kFast) * sizeof(float);
+  op.workspace_lean_bytes = cpu::conv2d_workspace_floats(p, ConvAlgo::kLean) * sizeof(float);
   op.flops = 2.0 * p.N * p.K * p.P * p.Q * p.C * p.R * p.S;
   emit(op);
   return y;

@@ -30,6 +30,8 @@ const char* to_string(OpKind k) {
   return "?";
 }
 
+const char* to_string(ConvAlgo a) { return a == ConvAlgo::kLean ? "lean" : "fast"; }
+
 bool is_recomputable(const Op& op) { return !op.backward && !op.optimizer; }
 
 }  // namespace vtensor

@@ -37,6 +37,11 @@ enum class OpKind {
 };
 const char* to_string(OpKind k);
 
+// Convolution algorithm (ops kConv2d, kConv2dBwdData, kConv2dBwdFilter). Both give the same
+// bits; kLean needs less workspace (vDNN's memory-optimal choice), kFast may run faster.
+enum class ConvAlgo { kFast, kLean };
+const char* to_string(ConvAlgo a);
+
 struct OpAttrs {
   int stride = 1, pad = 0, kernel = 1;  // conv / pool
   bool has_bias = false;                // conv, linear (and their backward: db output)
@@ -60,6 +65,7 @@ struct Op {
   std::vector<TensorId> inplace;  // inputs the op writes (running stats, weights, momentum)
   OpAttrs attrs;
   size_t workspace_bytes = 0;   // scratch the kernel needs, allocated from the budget
+  size_t workspace_lean_bytes = 0;  // scratch under ConvAlgo::kLean (conv ops)
   double flops = 0;             // for cost models and reports
 };
 

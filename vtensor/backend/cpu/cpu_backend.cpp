@@ -201,7 +201,8 @@ void CpuBackend::launch(const Graph& g, const Op& op, const KernelArgs& a) {
       const Shape& w = in_shape(1);
       auto p = cpu::make_conv2d_params(dim(x, 0), dim(x, 1), dim(x, 2), dim(x, 3), dim(w, 0), dim(w, 2), dim(w, 3),
                                        op.attrs.stride, op.attrs.pad);
-      cpu::conv2d_forward(p, a.inputs[0], a.inputs[1], op.attrs.has_bias ? a.inputs[2] : nullptr, a.outputs[0], ws);
+      cpu::conv2d_forward(p, a.inputs[0], a.inputs[1], op.attrs.has_bias ? a.inputs[2] : nullptr, a.outputs[0], ws,
+                          a.conv_algo);
       break;
     }
     case OpKind::kConv2dBwdData: {
@@ -209,7 +210,7 @@ void CpuBackend::launch(const Graph& g, const Op& op, const KernelArgs& a) {
       const Shape& w = in_shape(1);
       auto p = cpu::make_conv2d_params(dim(x, 0), dim(x, 1), dim(x, 2), dim(x, 3), dim(w, 0), dim(w, 2), dim(w, 3),
                                        op.attrs.stride, op.attrs.pad);
-      cpu::conv2d_backward_data(p, a.inputs[0], a.inputs[1], a.outputs[0], ws);
+      cpu::conv2d_backward_data(p, a.inputs[0], a.inputs[1], a.outputs[0], ws, a.conv_algo);
       break;
     }
     case OpKind::kConv2dBwdFilter: {
@@ -218,7 +219,7 @@ void CpuBackend::launch(const Graph& g, const Op& op, const KernelArgs& a) {
       auto p = cpu::make_conv2d_params(dim(x, 0), dim(x, 1), dim(x, 2), dim(x, 3), dim(w, 0), dim(w, 2), dim(w, 3),
                                        op.attrs.stride, op.attrs.pad);
       cpu::conv2d_backward_filter(p, a.inputs[0], a.inputs[1], a.outputs[0], op.attrs.has_bias ? a.outputs[1] : nullptr,
-                                  ws);
+                                  ws, a.conv_algo);
       break;
     }
     case OpKind::kBatchNorm: {

@@ -30,61 +30,63 @@ inline bool is_pointwise(const Conv2dParams& p) {
   return p.R == 1 && p.S == 1 && p.stride == 1 && p.pad == 0;
 }
 
-// col[(c*R + r)*S + s][p*Q + q] = x[c][p*stride - pad + r][q*stride - pad + s], 0 outside.
-void im2col(const Conv2dParams& p, const float* x, float* col) {
-  const size_t PQ = size_t(p.P) * p.Q;
+// Columns [j0, j1) of the im2col matrix of one sample, ld = j1 - j0:
+// col[(c*R + r)*S + s][j - j0] = x[c][p*stride - pad + r][q*stride - pad + s] with j = p*Q + q, 0 outside.
+void im2col_cols(const Conv2dParams& p, const float* x, float* col, int j0, int j1) {
+  const size_t bw = size_t(j1 - j0);
+  const int op_lo = j0 / p.Q, op_hi = (j1 - 1) / p.Q;
   for (int c = 0; c < p.C; ++c) {
     const float* xc = x + size_t(c) * p.H * p.W;
     for (int r = 0; r < p.R; ++r) {
       for (int s = 0; s < p.S; ++s) {
-        float* row = col + (size_t(c * p.R + r) * p.S + s) * PQ;
+        float* row = col + (size_t(c * p.R + r) * p.S + s) * bw;
         int q_lo, q_hi;
         valid_range(p.Q, p.stride, s - p.pad, p.W, q_lo, q_hi);
-        for (int op = 0; op < p.P; ++op) {
-          float* out = row + size_t(op) * p.Q;
+        for (int op = op_lo; op <= op_hi; ++op) {
+          const int a = std::max(j0 - op * p.Q, 0), b = std::min(j1 - op * p.Q, p.Q);
+          float* out = row + (size_t(op) * p.Q + a - j0);
           const int h = op * p.stride - p.pad + r;
           if (h < 0 || h >= p.H) {
-            std::fill(out, out + p.Q, 0.0f);
+            std::fill(out, out + (b - a), 0.0f);
             continue;
           }
-          const float* xr = xc + size_t(h) * p.W + (s - p.pad);
-          for (int q = 0; q < q_lo; ++q) out[q] = 0.0f;
-          if (p.stride == 1) {
-            for (int q = q_lo; q < q_hi; ++q) out[q] = xr[q];
-          } else {
-            for (int q = q_lo; q < q_hi; ++q) out[q] = xr[size_t(q) * p.stride];
-          }
-          for (int q = q_hi; q < p.Q; ++q) out[q] = 0.0f;
+          const float* xr = xc + size_t(h) * p.W;
+          for (int q = a; q < b; ++q)
+            out[q - a] = (q >= q_lo && q < q_hi) ? xr[q * p.stride + s - p.pad] : 0.0f;
         }
       }
     }
   }
 }
 
-// Adds every column entry back to the x position it came from. dx must be zeroed first.
-void col2im(const Conv2dParams& p, const float* col, float* dx) {
-  const size_t PQ = size_t(p.P) * p.Q;
+// Adds columns [j0, j1) of an im2col matrix (ld = j1 - j0) back to the x positions they came from.
+void col2im_cols(const Conv2dParams& p, const float* col, float* dx, int j0, int j1) {
+  const size_t bw = size_t(j1 - j0);
+  const int op_lo = j0 / p.Q, op_hi = (j1 - 1) / p.Q;
   for (int c = 0; c < p.C; ++c) {
     float* dxc = dx + size_t(c) * p.H * p.W;
     for (int r = 0; r < p.R; ++r) {
       for (int s = 0; s < p.S; ++s) {
-        const float* row = col + (size_t(c * p.R + r) * p.S + s) * PQ;
+        const float* row = col + (size_t(c * p.R + r) * p.S + s) * bw;
         int q_lo, q_hi;
         valid_range(p.Q, p.stride, s - p.pad, p.W, q_lo, q_hi);
-        for (int op = 0; op < p.P; ++op) {
+        for (int op = op_lo; op <= op_hi; ++op) {
           const int h = op * p.stride - p.pad + r;
           if (h < 0 || h >= p.H) continue;
-          const float* in = row + size_t(op) * p.Q;
-          float* dr = dxc + size_t(h) * p.W + (s - p.pad);
-          if (p.stride == 1) {
-            for (int q = q_lo; q < q_hi; ++q) dr[q] += in[q];
-          } else {
-            for (int q = q_lo; q < q_hi; ++q) dr[size_t(q) * p.stride] += in[q];
-          }
+          const int a = std::max({j0 - op * p.Q, 0, q_lo}), b = std::min({j1 - op * p.Q, p.Q, q_hi});
+          const float* in = row + (size_t(op) * p.Q + size_t(std::max(a, 0)) - j0);
+          float* dr = dxc + size_t(h) * p.W;
+          for (int q = a; q < b; ++q) dr[q * p.stride + s - p.pad] += in[q - a];
         }
       }
     }
   }
+}
+
+// The column blocks [j0, j1) of a sample's P*Q output columns, in order.
+template <typename F>
+void for_each_block(int PQ, F&& f) {
+  for (int j0 = 0; j0 < PQ; j0 += kConvColumnBlock) f(j0, std::min(PQ, j0 + kConvColumnBlock));
 }
 
 // Row-major C[M,N] = op(A) * op(B) + beta * C; empty shapes are handled here, not by BLAS.
@@ -148,23 +150,32 @@ Conv2dParams make_conv2d_params(int N, int C, int H, int W, int K, int R, int S,
   return Conv2dParams{N, C, H, W, K, R, S, stride, pad, P, Q};
 }
 
-size_t conv2d_workspace_floats(const Conv2dParams& p) {
-  return size_t(p.C) * p.R * p.S * size_t(p.P) * p.Q;
+size_t conv2d_workspace_floats(const Conv2dParams& p, ConvAlgo algo) {
+  const size_t CRS = size_t(p.C) * p.R * p.S, PQ = size_t(p.P) * p.Q;
+  if (algo == ConvAlgo::kFast) return CRS * PQ;
+  return is_pointwise(p) ? 0 : CRS * std::min<size_t>(PQ, kConvColumnBlock);
 }
 
+// Under kFast the whole sample's im2col matrix is laid out block after block (block [j0, j1)
+// at offset CRS * j0, ld = j1 - j0), so each sgemm sees the same operands as under kLean.
 void conv2d_forward(const Conv2dParams& p, const float* x, const float* w, const float* b, float* y,
-                    float* workspace) {
+                    float* workspace, ConvAlgo algo) {
   const int CRS = p.C * p.R * p.S, PQ = p.P * p.Q;
   const size_t x_stride = size_t(p.C) * p.H * p.W, y_stride = size_t(p.K) * PQ;
+  const bool fast = algo == ConvAlgo::kFast;
   for (int n = 0; n < p.N; ++n) {
     const float* xn = x + n * x_stride;
     float* yn = y + n * y_stride;
-    const float* col = xn;
-    if (!is_pointwise(p)) {
-      im2col(p, xn, workspace);
-      col = workspace;
+    if (is_pointwise(p)) {
+      gemm(false, false, p.K, PQ, CRS, w, CRS, xn, PQ, 0.0f, yn, PQ);
+    } else {
+      if (fast) for_each_block(PQ, [&](int j0, int j1) { im2col_cols(p, xn, workspace + size_t(CRS) * j0, j0, j1); });
+      for_each_block(PQ, [&](int j0, int j1) {
+        float* col = fast ? workspace + size_t(CRS) * j0 : workspace;
+        if (!fast) im2col_cols(p, xn, col, j0, j1);
+        gemm(false, false, p.K, j1 - j0, CRS, w, CRS, col, j1 - j0, 0.0f, yn + j0, PQ);
+      });
     }
-    gemm(false, false, p.K, PQ, CRS, w, CRS, col, PQ, 0.0f, yn, PQ);
     if (b) {
       for (int k = 0; k < p.K; ++k) {
         float* yk = yn + size_t(k) * PQ;
@@ -176,9 +187,10 @@ void conv2d_forward(const Conv2dParams& p, const float* x, const float* w, const
 }
 
 void conv2d_backward_data(const Conv2dParams& p, const float* dy, const float* w, float* dx,
-                          float* workspace) {
+                          float* workspace, ConvAlgo algo) {
   const int CRS = p.C * p.R * p.S, PQ = p.P * p.Q;
   const size_t x_stride = size_t(p.C) * p.H * p.W, y_stride = size_t(p.K) * PQ;
+  const bool fast = algo == ConvAlgo::kFast;
   for (int n = 0; n < p.N; ++n) {
     const float* dyn = dy + n * y_stride;
     float* dxn = dx + n * x_stride;
@@ -186,27 +198,39 @@ void conv2d_backward_data(const Conv2dParams& p, const float* dy, const float* w
       gemm(true, false, CRS, PQ, p.K, w, CRS, dyn, PQ, 0.0f, dxn, PQ);
       continue;
     }
-    // col[CRS, PQ] = w^T[CRS, K] * dy_n[K, PQ]
-    gemm(true, false, CRS, PQ, p.K, w, CRS, dyn, PQ, 0.0f, workspace, PQ);
     std::fill(dxn, dxn + x_stride, 0.0f);
-    col2im(p, workspace, dxn);
+    // col[CRS, block] = w^T[CRS, K] * dy_n[K, block], then added back into dx, block by block.
+    auto col_of = [&](int j0) { return fast ? workspace + size_t(CRS) * j0 : workspace; };
+    for_each_block(PQ, [&](int j0, int j1) {
+      gemm(true, false, CRS, j1 - j0, p.K, w, CRS, dyn + j0, PQ, 0.0f, col_of(j0), j1 - j0);
+      if (!fast) col2im_cols(p, col_of(j0), dxn, j0, j1);
+    });
+    if (fast) for_each_block(PQ, [&](int j0, int j1) { col2im_cols(p, col_of(j0), dxn, j0, j1); });
   }
 }
 
 void conv2d_backward_filter(const Conv2dParams& p, const float* dy, const float* x, float* dw, float* db,
-                            float* workspace) {
+                            float* workspace, ConvAlgo algo) {
   const int CRS = p.C * p.R * p.S, PQ = p.P * p.Q;
   const size_t x_stride = size_t(p.C) * p.H * p.W, y_stride = size_t(p.K) * PQ;
+  const bool fast = algo == ConvAlgo::kFast;
   std::fill(dw, dw + size_t(p.K) * CRS, 0.0f);
   for (int n = 0; n < p.N; ++n) {
     const float* xn = x + n * x_stride;
-    const float* col = xn;
-    if (!is_pointwise(p)) {
-      im2col(p, xn, workspace);
-      col = workspace;
+    const float* dyn = dy + n * y_stride;
+    if (is_pointwise(p)) {
+      // dw[K, CRS] += dy_n[K, PQ] * x_n^T[PQ, CRS]
+      gemm(false, true, p.K, CRS, PQ, dyn, PQ, xn, PQ, n == 0 ? 0.0f : 1.0f, dw, CRS);
+      continue;
     }
-    // dw[K, CRS] += dy_n[K, PQ] * col^T[PQ, CRS]
-    gemm(false, true, p.K, CRS, PQ, dy + n * y_stride, PQ, col, PQ, n == 0 ? 0.0f : 1.0f, dw, CRS);
+    if (fast) for_each_block(PQ, [&](int j0, int j1) { im2col_cols(p, xn, workspace + size_t(CRS) * j0, j0, j1); });
+    // dw[K, CRS] += dy_n[K, block] * col^T[block, CRS]
+    for_each_block(PQ, [&](int j0, int j1) {
+      float* col = fast ? workspace + size_t(CRS) * j0 : workspace;
+      if (!fast) im2col_cols(p, xn, col, j0, j1);
+      const float beta = (n == 0 && j0 == 0) ? 0.0f : 1.0f;
+      gemm(false, true, p.K, CRS, j1 - j0, dyn + j0, PQ, col, j1 - j0, beta, dw, CRS);
+    });
   }
   if (db) {
     for (int k = 0; k < p.K; ++k) {

@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "vtensor/ops/op.h"
+
 namespace vtensor::cpu {
 
 // NCHW activations, KCRS filters. P, Q are the output height and width.
@@ -16,17 +18,23 @@ struct Conv2dParams {
   int P, Q;         // output spatial size
 };
 Conv2dParams make_conv2d_params(int N, int C, int H, int W, int K, int R, int S, int stride, int pad);
-// Scratch floats the conv kernels need (im2col of one sample).
-size_t conv2d_workspace_floats(const Conv2dParams& p);
+// Conv kernels run one sgemm per sample and block of kConvColumnBlock output columns (of
+// P*Q), the same calls under both algorithms: ConvAlgo::kFast first lays out the im2col
+// matrix of the whole sample, kLean only the block in use, so they give the same bits and
+// kLean needs a workspace of at most C*R*S*kConvColumnBlock floats. 1x1 stride-1 convs need
+// no im2col and take no workspace under kLean.
+constexpr int kConvColumnBlock = 128;
+// Scratch floats the conv kernels need under an algorithm.
+size_t conv2d_workspace_floats(const Conv2dParams& p, ConvAlgo algo = ConvAlgo::kFast);
 // y[N,K,P,Q] = conv(x, w) (+ b[K] when b is non-null).
 void conv2d_forward(const Conv2dParams& p, const float* x, const float* w, const float* b, float* y,
-                    float* workspace);
+                    float* workspace, ConvAlgo algo = ConvAlgo::kFast);
 // dx[N,C,H,W] from dy[N,K,P,Q] and w. Overwrites dx.
 void conv2d_backward_data(const Conv2dParams& p, const float* dy, const float* w, float* dx,
-                          float* workspace);
+                          float* workspace, ConvAlgo algo = ConvAlgo::kFast);
 // dw[K,C,R,S] (and db[K] when non-null) from dy and x. Overwrites dw / db.
 void conv2d_backward_filter(const Conv2dParams& p, const float* dy, const float* x, float* dw, float* db,
-                            float* workspace);
+                            float* workspace, ConvAlgo algo = ConvAlgo::kFast);
 
 // Batch norm, training mode, over x[N,C,HW] (HW = 1 for [N,C]). Saves the batch mean and
 // 1/sqrt(var + eps) for backward. Running stats (unbiased var) are updated only when
