@@ -30,6 +30,7 @@ MemoryManager::MemoryManager(Backend& backend, const Graph& graph, std::unique_p
     s.bytes = t.bytes();
     s.persistent = t.persistent();
   }
+  policy_->attach(*this);
 }
 
 MemoryManager::~MemoryManager() {
@@ -55,6 +56,7 @@ void MemoryManager::begin_iteration(int iteration) {
   for (auto& s : states_)
     if (!s.persistent) s.released = false;
   policy_->begin_iteration(iteration);
+  conv_algos_ = policy_->conv_algorithms();
 }
 
 void MemoryManager::end_iteration() {
@@ -175,11 +177,14 @@ void MemoryManager::restore(TensorId id) {
       prefetch(id);
       --s.locks;
       [[fallthrough]];
-    case Residency::kSwappingIn:
+    case Residency::kSwappingIn: {
+      const double stalled = counters_.stall_ms;
       wait_copy(s);
+      if (counters_.stall_ms > stalled) policy_->on_stall(id, counters_.stall_ms - stalled);
       free_host(s);
       s.residency = Residency::kResident;
       return;
+    }
     case Residency::kDropped: {
       if (!recompute_) throw std::logic_error("tensor dropped but no recompute function is set");
       recompute_(id);  // the executor re-runs the producer; it calls allocate() for this tensor

@@ -51,6 +51,13 @@ class MemoryManager final : public MemoryView {
 
   void set_recompute_fn(RecomputeFn fn) { recompute_ = std::move(fn); }
   void set_timeline_enabled(bool on) { timeline_enabled_ = on; }
+  // The policy's conv algorithm for an op this iteration, and the workspace it needs.
+  ConvAlgo conv_algo(int op_index) const {
+    return static_cast<size_t>(op_index) < conv_algos_.size() ? conv_algos_[static_cast<size_t>(op_index)] : ConvAlgo::kFast;
+  }
+  size_t workspace_bytes(const Op& op) const {
+    return conv_algo(op.index) == ConvAlgo::kLean ? op.workspace_lean_bytes : op.workspace_bytes;
+  }
 
   // Allocates and initialises the persistent tensors (parameters, optimizer state, buffers).
   void init_persistent(uint64_t seed);
@@ -154,6 +161,7 @@ class MemoryManager final : public MemoryView {
   int iteration_ = 0;
   bool timeline_enabled_ = false;
   std::vector<TimelinePoint> timeline_;
+  std::vector<ConvAlgo> conv_algos_;  // the policy's choice for this iteration
 };
 
 }  // namespace vtensor

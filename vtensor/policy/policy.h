@@ -53,7 +53,15 @@ class Policy {
  public:
   virtual ~Policy() = default;
   virtual std::string name() const = 0;
+  // Once, when the memory manager is built: the graph and budget a planning policy plans from.
+  // The view stays valid for the policy's lifetime.
+  virtual void attach(const MemoryView& view) {}
   virtual void begin_iteration(int iteration) {}
+  // Per-op conv algorithm for the coming iteration (indexed by op; empty: all ConvAlgo::kFast).
+  // The memory manager sizes workspaces by it and the executor passes it to the kernels.
+  virtual std::vector<ConvAlgo> conv_algorithms() const { return {}; }
+  // The compute stream waited `ms` for tensor `id` to come back from host (a late or missing prefetch).
+  virtual void on_stall(TensorId id, double ms) {}
   // Actions to carry out after op `op_index` has been launched.
   virtual std::vector<Action> after_op(int op_index) { return {}; }
   // An allocation of `bytes` did not fit: which tensors to evict (in order). Empty: give up (OOM).

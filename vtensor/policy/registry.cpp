@@ -3,6 +3,7 @@
 
 #include "vtensor/policy/lru.h"
 #include "vtensor/policy/none.h"
+#include "vtensor/policy/vdnn.h"
 
 namespace vtensor {
 
@@ -14,6 +15,12 @@ const std::vector<PolicyInfo>& policy_registry() {
        [] { return std::make_unique<LruPolicy>(EvictAction::kSwap); }},
       {"lru-recompute", "passive: on OOM drop the least-recently-used recomputable tensors (swap what cannot be recomputed), recompute on access",
        [] { return std::make_unique<LruPolicy>(EvictAction::kDrop); }},
+      {"vdnn-all", "vDNN: offload every layer's input feature map after its last forward use, prefetch one layer ahead in backward",
+       [] { return std::make_unique<VdnnPolicy>(VdnnPolicy::Variant::kAll); }},
+      {"vdnn-conv", "vDNN: offload the input feature maps of conv layers only, prefetch one conv layer ahead in backward",
+       [] { return std::make_unique<VdnnPolicy>(VdnnPolicy::Variant::kConv); }},
+      {"vdnn-dyn", "vDNN: plan each configuration, take the first that fits (no offload, conv, all; then lean conv algorithms)",
+       [] { return std::make_unique<VdnnPolicy>(VdnnPolicy::Variant::kDyn); }},
   };
   return registry;
 }

@@ -54,7 +54,8 @@ void Executor::run_op(int op_index) {
     mm_.access(out, AccessKind::kWrite, op_index);
     mm_.lock(out);
   }
-  if (op.workspace_bytes) args.workspace = mm_.allocate_scratch(op.workspace_bytes, "workspace");
+  args.conv_algo = mm_.conv_algo(op.index);
+  if (const size_t ws = mm_.workspace_bytes(op)) args.workspace = mm_.allocate_scratch(ws, "workspace");
   // Only now: an allocation above may have compacted the arena and moved tensors.
   for (TensorId in : op.inputs) args.inputs.push_back(mm_.device_ptr(in));
   for (TensorId out : op.outputs) args.outputs.push_back(mm_.device_ptr(out));
@@ -89,7 +90,8 @@ void Executor::recompute(TensorId id) {
       scratch[i] = mm_.allocate_scratch(g_.tensor(out).bytes(), "recompute scratch");
     }
   }
-  if (op.workspace_bytes) args.workspace = mm_.allocate_scratch(op.workspace_bytes, "workspace");
+  args.conv_algo = mm_.conv_algo(op.index);
+  if (const size_t ws = mm_.workspace_bytes(op)) args.workspace = mm_.allocate_scratch(ws, "workspace");
   for (TensorId in : op.inputs) args.inputs.push_back(mm_.device_ptr(in));
   for (size_t i = 0; i < op.outputs.size(); ++i)
     args.outputs.push_back(scratch[i] ? static_cast<float*>(scratch[i]) : mm_.device_ptr(op.outputs[i]));

@@ -1,0 +1,155 @@
+// vDNN end to end: the three variants train bit-identically to `none` while offloading, the
+// planned peak is the measured one, vdnn-dyn walks its ladder, and a budget below what
+// vdnn-all needs is an OutOfMemoryError that says how much it needs.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "vtensor/core/errors.h"
+#include "vtensor/memory/allocator.h"
+#include "vtensor/train/trainer.h"
+
+using namespace vtensor;
+
+namespace {
+
+struct VdnnRun {
+  std::vector<IterationStats> iters;
+  std::vector<std::vector<float>> params, buffers;
+  nlohmann::json report;
+  size_t peak = 0;
+  uint64_t swapped_out = 0, swapped_in = 0;
+};
+
+VdnnRun train(const std::string& model, const std::string& policy, size_t budget, int iters, int batch = 0) {
+  TrainConfig cfg;
+  cfg.model.name = model;
+  cfg.model.batch = batch;
+  cfg.policy = policy;
+  cfg.budget = budget;
+  cfg.iters = iters;
+  Trainer t(cfg);
+  VdnnRun r;
+  TrainResult res = t.run();
+  r.iters = res.iterations;
+  r.report = res.policy_report;
+  r.params = t.read_params();
+  for (const auto& info : t.graph().tensors())
+    if (info.kind == TensorKind::kBuffer) r.buffers.push_back(t.read(info.id));
+  for (const auto& s : r.iters) {
+    r.peak = std::max(r.peak, s.peak_allocated);
+    r.swapped_out += s.counters.swapped_out_bytes;
+    r.swapped_in += s.counters.swapped_in_bytes;
+  }
+  return r;
+}
+
+void expect_bit_identical(const VdnnRun& a, const VdnnRun& b) {
+  ASSERT_EQ(a.iters.size(), b.iters.size());
+  for (size_t i = 0; i < a.iters.size(); ++i)
+    EXPECT_EQ(0, std::memcmp(&a.iters[i].loss, &b.iters[i].loss, sizeof(float))) << "iteration " << i;
+  ASSERT_EQ(a.params.size(), b.params.size());
+  for (size_t i = 0; i < a.params.size(); ++i)
+    EXPECT_EQ(0, std::memcmp(a.params[i].data(), b.params[i].data(), a.params[i].size() * sizeof(float))) << "parameter " << i;
+  ASSERT_EQ(a.buffers.size(), b.buffers.size());
+  for (size_t i = 0; i < a.buffers.size(); ++i)
+    EXPECT_EQ(0, std::memcmp(a.buffers[i].data(), b.buffers[i].data(), a.buffers[i].size() * sizeof(float))) << "buffer " << i;
+}
+
+constexpr int kIters = 4;
+
+class Vdnn : public ::testing::TestWithParam<std::string> {};
+
+// Below none's peak, so `none` could not run there.
+TEST_P(Vdnn, AllAndConvOffloadBelowNonesPeakBitForBit) {
+  const VdnnRun base = train(GetParam(), "none", 0, kIters);
+  const size_t budget = base.peak - kAllocAlignment;
+  for (const std::string policy : {"vdnn-all", "vdnn-conv"}) {
+    SCOPED_TRACE(policy);
+    const VdnnRun r = train(GetParam(), policy, budget, kIters);
+    expect_bit_identical(base, r);
+    EXPECT_GT(r.swapped_out, 0u);
+    EXPECT_EQ(r.swapped_in, r.swapped_out);  // everything offloaded comes back
+    EXPECT_LT(r.peak, base.peak);
+    EXPECT_LE(r.peak, budget);
+    EXPECT_EQ(r.peak, r.report["predicted_peak_bytes"].get<size_t>()) << "the plan's peak is the measured one";
+    size_t layers_offloaded = 0, bytes = 0;
+    for (const auto& l : r.report["layers"]) {
+      layers_offloaded += l["offloaded"].get<bool>();
+      bytes += l["offloaded_bytes"].get<size_t>();
+    }
+    EXPECT_GT(layers_offloaded, 0u);
+    EXPECT_EQ(bytes * kIters, r.swapped_out);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, Vdnn, ::testing::Values("resnet-tiny", "vgg-tiny"));
+
+// Runs vdnn-dyn at the budget each rung of its ladder plans for, where no earlier rung fits
+// there; checks it takes that rung and trains bit-identically. Returns the rungs taken.
+std::vector<size_t> walk_ladder(const std::string& model, int batch) {
+  const VdnnRun base = train(model, "none", 0, kIters, batch);
+  const VdnnRun probe = train(model, "vdnn-dyn", 0, 1, batch);
+  const auto& configs = probe.report["configurations"];
+  EXPECT_EQ(configs.size(), 5u);
+  EXPECT_TRUE(configs[0]["chosen"].get<bool>());
+  EXPECT_EQ(configs[0]["predicted_peak_bytes"].get<size_t>(), base.peak);
+  std::vector<size_t> taken;
+  for (size_t k = 1; k < configs.size(); ++k) {
+    const size_t budget = configs[k]["predicted_peak_bytes"].get<size_t>();
+    bool earlier_fits = false;
+    for (size_t e = 0; e < k; ++e) earlier_fits |= configs[e]["predicted_peak_bytes"].get<size_t>() <= budget;
+    if (earlier_fits) continue;
+    SCOPED_TRACE("rung " + std::to_string(k + 1));
+    const VdnnRun r = train(model, "vdnn-dyn", budget, kIters, batch);
+    expect_bit_identical(base, r);
+    EXPECT_TRUE(r.report["configurations"][k]["chosen"].get<bool>());
+    EXPECT_EQ(r.report["offload"], configs[k]["offload"]);
+    EXPECT_EQ(r.report["conv_algorithm"], configs[k]["conv_algorithm"]);
+    EXPECT_EQ(r.peak, budget);  // the plan's peak is the measured one
+    EXPECT_LT(r.peak, base.peak);
+    EXPECT_GT(r.swapped_out, 0u);
+    taken.push_back(k);
+  }
+  return taken;
+}
+
+TEST(VdnnDyn, TakesTheFirstConfigurationThatFits) {
+  EXPECT_FALSE(walk_ladder("vgg-tiny", 0).empty());
+  const auto taken = walk_ladder("resnet-tiny", 0);
+  EXPECT_NE(std::find(taken.begin(), taken.end(), size_t{1}), taken.end()) << "conv offload never taken";
+  EXPECT_NE(std::find(taken.begin(), taken.end(), size_t{2}), taken.end()) << "all offload never taken";
+}
+
+// At batch 2 a conv workspace is part of the peak: the lean algorithms are what makes it fit.
+TEST(VdnnDyn, TakesTheLeanConvAlgorithmsWhenOnlyTheyFit) {
+  const auto taken = walk_ladder("resnet-tiny", 2);
+  EXPECT_NE(std::find(taken.begin(), taken.end(), size_t{3}), taken.end()) << "conv offload + lean never taken";
+  EXPECT_NE(std::find(taken.begin(), taken.end(), size_t{4}), taken.end()) << "all offload + lean never taken";
+}
+
+TEST(VdnnBudget, BelowWhatVdnnAllNeedsIsOutOfMemory) {
+  const VdnnRun all = train("resnet-tiny", "vdnn-all", 0, 1);
+  const size_t need = all.report["predicted_peak_bytes"].get<size_t>();
+  const size_t budget = need - 4 * kAllocAlignment;
+  for (const std::string policy : {"vdnn-all", "vdnn-conv", "vdnn-dyn"}) {
+    SCOPED_TRACE(policy);
+    try {
+      train("resnet-tiny", policy, budget, 2);
+      FAIL() << "expected OutOfMemoryError";
+    } catch (const OutOfMemoryError& e) {
+      EXPECT_EQ(e.budget(), budget);
+      ASSERT_TRUE(e.smallest_working_budget().has_value());
+      EXPECT_GT(*e.smallest_working_budget(), budget);
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(policy), std::string::npos) << msg;
+      EXPECT_NE(msg.find("needs a budget of at least"), std::string::npos) << msg;
+      if (policy == "vdnn-all") EXPECT_EQ(*e.smallest_working_budget(), need);
+    }
+  }
+  // At exactly the planned need it runs.
+  EXPECT_NO_THROW(train("resnet-tiny", "vdnn-all", need, 2));
+}
+
+}  // namespace
