@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <deque>
 
 #include "vtensor/core/errors.h"
@@ -137,6 +138,10 @@ std::vector<ConvAlgo> conv_algorithms_for(const Graph& g, ConvAlgo algo) {
 }
 
 size_t predict_peak(const Graph& g, const Plan& plan, const std::vector<ConvAlgo>& algos) {
+  return predict_memory(g, plan, algos).peak;
+}
+
+PlannedMemory predict_memory(const Graph& g, const Plan& plan, const std::vector<ConvAlgo>& algos) {
   // Mirrors Executor::run_op and MemoryManager (access, allocate, workspace, release, after_op).
   enum class S { kNone, kResident, kSwappingOut, kOnHost, kSwappingIn };
   const size_t nt = g.num_tensors();
@@ -147,7 +152,13 @@ size_t predict_peak(const Graph& g, const Plan& plan, const std::vector<ConvAlgo
   std::vector<uint64_t> issued(nt, 0);
   std::deque<TensorId> swapping_out;
   size_t live = 0, peak = 0;
-  auto alloc = [&](size_t b) { peak = std::max(peak, live += b); };
+  int op_index = -1, peak_op = -1;
+  auto alloc = [&](size_t b) {
+    if ((live += b) > peak) {
+      peak = live;
+      peak_op = op_index;
+    }
+  };
   for (const TensorInfo& t : g.tensors())
     if (t.persistent()) {
       alloc(size_of(t.id));
@@ -174,7 +185,9 @@ size_t predict_peak(const Graph& g, const Plan& plan, const std::vector<ConvAlgo
     st[static_cast<size_t>(t)] = released[static_cast<size_t>(t)] ? S::kNone : S::kOnHost;
   };
   uint64_t seq = 0;
+  double sum = 0;
   for (const Op& op : g.ops()) {
+    op_index = op.index;
     for (TensorId in : op.inputs) {
       S& s = st[static_cast<size_t>(in)];
       if (s == S::kSwappingOut) cancel(in);
@@ -214,8 +227,9 @@ size_t predict_peak(const Graph& g, const Plan& plan, const std::vector<ConvAlgo
         s = S::kSwappingIn;
       }
     }
+    sum += static_cast<double>(live);
   }
-  return peak;
+  return {peak, g.num_ops() ? sum / static_cast<double>(g.num_ops()) : 0.0, peak_op};
 }
 
 // ---------------------------------------------------------------- the policy
@@ -329,10 +343,12 @@ std::string VdnnPolicy::summary() const {
   std::string s = variant_ == Variant::kDyn ? "chose '" + chosen().str() + "' (ladder rung " + std::to_string(chosen_ + 1) +
                                                   " of " + std::to_string(configs_.size()) + "), "
                                             : "";
-  s += "offloads the inputs of " + std::to_string(offloaded) + " of " + std::to_string(plan_.layers.size()) +
+  char ms[32];
+  std::snprintf(ms, sizeof ms, "%.2f", stall);
+  s += "offloads the feature maps of " + std::to_string(offloaded) + " of " + std::to_string(plan_.layers.size()) +
        " layers, " + format_bytes(plan_.offloaded_bytes()) + " per iteration; planned peak " +
-       format_bytes(chosen().predicted_peak) + " of budget " + format_bytes(budget_) + "; prefetch stalls " +
-       std::to_string(stall) + " ms over " + std::to_string(iterations_) + " iterations";
+       format_bytes(chosen().predicted_peak) + " of budget " + format_bytes(budget_) + "; prefetch stalls " + ms +
+       " ms over " + std::to_string(iterations_) + " iterations";
   if (chosen().predicted_peak > budget_) s += "; no configuration fits";
   return s;
 }

@@ -58,6 +58,12 @@ std::vector<ConvAlgo> conv_algorithms_for(const Graph& g, ConvAlgo algo);
 // Peak allocated bytes of an iteration that carries out `plan` with these conv algorithms,
 // replaying the executor's and memory manager's allocation sequence (persistent tensors included).
 size_t predict_peak(const Graph& g, const Plan& plan, const std::vector<ConvAlgo>& algos);
+struct PlannedMemory {
+  size_t peak = 0;    // allocated bytes, highest point of the iteration
+  double mean = 0;    // allocated bytes after each op, averaged over the ops (vDNN's "average usage")
+  int peak_op = -1;   // the op during which the peak is reached
+};
+PlannedMemory predict_memory(const Graph& g, const Plan& plan, const std::vector<ConvAlgo>& algos);
 
 class VdnnPolicy final : public Policy {
  public:
