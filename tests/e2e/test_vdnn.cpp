@@ -3,8 +3,14 @@
 // vdnn-all needs is an OutOfMemoryError that says how much it needs.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 
 #include "vtensor/core/errors.h"
 #include "vtensor/memory/allocator.h"
@@ -150,6 +156,49 @@ TEST(VdnnBudget, BelowWhatVdnnAllNeedsIsOutOfMemory) {
   }
   // At exactly the planned need it runs.
   EXPECT_NO_THROW(train("resnet-tiny", "vdnn-all", need, 2));
+}
+
+}  // namespace
+
+namespace {
+
+std::pair<int, std::string> run_cli(const std::string& args) {
+  const std::string cmd = std::string(VTENSOR_BINARY) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+// The chosen configuration is printed and in the report; a budget too small exits 3 with the need.
+TEST(VdnnCli, DynPrintsAndReportsItsChoice) {
+  const size_t none_peak = train("resnet-tiny", "none", 0, 1).peak;
+  const std::string report = (std::filesystem::temp_directory_path() / ("vtensor_vdnn_" + std::to_string(getpid()) + ".json")).string();
+  auto [code, out] = run_cli("train --model resnet-tiny --iters 2 --quiet --policy vdnn-dyn --budget " +
+                             std::to_string(none_peak - kAllocAlignment) + " --report " + report);
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("policy vdnn-dyn: chose '"), std::string::npos) << out;
+  std::ifstream in(report);
+  const auto j = nlohmann::json::parse(in);
+  std::filesystem::remove(report);
+  const auto& pr = j["policy_report"];
+  EXPECT_NE(pr["offload"], "none");
+  EXPECT_NE(out.find(std::string("chose '") + pr["offload"].get<std::string>() + " offload"), std::string::npos) << out;
+  EXPECT_LE(j["summary"]["peak_allocated_bytes"].get<size_t>(), none_peak - kAllocAlignment);
+  size_t offloaded = 0;
+  for (const auto& l : pr["layers"]) {
+    EXPECT_TRUE(l.contains("prefetch_stall_ms"));
+    offloaded += l["offloaded_bytes"].get<size_t>();
+  }
+  EXPECT_EQ(offloaded, pr["offloaded_bytes_per_iteration"].get<size_t>());
+  EXPECT_GT(offloaded, 0u);
+
+  auto [oom_code, oom_out] = run_cli("train --model resnet-tiny --iters 1 --quiet --policy vdnn-all --budget 1MiB");
+  EXPECT_EQ(oom_code, 3) << oom_out;
+  EXPECT_NE(oom_out.find("vdnn-all with all offload, fast conv algorithms needs a budget of at least"), std::string::npos)
+      << oom_out;
 }
 
 }  // namespace
