@@ -51,8 +51,10 @@ void im2col_cols(const Conv2dParams& p, const float* x, float* col, int j0, int 
             continue;
           }
           const float* xr = xc + size_t(h) * p.W;
-          for (int q = a; q < b; ++q)
-            out[q - a] = (q >= q_lo && q < q_hi) ? xr[q * p.stride + s - p.pad] : 0.0f;
+          const int v_lo = std::clamp(q_lo, a, b), v_hi = std::clamp(q_hi, v_lo, b);  // valid q in the block
+          std::fill(out, out + (v_lo - a), 0.0f);
+          for (int q = v_lo; q < v_hi; ++q) out[q - a] = xr[q * p.stride + s - p.pad];
+          std::fill(out + (v_hi - a), out + (b - a), 0.0f);
         }
       }
     }
