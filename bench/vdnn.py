@@ -102,11 +102,12 @@ def main():
             none, err = train(args.binary, args, model, batch, "none", oracle, rep)
             try:
                 frac = float(args.budget)
-                budget = int(none["summary"]["peak_allocated_bytes"] * frac) // 256 * 256 if frac <= 1 and none else 0
             except ValueError:
+                frac = None
+            if frac is not None and frac <= 1:  # a fraction of none's peak (0: none did not fit, the backend's default)
+                budget = int(none["summary"]["peak_allocated_bytes"] * frac) // 256 * 256 if none else 0
+            else:
                 budget = parse_bytes(args.budget)
-            if not budget and float(args.budget) <= 1:
-                budget = 0  # none did not fit: leave the backend's default
             w.write(",".join(str(v) for v in row(args, model, batch, "none", oracle, none, err, none, budget).values()) + "\n")
             for policy in POLICIES:
                 b = budget if policy == "vdnn-dyn" else oracle
