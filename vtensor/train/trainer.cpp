@@ -123,6 +123,7 @@ std::string report_json(const TrainResult& r) {
         {"budget_bytes", c.budget},
         {"iters", c.iters},
         {"seed", c.seed},
+        {"optimizer", to_string(c.optimizer.kind)},
         {"lr", c.optimizer.lr},
         {"momentum", c.optimizer.momentum}}},
       {"device", r.device},
