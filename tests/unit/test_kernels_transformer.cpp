@@ -80,6 +80,10 @@ TEST(Embedding, GradCheckWithRepeatedIds) {
   cpu::embedding_backward(N, V, C, r.data(), ids.data(), 0, dt.data());
   EXPECT_EQ(grad_mismatches(table, dt, loss, "embedding dtable"), 0);
   for (int c = 0; c < C; ++c) EXPECT_EQ(dt[size_t(2) * C + c], 0.f) << "unused row gets no gradient";
+  // Tied weights: accumulating into an existing gradient gives that gradient plus the rows.
+  Vec acc = randn(table.size(), 5), da(table.size());
+  cpu::embedding_backward(N, V, C, r.data(), ids.data(), 0, da.data(), acc.data());
+  for (size_t i = 0; i < da.size(); ++i) EXPECT_NEAR(da[i], acc[i] + dt[i], 1e-6) << i;
   Vec dp(size_t(3) * C);
   Vec pos = randn(size_t(3) * C, 4);
   auto ploss = [&] {

@@ -199,15 +199,20 @@ class Autodiff {
         break;
       }
       case OpKind::kEmbedding: {
-        // inputs: table [, ids]; the ids carry no gradient.
+        // inputs: table [, ids]; the ids carry no gradient. A table that already has a gradient
+        // (tied LM head) is added into by the kernel: two [V, C] tensors alive, not three.
+        TensorId table = f.inputs[0];
         Op op = bwd(f, OpKind::kEmbeddingBwd, ".bwd");
-        TensorId dt = new_grad(f.inputs[0]);
+        TensorId dt = new_grad(table, grad_.count(table) ? ".sum" + std::to_string(sums_++) : "");
         op.inputs = {dy};
         if (f.inputs.size() > 1) op.inputs.push_back(f.inputs[1]);
+        op.attrs.accumulate = grad_.count(table) > 0;
+        if (op.attrs.accumulate) op.inputs.push_back(grad_[table]);
         op.outputs = {dt};
         op.flops = f.flops;
         g_.add_op(op);
-        accumulate(f.inputs[0], dt, f.layer);
+        if (op.attrs.accumulate) grad_[table] = dt;
+        else accumulate(table, dt, f.layer);
         break;
       }
       case OpKind::kLayerNorm: {

@@ -37,7 +37,7 @@ enum class OpKind {
   // transformers
   kTokenData,        // -> tokens[B*T], targets[B*T] (synthetic token sequences)
   kEmbedding,        // table [, ids] -> y[N, C] (no ids: row n reads table[n % period])
-  kEmbeddingBwd,     // dy [, ids] -> dtable
+  kEmbeddingBwd,     // dy [, ids] [, acc] -> dtable (= acc + scattered dy when attrs.accumulate)
   kLayerNorm,        // x, gamma, beta -> y, save_mean, save_invstd
   kLayerNormBwd,     // dy, x, gamma, save_mean, save_invstd -> dx, dgamma, dbeta
   kGelu,             // x -> y
@@ -67,6 +67,7 @@ struct OpAttrs {
   float alpha = 1.f;                    // batched matmul scale
   float beta1 = 0.9f, beta2 = 0.999f, adam_eps = 1e-8f;  // adam
   bool decoupled_wd = false;            // adamw
+  bool accumulate = false;              // embedding backward: last input is a gradient to add to (tied weights)
 };
 
 struct Op {

@@ -337,8 +337,11 @@ void CpuBackend::launch(const Graph& g, const Op& op, const KernelArgs& a) {
     }
     case OpKind::kEmbeddingBwd: {
       const Shape& t = out_shape(0);
-      const float* ids = op.inputs.size() > 1 ? a.inputs[1] : nullptr;
-      cpu::embedding_backward(dim(in_shape(0), 0), dim(t, 0), dim(t, 1), a.inputs[0], ids, op.attrs.period, a.outputs[0]);
+      const size_t plain = op.inputs.size() - (op.attrs.accumulate ? 1 : 0);  // dy [, ids]
+      const float* ids = plain > 1 ? a.inputs[1] : nullptr;
+      const float* acc = op.attrs.accumulate ? a.inputs.back() : nullptr;
+      cpu::embedding_backward(dim(in_shape(0), 0), dim(t, 0), dim(t, 1), a.inputs[0], ids, op.attrs.period, a.outputs[0],
+                              acc);
       break;
     }
     case OpKind::kLayerNorm:

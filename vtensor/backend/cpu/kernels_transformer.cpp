@@ -45,8 +45,13 @@ void embedding_forward(int N, int V, int C, const float* ids, int period, const 
   }
 }
 
-void embedding_backward(int N, int V, int C, const float* dy, const float* ids, int period, float* dtable) {
-  std::fill(dtable, dtable + size_t(V) * C, 0.0f);
+void embedding_backward(int N, int V, int C, const float* dy, const float* ids, int period, float* dtable,
+                        const float* acc) {
+  if (acc) {
+    std::copy(acc, acc + size_t(V) * C, dtable);
+  } else {
+    std::fill(dtable, dtable + size_t(V) * C, 0.0f);
+  }
   for (int n = 0; n < N; ++n) {
     float* row = dtable + size_t(row_index(ids, period, n, V)) * C;
     const float* g = dy + size_t(n) * C;

@@ -10,8 +10,10 @@ namespace vtensor::cpu {
 // y[n, :] = table[index(n), :], index(n) = ids[n] when ids is non-null, else n % period
 // (positions of a [B*T] batch: period = T). ids hold token indices as floats.
 void embedding_forward(int N, int V, int C, const float* ids, int period, const float* table, float* y);
-// dtable = sum over rows of dy into the rows they read; rows in order, so no races and fixed order.
-void embedding_backward(int N, int V, int C, const float* dy, const float* ids, int period, float* dtable);
+// dtable = acc (zeros when acc is null) + the rows of dy added into the rows they read, rows in
+// order: no races, a fixed summation order.
+void embedding_backward(int N, int V, int C, const float* dy, const float* ids, int period, float* dtable,
+                        const float* acc = nullptr);
 
 // Layer norm over the last dimension of x[R, C]; saves the row mean and 1/sqrt(var + eps).
 void layernorm_forward(int R, int C, const float* x, const float* gamma, const float* beta, float eps, float* y,
