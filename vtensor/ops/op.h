@@ -27,7 +27,7 @@ enum class OpKind {
   kLinear,           // x, w [, b] -> y
   kLinearBwd,        // dy, x, w -> [dx], dw [, db]
   kAdd,              // a, b -> y
-  kFlatten,          // x -> y (a copy for now: storage sharing arrives with views)
+  kFlatten,          // x -> y (a copy; kReshape is the view, flatten kept as is so CNN figures stay put)
   kReshapeBwd,       // dy -> dx (copy back to the input's shape)
   kDropout,          // x -> y
   kDropoutBwd,       // dy -> dx
