@@ -104,6 +104,7 @@ int main(int argc, char** argv) {
   auto* lr = train->add_option("--lr", cfg.optimizer.lr, "learning rate (default 0.05 for sgd, 0.001 for adam / adamw)");
   train->add_option("--optimizer", optimizer, "optimizer: sgd, adam, adamw (default sgd)");
   train->add_option("--momentum", cfg.optimizer.momentum, "SGD momentum");
+  train->add_option("--weight-decay", cfg.optimizer.weight_decay, "weight decay (L2 for sgd and adam, decoupled for adamw)");
   train->add_option("--report", report, "write a JSON report to this file");
   train->add_option("--trace", cfg.trace_path, "write the access trace (JSON lines) to this file");
   train->add_flag("--timeline", cfg.timeline, "put the last iteration's per-op memory timeline in the report");

@@ -29,7 +29,8 @@ CliResult run_cli(const std::string& args) {
 TEST(CliTransformer, SeqAndAdamwReachTheReport) {
   const std::string report =
       (std::filesystem::temp_directory_path() / ("vtensor_tfm_" + std::to_string(getpid()) + ".json")).string();
-  CliResult r = run_cli("train --model gpt-tiny --seq 16 --batch 4 --optimizer adamw --iters 2 --report " + report);
+  CliResult r = run_cli("train --model gpt-tiny --seq 16 --batch 4 --optimizer adamw --weight-decay 0.01 --iters 2 --report " +
+                        report);
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("seq 16"), std::string::npos) << r.output;
   std::ifstream in(report);
@@ -38,6 +39,7 @@ TEST(CliTransformer, SeqAndAdamwReachTheReport) {
   EXPECT_EQ(j["config"]["optimizer"], "adamw");
   EXPECT_FLOAT_EQ(j["config"]["lr"].get<float>(), 1e-3f) << "Adam's default rate when --lr is not given";
   EXPECT_EQ(j["config"]["image_size"], 16);
+  EXPECT_FLOAT_EQ(j["config"]["weight_decay"].get<float>(), 0.01f);
   std::filesystem::remove(report);
 }
 

@@ -125,6 +125,7 @@ std::string report_json(const TrainResult& r) {
         {"seed", c.seed},
         {"optimizer", to_string(c.optimizer.kind)},
         {"lr", c.optimizer.lr},
+        {"weight_decay", c.optimizer.weight_decay},
         {"momentum", c.optimizer.momentum}}},
       {"device", r.device},
       {"graph", {{"ops", r.num_ops}, {"tensors", r.num_tensors}, {"param_bytes", r.param_bytes},
