@@ -30,8 +30,11 @@ void check_output_path(const std::string& path, const char* what) {
     throw std::invalid_argument(std::string(what) + " '" + path + "': directory '" + dir.string() + "' does not exist");
 }
 
-int cmd_train(const TrainConfig& base, const std::string& budget_text, const std::string& report, bool quiet) {
+int cmd_train(const TrainConfig& base, const std::string& budget_text, const std::string& report, bool quiet,
+              const std::string& optimizer, bool lr_given) {
   TrainConfig cfg = base;
+  cfg.optimizer.kind = parse_optimizer(optimizer);
+  if (cfg.optimizer.kind != OptimizerKind::kSgd && !lr_given) cfg.optimizer.lr = 1e-3f;  // Adam's usual rate
   if (!budget_text.empty()) cfg.budget = parse_bytes(budget_text, "--budget");
   check_output_path(report, "--report");
   check_output_path(cfg.trace_path, "--trace");
@@ -39,7 +42,9 @@ int cmd_train(const TrainConfig& base, const std::string& budget_text, const std
   const auto& c = trainer.config();
   const auto& g = trainer.graph();
   const bool images = c.model.name.rfind("mlp", 0) != 0;
-  const std::string input = images ? std::to_string(c.model.image_size) + "x" + std::to_string(c.model.image_size)
+  const bool tokens = c.model.name.rfind("gpt", 0) == 0 || c.model.name.rfind("bert", 0) == 0;
+  const std::string input = tokens ? "seq " + std::to_string(c.model.image_size)
+                            : images ? std::to_string(c.model.image_size) + "x" + std::to_string(c.model.image_size)
                                    : std::to_string(c.model.image_size) + " features";
   std::printf("vtensor train: model %s (batch %d, %s, width %d, %d classes), policy %s, backend %s, budget %s\n",
               c.model.name.c_str(), c.model.batch, input.c_str(), c.model.width, c.model.classes, c.policy.c_str(),
@@ -81,10 +86,12 @@ int main(int argc, char** argv) {
   TrainConfig cfg;
   std::string budget_text, report;
   bool quiet = false;
+  std::string optimizer = "sgd";
   auto* train = app.add_subcommand("train", "train a model under a device-memory budget");
   train->add_option("--model", cfg.model.name, "model: " + join(model_names()))->required();
   train->add_option("--batch", cfg.model.batch, "batch size (default: the model's preset)");
   train->add_option("--image-size", cfg.model.image_size, "input height = width (features for mlp)");
+  train->add_option("--seq", cfg.model.image_size, "sequence length (gpt, bert; the same field as --image-size)");
   train->add_option("--width", cfg.model.width, "base channel count (hidden units for mlp)");
   train->add_option("--classes", cfg.model.classes, "number of classes");
   train->add_option("--budget", budget_text, "device memory budget, e.g. 512MiB (default: 8GiB on cpu)");
@@ -94,8 +101,10 @@ int main(int argc, char** argv) {
   train->add_option("--iters", cfg.iters, "training iterations (default 10)");
   train->add_option("--seed", cfg.seed, "weight-initialisation seed");
   train->add_option("--data-seed", cfg.model.seed, "data and dropout seed");
-  train->add_option("--lr", cfg.optimizer.lr, "SGD learning rate");
+  auto* lr = train->add_option("--lr", cfg.optimizer.lr, "learning rate (default 0.05 for sgd, 0.001 for adam / adamw)");
+  train->add_option("--optimizer", optimizer, "optimizer: sgd, adam, adamw (default sgd)");
   train->add_option("--momentum", cfg.optimizer.momentum, "SGD momentum");
+  train->add_option("--weight-decay", cfg.optimizer.weight_decay, "weight decay (L2 for sgd and adam, decoupled for adamw)");
   train->add_option("--report", report, "write a JSON report to this file");
   train->add_option("--trace", cfg.trace_path, "write the access trace (JSON lines) to this file");
   train->add_flag("--timeline", cfg.timeline, "put the last iteration's per-op memory timeline in the report");
@@ -134,7 +143,7 @@ int main(int argc, char** argv) {
       for (const auto& p : policy_registry()) std::printf("%-14s %s\n", p.name.c_str(), p.description.c_str());
       return 0;
     }
-    return cmd_train(cfg, budget_text, report, quiet);
+    return cmd_train(cfg, budget_text, report, quiet, optimizer, lr->count() > 0);
   } catch (const OutOfMemoryError& e) {
     std::fprintf(stderr, "vtensor: %s\n", e.what());
     return kExitOom;

@@ -20,14 +20,30 @@ class Autodiff {
       auto it = grad_.find(p);
       if (it == grad_.end()) continue;  // parameter does not reach the loss
       const TensorInfo pt = g_.tensor(p);
-      TensorInfo m{.name = pt.name + ".momentum", .shape = pt.shape, .kind = TensorKind::kOptimizerState};
-      TensorId mid = g_.add_tensor(m);
-      Op op{.kind = OpKind::kSgdMomentum, .name = "sgd." + pt.name, .layer = layer_of(p), .optimizer = true,
-            .inputs = {p, it->second, mid}, .inplace = {p, mid}};
+      auto state = [&](const char* what) {
+        return g_.add_tensor({.name = pt.name + "." + what, .shape = pt.shape, .kind = TensorKind::kOptimizerState});
+      };
+      Op op{.name = (opt.kind == OptimizerKind::kSgd ? "sgd." : "adam.") + pt.name, .layer = layer_of(p), .optimizer = true};
       op.attrs.lr = opt.lr;
-      op.attrs.sgd_momentum = opt.momentum;
       op.attrs.weight_decay = opt.weight_decay;
-      op.flops = 4.0 * static_cast<double>(pt.shape.numel());
+      if (opt.kind == OptimizerKind::kSgd) {
+        TensorId mid = state("momentum");
+        op.kind = OpKind::kSgdMomentum;
+        op.inputs = {p, it->second, mid};
+        op.inplace = {p, mid};
+        op.attrs.sgd_momentum = opt.momentum;
+        op.flops = 4.0 * static_cast<double>(pt.shape.numel());
+      } else {
+        TensorId m = state("adam_m"), v = state("adam_v");
+        op.kind = OpKind::kAdam;
+        op.inputs = {p, it->second, m, v};
+        op.inplace = {p, m, v};
+        op.attrs.beta1 = opt.beta1;
+        op.attrs.beta2 = opt.beta2;
+        op.attrs.adam_eps = opt.eps;
+        op.attrs.decoupled_wd = opt.kind == OptimizerKind::kAdamW;
+        op.flops = 12.0 * static_cast<double>(pt.shape.numel());
+      }
       g_.add_op(op);
     }
   }
@@ -66,7 +82,7 @@ class Autodiff {
   }
 
   void backward_of(const Op& f) {
-    if (f.kind == OpKind::kData || f.optimizer || f.backward) return;
+    if (f.kind == OpKind::kData || f.kind == OpKind::kTokenData || f.optimizer || f.backward) return;
     TensorId y = f.outputs.at(0);
     const TensorInfo yt = g_.tensor(y);
     if (!yt.requires_grad) return;
@@ -182,6 +198,90 @@ class Autodiff {
         op.flops = f.flops;
         g_.add_op(op);
         accumulate(f.inputs[0], dl, f.layer);
+        break;
+      }
+      case OpKind::kEmbedding: {
+        // inputs: table [, ids]; the ids carry no gradient. A table that already has a gradient
+        // (tied LM head) is added into by the kernel: two [V, C] tensors alive, not three.
+        TensorId table = f.inputs[0];
+        Op op = bwd(f, OpKind::kEmbeddingBwd, ".bwd");
+        TensorId dt = new_grad(table, grad_.count(table) ? ".sum" + std::to_string(sums_++) : "");
+        op.inputs = {dy};
+        if (f.inputs.size() > 1) op.inputs.push_back(f.inputs[1]);
+        op.attrs.accumulate = grad_.count(table) > 0;
+        if (op.attrs.accumulate) op.inputs.push_back(grad_[table]);
+        op.outputs = {dt};
+        op.flops = f.flops;
+        g_.add_op(op);
+        if (op.attrs.accumulate) grad_[table] = dt;
+        else accumulate(table, dt, f.layer);
+        break;
+      }
+      case OpKind::kLayerNorm: {
+        TensorId x = f.inputs[0], gamma = f.inputs[1], beta = f.inputs[2];
+        Op op = bwd(f, OpKind::kLayerNormBwd, ".bwd");
+        TensorId dx = new_grad(x), dg = new_grad(gamma), db = new_grad(beta);
+        op.inputs = {dy, x, gamma, f.outputs[1], f.outputs[2]};
+        op.outputs = {dx, dg, db};
+        op.flops = 2 * f.flops;
+        g_.add_op(op);
+        accumulate(x, dx, f.layer);
+        accumulate(gamma, dg, f.layer);
+        accumulate(beta, db, f.layer);
+        break;
+      }
+      case OpKind::kGelu: {
+        Op op = bwd(f, OpKind::kGeluBwd, ".bwd");
+        TensorId dx = new_grad(f.inputs[0]);
+        op.inputs = {dy, f.inputs[0]};
+        op.outputs = {dx};
+        op.flops = 2 * f.flops;
+        g_.add_op(op);
+        accumulate(f.inputs[0], dx, f.layer);
+        break;
+      }
+      case OpKind::kBatchedMatmul: {
+        TensorId a = f.inputs[0], b = f.inputs[1];
+        Op op = bwd(f, OpKind::kBatchedMatmulBwd, ".bwd");
+        TensorId da = new_grad(a), db = new_grad(b);
+        op.inputs = {dy, a, b};
+        op.outputs = {da, db};
+        op.flops = 2 * f.flops;
+        g_.add_op(op);
+        accumulate(a, da, f.layer);
+        accumulate(b, db, f.layer);
+        break;
+      }
+      case OpKind::kSoftmax: {
+        Op op = bwd(f, OpKind::kSoftmaxBwd, ".bwd");
+        TensorId dx = new_grad(f.inputs[0]);
+        op.inputs = {dy, y};
+        op.outputs = {dx};
+        op.flops = f.flops;
+        g_.add_op(op);
+        accumulate(f.inputs[0], dx, f.layer);
+        break;
+      }
+      case OpKind::kReshape: {
+        // The gradient of a view is a view of the incoming gradient in the input's shape.
+        Op op = bwd(f, OpKind::kReshape, ".bwd");
+        TensorId dx = new_grad(f.inputs[0]);
+        TensorInfo& dxt = g_.tensor(dx);
+        dxt.view_of = dy;
+        op.inputs = {dy};
+        op.outputs = {dx};
+        g_.add_op(op);
+        accumulate(f.inputs[0], dx, f.layer);
+        break;
+      }
+      case OpKind::kTranspose: {
+        Op op = bwd(f, OpKind::kTranspose, ".bwd");  // swapping the middle dims twice is the identity
+        TensorId dx = new_grad(f.inputs[0]);
+        op.inputs = {dy};
+        op.outputs = {dx};
+        op.flops = f.flops;
+        g_.add_op(op);
+        accumulate(f.inputs[0], dx, f.layer);
         break;
       }
       default:

@@ -16,6 +16,22 @@ const char* to_string(TensorKind k) {
   return "?";
 }
 
+OptimizerKind parse_optimizer(const std::string& name) {
+  if (name == "sgd") return OptimizerKind::kSgd;
+  if (name == "adam") return OptimizerKind::kAdam;
+  if (name == "adamw") return OptimizerKind::kAdamW;
+  throw std::invalid_argument("unknown optimizer '" + name + "'; accepted: sgd, adam, adamw");
+}
+
+const char* to_string(OptimizerKind k) {
+  switch (k) {
+    case OptimizerKind::kSgd: return "sgd";
+    case OptimizerKind::kAdam: return "adam";
+    case OptimizerKind::kAdamW: return "adamw";
+  }
+  return "?";
+}
+
 TensorId Graph::add_tensor(TensorInfo info) {
   info.id = static_cast<TensorId>(tensors_.size());
   tensors_.push_back(std::move(info));

@@ -33,6 +33,7 @@ struct TensorInfo {
   int slot = 0;       // output slot in the producer
   bool requires_grad = false;
   Init init = Init::kZeros;
+  TensorId view_of = kNoTensor;  // a view: shares this tensor's storage (no block of its own)
   size_t bytes() const { return static_cast<size_t>(shape.numel()) * dtype_size(dtype); }
   bool persistent() const {
     return kind == TensorKind::kParam || kind == TensorKind::kOptimizerState || kind == TensorKind::kBuffer;
@@ -75,14 +76,21 @@ class Graph {
   std::vector<Layer> layers_;
 };
 
+enum class OptimizerKind { kSgd, kAdam, kAdamW };
+// "sgd", "adam", "adamw"; throws std::invalid_argument naming the accepted values.
+OptimizerKind parse_optimizer(const std::string& name);
+const char* to_string(OptimizerKind k);
+
 struct OptimizerConfig {
-  float lr = 0.05f;
+  OptimizerKind kind = OptimizerKind::kSgd;
+  float lr = 0.05f;  // SGD's default; Adam wants ~1e-3 (the CLI picks that when --lr is not given)
   float momentum = 0.9f;
   float weight_decay = 0.f;
+  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;  // adam / adamw
 };
 
-// Appends backward ops for `graph.loss` and one SGD-with-momentum op per parameter
-// (with its momentum tensor). Gradients of tensors used twice are summed with add ops.
+// Appends backward ops for `graph.loss` and one optimizer op per parameter (SGD with its
+// momentum tensor, or Adam with m and v). Gradients of tensors used twice are summed with add ops.
 void build_backward(Graph& graph, const OptimizerConfig& opt);
 
 }  // namespace vtensor

@@ -25,9 +25,15 @@ MemoryManager::MemoryManager(Backend& backend, const Graph& graph, std::unique_p
                              std::unique_ptr<Policy> policy)
     : backend_(backend), graph_(graph), allocator_(std::move(allocator)), policy_(std::move(policy)), host_(backend) {
   states_.resize(graph_.num_tensors());
+  base_.resize(graph_.num_tensors());
   for (const auto& t : graph_.tensors()) {
+    TensorId b = t.id;
+    while (graph_.tensor(b).view_of != kNoTensor) b = graph_.tensor(b).view_of;
+    base_[static_cast<size_t>(t.id)] = b;
+    if (b != t.id && graph_.tensor(b).bytes() != t.bytes())
+      throw std::logic_error("view " + t.name + " differs in size from its base " + graph_.tensor(b).name);
     State& s = st(t.id);
-    s.bytes = t.bytes();
+    s.bytes = b == t.id ? t.bytes() : 0;  // a view owns no bytes
     s.persistent = t.persistent();
   }
   policy_->attach(*this);
@@ -113,6 +119,11 @@ std::string MemoryManager::usage_summary() const {
 }
 
 float* MemoryManager::allocate(TensorId id) {
+  if (is_view(id)) {  // no block: the producer (a reshape) has its base resident and locked
+    if (residency(id) != Residency::kResident)
+      throw std::logic_error("allocate: view " + graph_.tensor(id).name + " of a base that is " + to_string(residency(id)));
+    return device_ptr(id);
+  }
   State& s = st(id);
   if (s.residency != Residency::kUnallocated && s.residency != Residency::kDropped)
     throw std::logic_error("allocate: tensor " + graph_.tensor(id).name + " is " + to_string(s.residency));
@@ -131,14 +142,16 @@ void MemoryManager::free_scratch(void* p) {
 }
 
 float* MemoryManager::device_ptr(TensorId id) const {
+  id = storage_of(id);
   const State& s = st(id);
   if (s.residency != Residency::kResident && s.residency != Residency::kSwappingOut)
     throw std::logic_error("device_ptr: tensor " + graph_.tensor(id).name + " is " + to_string(s.residency));
   return reinterpret_cast<float*>(static_cast<char*>(backend_.arena_base()) + s.offset);
 }
 
-void MemoryManager::lock(TensorId id) { ++st(id).locks; }
+void MemoryManager::lock(TensorId id) { ++st(storage_of(id)).locks; }
 void MemoryManager::unlock(TensorId id) {
+  id = storage_of(id);
   State& s = st(id);
   if (s.locks <= 0) throw std::logic_error("unlock of an unlocked tensor " + graph_.tensor(id).name);
   --s.locks;
@@ -147,6 +160,7 @@ void MemoryManager::unlock(TensorId id) {
 // ---------------------------------------------------------------- access and restore
 
 float* MemoryManager::access(TensorId id, AccessKind kind, int op_index) {
+  id = storage_of(id);  // the trace and the policy see the base
   restore(id);
   State& s = st(id);
   s.last_access = ++clock_;
@@ -198,6 +212,7 @@ void MemoryManager::restore(TensorId id) {
 }
 
 void MemoryManager::read(TensorId id, void* host_dst) {
+  id = storage_of(id);
   State& s = st(id);
   if (s.residency == Residency::kOnHost || s.residency == Residency::kSwappingOut) {
     if (s.event) s.event->wait();
@@ -215,6 +230,7 @@ void MemoryManager::read(TensorId id, void* host_dst) {
 // ---------------------------------------------------------------- mechanisms
 
 void MemoryManager::swap_out(TensorId id) {
+  id = storage_of(id);
   State& s = st(id);
   if (s.residency != Residency::kResident) throw std::logic_error("swap_out of a tensor that is " + std::string(to_string(s.residency)));
   s.host = host_.acquire(s.bytes);
@@ -229,6 +245,7 @@ void MemoryManager::swap_out(TensorId id) {
 }
 
 void MemoryManager::prefetch(TensorId id) {
+  id = storage_of(id);
   State& s = st(id);
   if (s.residency != Residency::kOnHost) throw std::logic_error("prefetch of a tensor that is " + std::string(to_string(s.residency)));
   s.offset = alloc_block(s.bytes, id, "swap-in");
@@ -241,6 +258,7 @@ void MemoryManager::prefetch(TensorId id) {
 }
 
 void MemoryManager::drop(TensorId id) {
+  id = storage_of(id);
   State& s = st(id);
   if (s.residency != Residency::kResident) throw std::logic_error("drop of a tensor that is " + std::string(to_string(s.residency)));
   if (!can_recompute(id)) throw std::logic_error("drop of " + graph_.tensor(id).name + ", which cannot be recomputed now");
@@ -305,7 +323,7 @@ void MemoryManager::free_host(State& s) {
 
 void MemoryManager::release(TensorId id) {
   State& s = st(id);
-  if (s.persistent) return;
+  if (s.persistent || is_view(id)) return;  // a base outlives its views (the executor's last uses)
   s.released = true;
   if (s.lineage_refs == 0) destroy(id);
 }
@@ -335,6 +353,7 @@ void MemoryManager::destroy(TensorId id) {
 void MemoryManager::add_lineage_refs(TensorId id, int delta) {
   const TensorInfo& t = graph_.tensor(id);
   for (TensorId in : graph_.op(t.producer).inputs) {
+    in = storage_of(in);
     State& s = st(in);
     if (delta > 0 && s.residency == Residency::kUnallocated && s.released) {
       // Released earlier this iteration: it comes back as dropped, recomputable from its own inputs.
@@ -349,10 +368,11 @@ void MemoryManager::add_lineage_refs(TensorId id, int delta) {
 
 bool MemoryManager::can_recompute(TensorId id) const {
   const TensorInfo& t = graph_.tensor(id);
-  if (t.persistent() || t.producer < 0) return false;
+  if (t.persistent() || t.producer < 0 || is_view(id)) return false;  // a view is never a victim on its own
   const Op& op = graph_.op(t.producer);
   if (!is_recomputable(op)) return false;
   for (TensorId in : op.inputs) {
+    in = storage_of(in);
     const State& s = st(in);
     // A dropped input, or one already released this iteration, can itself be recomputed
     // (DTR's view: every forward value is reachable from the data and the parameters).
@@ -394,7 +414,8 @@ void MemoryManager::after_op(int op_index) {
   // so memory figures are identical from run to run and across backends.
   finish_swap_outs_before(op_seq_);
   ++op_seq_;
-  for (const Action& a : policy_->after_op(op_index)) {
+  for (Action a : policy_->after_op(op_index)) {
+    a.tensor = storage_of(a.tensor);  // actions on a view act on its base
     const State& s = st(a.tensor);
     switch (a.kind) {
       case ActionKind::kSwapOut:
@@ -424,7 +445,7 @@ void MemoryManager::sample_timeline(int op_index) {
 // ---------------------------------------------------------------- MemoryView
 
 TensorView MemoryManager::view(TensorId id) const {
-  const State& s = st(id);
+  const State& s = st(storage_of(id));
   return {id, s.bytes, s.residency, s.locks > 0, s.persistent, s.last_access, s.last_access_op};
 }
 

@@ -12,6 +12,10 @@
 // executor resolves them right before it launches a kernel. Scratch blocks never move.
 // Dropped tensors keep the inputs of their producer alive (a lineage reference), so a tensor
 // whose last use has passed is freed only when no dropped tensor needs it for recomputation.
+// Views (TensorInfo::view_of) have no block and no residency of their own: every function
+// here maps a view to its base, so accessing a view makes the base resident, and swap, drop
+// and recompute act on the base. A view is never a victim on its own; the executor keeps the
+// base alive until the last use of the base and of all its views.
 #pragma once
 #include <deque>
 #include <functional>
@@ -102,7 +106,10 @@ class MemoryManager final : public MemoryView {
   size_t budget() const override { return backend_.arena_bytes(); }
   size_t allocated() const override { return allocator_->stats().allocated; }
 
-  Residency residency(TensorId id) const { return st(id).residency; }
+  Residency residency(TensorId id) const { return st(storage_of(id)).residency; }
+  // The tensor that owns id's storage: id itself, or the base of a view (chains resolved).
+  TensorId storage_of(TensorId id) const { return base_.at(static_cast<size_t>(id)); }
+  bool is_view(TensorId id) const { return storage_of(id) != id; }
   const DeviceAllocator& allocator() const { return *allocator_; }
   DeviceAllocator& allocator() { return *allocator_; }
   const HostPool& host_pool() const { return host_; }
@@ -153,6 +160,7 @@ class MemoryManager final : public MemoryView {
   HostPool host_;
   AccessTracker tracker_;
   std::vector<State> states_;
+  std::vector<TensorId> base_;  // storage_of()
   std::deque<TensorId> swapping_out_;  // in submission order
   RecomputeFn recompute_;
   MemoryCounters counters_;

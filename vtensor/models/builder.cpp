@@ -162,4 +162,129 @@ TensorId GraphBuilder::softmax_ce(TensorId logits, TensorId labels) {
   return loss;
 }
 
+std::pair<TensorId, TensorId> GraphBuilder::token_data(int batch, int seq, int vocab, bool mlm) {
+  if (batch <= 0 || seq <= 0) throw std::invalid_argument("token data: --batch and --seq must be > 0");
+  if (vocab < 4) throw std::invalid_argument("token data: the vocabulary (--classes) must be at least 4");
+  const int64_t n = int64_t(batch) * seq;
+  TensorId x = g_.add_tensor({.name = "tokens", .shape = {n}, .kind = TensorKind::kData});
+  TensorId y = g_.add_tensor({.name = "targets", .shape = {n}, .kind = TensorKind::kData});
+  Op op{.kind = OpKind::kTokenData, .name = "data", .outputs = {x, y}};
+  op.attrs.seed = cpu::mix64(seed_ ^ 0x70c3ull);
+  op.attrs.num_classes = vocab;
+  op.attrs.period = seq;
+  op.attrs.mlm = mlm;
+  op.flops = static_cast<double>(n);
+  emit(op);
+  return {x, y};
+}
+
+TensorId GraphBuilder::embedding(TensorId table, TensorId ids) {
+  const Shape ts = g_.tensor(table).shape, is = g_.tensor(ids).shape;
+  if (ts.rank() != 2 || is.rank() != 1) throw std::invalid_argument("embedding expects table [V, C] and ids [N]");
+  TensorId y = activation("emb_out", {is[0], ts[1]}, g_.tensor(table).requires_grad);
+  emit({.kind = OpKind::kEmbedding, .inputs = {table, ids}, .outputs = {y}, .flops = double(is[0] * ts[1])});
+  return y;
+}
+
+TensorId GraphBuilder::position_embedding(TensorId table, int rows, int period) {
+  const Shape ts = g_.tensor(table).shape;
+  if (ts.rank() != 2 || period <= 0 || period > ts[0])
+    throw std::invalid_argument("position embedding: sequence length " + std::to_string(period) + " exceeds the table's " +
+                                std::to_string(ts.rank() ? ts[0] : 0) + " positions");
+  TensorId y = activation("pos_out", {rows, ts[1]}, g_.tensor(table).requires_grad);
+  Op op{.kind = OpKind::kEmbedding, .inputs = {table}, .outputs = {y}, .flops = double(rows * ts[1])};
+  op.attrs.period = period;
+  emit(op);
+  return y;
+}
+
+TensorId GraphBuilder::layernorm(TensorId x, float eps) {
+  const TensorInfo t = g_.tensor(x);
+  const int64_t c = t.shape[t.shape.rank() - 1], rows = t.shape.numel() / c;
+  TensorId gamma = param("ln_weight", {c}, Init::kOnes), beta = param("ln_bias", {c}, Init::kZeros);
+  TensorId y = activation("ln_out", t.shape, true);
+  TensorId sm = activation("ln_save_mean", {rows}, false), si = activation("ln_save_invstd", {rows}, false);
+  Op op{.kind = OpKind::kLayerNorm, .inputs = {x, gamma, beta}, .outputs = {y, sm, si}};
+  op.attrs.eps = eps;
+  op.flops = 8.0 * static_cast<double>(t.shape.numel());
+  emit(op);
+  return y;
+}
+
+TensorId GraphBuilder::gelu(TensorId x) {
+  const TensorInfo t = g_.tensor(x);
+  TensorId y = activation("gelu_out", t.shape, t.requires_grad);
+  emit({.kind = OpKind::kGelu, .inputs = {x}, .outputs = {y}, .flops = 8.0 * static_cast<double>(t.shape.numel())});
+  return y;
+}
+
+TensorId GraphBuilder::linear(TensorId x, TensorId w, TensorId bias) {
+  const TensorInfo t = g_.tensor(x);
+  const Shape ws = g_.tensor(w).shape;
+  if (t.shape.rank() != 2 || ws.rank() != 2 || ws[1] != t.shape[1])
+    throw std::invalid_argument("linear expects x [N, In] and weight [Out, In], got " + t.shape.str() + " and " + ws.str());
+  Op op{.kind = OpKind::kLinear, .inputs = {x, w}};
+  if (bias != kNoTensor) op.inputs.push_back(bias);
+  TensorId y = activation("fc_out", {t.shape[0], ws[0]}, true);
+  op.outputs = {y};
+  op.attrs.has_bias = bias != kNoTensor;
+  op.flops = 2.0 * static_cast<double>(t.shape[0] * ws[0] * ws[1]);
+  emit(op);
+  return y;
+}
+
+TensorId GraphBuilder::bmm(TensorId a, TensorId b, bool trans_b, float alpha) {
+  const TensorInfo ta = g_.tensor(a), tb = g_.tensor(b);
+  const Shape sa = ta.shape, sb = tb.shape;
+  const size_t r = sa.rank();
+  bool ok = r >= 3 && sb.rank() == r;
+  for (size_t i = 0; ok && i + 2 < r; ++i) ok = sa[i] == sb[i];
+  const int64_t K = ok ? sa[r - 1] : 0;
+  const int64_t N = ok ? (trans_b ? sb[r - 2] : sb[r - 1]) : 0;
+  if (!ok || (trans_b ? sb[r - 1] : sb[r - 2]) != K)
+    throw std::invalid_argument("bmm: shapes " + sa.str() + " and " + sb.str() + " do not multiply");
+  std::vector<int64_t> out(sa.dims().begin(), sa.dims().end() - 1);
+  out.push_back(N);
+  TensorId y = activation("bmm_out", Shape(out), ta.requires_grad || tb.requires_grad);
+  Op op{.kind = OpKind::kBatchedMatmul, .inputs = {a, b}, .outputs = {y}};
+  op.attrs.trans_b = trans_b;
+  op.attrs.alpha = alpha;
+  op.flops = 2.0 * static_cast<double>(sa.numel() / K) * static_cast<double>(N * K);
+  emit(op);
+  return y;
+}
+
+TensorId GraphBuilder::softmax(TensorId x, bool causal) {
+  const TensorInfo t = g_.tensor(x);
+  const size_t r = t.shape.rank();
+  if (causal && (r < 2 || t.shape[r - 1] != t.shape[r - 2]))
+    throw std::invalid_argument("causal softmax expects [.., T, T] scores, got " + t.shape.str());
+  TensorId y = activation("softmax_out", t.shape, t.requires_grad);
+  Op op{.kind = OpKind::kSoftmax, .inputs = {x}, .outputs = {y}, .flops = 5.0 * static_cast<double>(t.shape.numel())};
+  op.attrs.causal = causal;
+  emit(op);
+  return y;
+}
+
+TensorId GraphBuilder::reshape(TensorId x, Shape shape) {
+  const TensorInfo t = g_.tensor(x);
+  if (shape.numel() != t.shape.numel())
+    throw std::invalid_argument("reshape: " + t.shape.str() + " has a different size than " + shape.str());
+  TensorInfo v{.name = name("view"), .shape = std::move(shape), .kind = TensorKind::kActivation,
+               .requires_grad = t.requires_grad};
+  v.view_of = x;
+  TensorId y = g_.add_tensor(v);
+  emit({.kind = OpKind::kReshape, .inputs = {x}, .outputs = {y}});
+  return y;
+}
+
+TensorId GraphBuilder::transpose12(TensorId x) {
+  const TensorInfo t = g_.tensor(x);
+  if (t.shape.rank() != 4) throw std::invalid_argument("transpose expects [A, B, C, D], got " + t.shape.str());
+  const Shape s = t.shape;
+  TensorId y = activation("transpose_out", {s[0], s[2], s[1], s[3]}, t.requires_grad);
+  emit({.kind = OpKind::kTranspose, .inputs = {x}, .outputs = {y}, .flops = static_cast<double>(s.numel())});
+  return y;
+}
+
 }  // namespace vtensor

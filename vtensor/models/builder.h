@@ -29,6 +29,21 @@ class GraphBuilder {
   TensorId dropout(TensorId x, float p);
   TensorId softmax_ce(TensorId logits, TensorId labels);
 
+  // Transformers. Token activations are [B*T, C] so linear, layer norm and GELU see rows.
+  // Synthetic token batch: tokens [B*T] and targets [B*T] (next token, or the unmasked token when mlm).
+  std::pair<TensorId, TensorId> token_data(int batch, int seq, int vocab, bool mlm);
+  TensorId embedding(TensorId table, TensorId ids);             // table[V, C], ids[N] -> [N, C]
+  TensorId position_embedding(TensorId table, int rows, int period);  // row n reads table[n % period]
+  TensorId layernorm(TensorId x, float eps = 1e-5f);
+  TensorId gelu(TensorId x);
+  // Linear with a weight (and bias) made elsewhere: tied embeddings.
+  TensorId linear(TensorId x, TensorId weight, TensorId bias);
+  // alpha * a op(b) over the leading (batch) dims: a[.., M, K], b[.., K, N] or [.., N, K] when trans_b.
+  TensorId bmm(TensorId a, TensorId b, bool trans_b, float alpha = 1.f);
+  TensorId softmax(TensorId x, bool causal);
+  TensorId reshape(TensorId x, Shape shape);  // a view of x
+  TensorId transpose12(TensorId x);          // [A,B,C,D] -> [A,C,B,D], a copy
+
   Graph& graph() { return g_; }
 
  private:

@@ -1,8 +1,9 @@
-// mlp, vgg and resnet in the shapes of their papers, with tiny presets for tests.
+// mlp, vgg, resnet, gpt and bert in the shapes of their papers, with tiny presets for tests.
 #include <stdexcept>
 
 #include "vtensor/models/builder.h"
 #include "vtensor/models/models.h"
+#include "vtensor/models/transformer.h"
 
 namespace vtensor {
 namespace {
@@ -124,6 +125,21 @@ const std::vector<ModelInfo>& model_registry() {
        [](GraphBuilder& b, C c) { build_resnet(b, c, {3, 4, 6, 3}, false); }},
       {"resnet50", "ResNet-50 (bottleneck blocks), 224x224", 32, 224, 64, 1000,
        [](GraphBuilder& b, C c) { build_resnet(b, c, {3, 4, 6, 3}, true); }},
+      // Transformers: "input" is the sequence length, "width" the hidden size, "classes" the vocabulary.
+      {"gpt-tiny", "GPT-2 shape, 2 layers, 4 heads, hidden 64, seq 32, vocab 64", 8, 32, 64, 64,
+       [](GraphBuilder& b, C c) { build_gpt(b, c, {2, 4, 64}); }},
+      {"gpt2-small", "GPT-2 small (124M): 12 layers, 12 heads, hidden 768, seq 1024", 8, 1024, 768, 50257,
+       [](GraphBuilder& b, C c) { build_gpt(b, c, {12, 12, 1024}); }},
+      {"gpt2-medium", "GPT-2 medium (355M): 24 layers, 16 heads, hidden 1024, seq 1024", 4, 1024, 1024, 50257,
+       [](GraphBuilder& b, C c) { build_gpt(b, c, {24, 16, 1024}); }},
+      {"gpt2-large", "GPT-2 large (774M): 36 layers, 20 heads, hidden 1280, seq 1024", 2, 1024, 1280, 50257,
+       [](GraphBuilder& b, C c) { build_gpt(b, c, {36, 20, 1024}); }},
+      {"bert-tiny", "BERT shape, 2 layers, 4 heads, hidden 64, seq 32, vocab 64, MLM", 8, 32, 64, 64,
+       [](GraphBuilder& b, C c) { build_bert(b, c, {2, 4, 64}); }},
+      {"bert-base", "BERT-base (110M): 12 layers, 12 heads, hidden 768, seq 128, MLM", 32, 128, 768, 30522,
+       [](GraphBuilder& b, C c) { build_bert(b, c, {12, 12, 512}); }},
+      {"bert-large", "BERT-large (340M): 24 layers, 16 heads, hidden 1024, seq 128, MLM", 8, 128, 1024, 30522,
+       [](GraphBuilder& b, C c) { build_bert(b, c, {24, 16, 512}); }},
   };
   return registry;
 }

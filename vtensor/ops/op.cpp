@@ -26,6 +26,20 @@ const char* to_string(OpKind k) {
     case OpKind::kSoftmaxCE: return "softmax_ce";
     case OpKind::kSoftmaxCEBwd: return "softmax_ce_bwd";
     case OpKind::kSgdMomentum: return "sgd_momentum";
+    case OpKind::kTokenData: return "token_data";
+    case OpKind::kEmbedding: return "embedding";
+    case OpKind::kEmbeddingBwd: return "embedding_bwd";
+    case OpKind::kLayerNorm: return "layernorm";
+    case OpKind::kLayerNormBwd: return "layernorm_bwd";
+    case OpKind::kGelu: return "gelu";
+    case OpKind::kGeluBwd: return "gelu_bwd";
+    case OpKind::kBatchedMatmul: return "bmm";
+    case OpKind::kBatchedMatmulBwd: return "bmm_bwd";
+    case OpKind::kSoftmax: return "softmax";
+    case OpKind::kSoftmaxBwd: return "softmax_bwd";
+    case OpKind::kReshape: return "reshape";
+    case OpKind::kTranspose: return "transpose";
+    case OpKind::kAdam: return "adam";
   }
   return "?";
 }

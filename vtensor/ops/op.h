@@ -27,13 +27,28 @@ enum class OpKind {
   kLinear,           // x, w [, b] -> y
   kLinearBwd,        // dy, x, w -> [dx], dw [, db]
   kAdd,              // a, b -> y
-  kFlatten,          // x -> y (a copy for now: storage sharing arrives with views)
+  kFlatten,          // x -> y (a copy; kReshape is the view, flatten kept as is so CNN figures stay put)
   kReshapeBwd,       // dy -> dx (copy back to the input's shape)
   kDropout,          // x -> y
   kDropoutBwd,       // dy -> dx
   kSoftmaxCE,        // logits, labels -> loss[1]
   kSoftmaxCEBwd,     // logits, labels -> dlogits
   kSgdMomentum,      // w*, g, m* -> (in place)
+  // transformers
+  kTokenData,        // -> tokens[B*T], targets[B*T] (synthetic token sequences)
+  kEmbedding,        // table [, ids] -> y[N, C] (no ids: row n reads table[n % period])
+  kEmbeddingBwd,     // dy [, ids] [, acc] -> dtable (= acc + scattered dy when attrs.accumulate)
+  kLayerNorm,        // x, gamma, beta -> y, save_mean, save_invstd
+  kLayerNormBwd,     // dy, x, gamma, save_mean, save_invstd -> dx, dgamma, dbeta
+  kGelu,             // x -> y
+  kGeluBwd,          // dy, x -> dx
+  kBatchedMatmul,    // a[..,M,K], b[..,K,N] (or [..,N,K] when trans_b) -> alpha * a op(b)
+  kBatchedMatmulBwd, // dc, a, b -> da, db
+  kSoftmax,          // x -> y (over the last dim; causal masks columns after the row's position)
+  kSoftmaxBwd,       // dy, y -> dx
+  kReshape,          // x -> y: a view, y shares x's storage (TensorInfo::view_of)
+  kTranspose,        // x[A,B,C,D] -> y[A,C,B,D] (a copy)
+  kAdam,             // w*, g, m*, v* -> (in place); attrs.decoupled_wd: AdamW
 };
 const char* to_string(OpKind k);
 
@@ -50,7 +65,14 @@ struct OpAttrs {
   uint64_t seed = 0;                    // dropout, data
   float eps = 1e-5f, momentum = 0.1f;   // batch norm
   float lr = 0.f, sgd_momentum = 0.f, weight_decay = 0.f;  // sgd
-  int num_classes = 0;                  // data
+  int num_classes = 0;                  // data (vocabulary for token data)
+  int period = 0;                       // token data: sequence length; embedding without ids: positions
+  bool mlm = false;                     // token data: mask some inputs (BERT), targets are the originals
+  bool trans_b = false, causal = false;  // batched matmul, softmax
+  float alpha = 1.f;                    // batched matmul scale
+  float beta1 = 0.9f, beta2 = 0.999f, adam_eps = 1e-8f;  // adam
+  bool decoupled_wd = false;            // adamw
+  bool accumulate = false;              // embedding backward: last input is a gradient to add to (tied weights)
 };
 
 struct Op {

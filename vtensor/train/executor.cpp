@@ -10,6 +10,13 @@ Executor::Executor(const Graph& g, Backend& backend, MemoryManager& mm) : g_(g),
     for (TensorId in : op.inputs) last_use[static_cast<size_t>(in)] = op.index;
     for (TensorId out : op.outputs) last_use[static_cast<size_t>(out)] = std::max(last_use[static_cast<size_t>(out)], op.index);
   }
+  // A view's base lives until the last use of the base and of all its views.
+  for (const auto& t : g.tensors()) {
+    TensorId b = t.id;
+    while (g.tensor(b).view_of != kNoTensor) b = g.tensor(b).view_of;
+    int& lb = last_use[static_cast<size_t>(b)];
+    lb = std::max(lb, last_use[static_cast<size_t>(t.id)]);
+  }
   release_after_.resize(g.num_ops());
   for (const auto& t : g.tensors())
     if (!t.persistent() && last_use[static_cast<size_t>(t.id)] >= 0)

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "vtensor/backend/cpu/kernels.h"
+#include "vtensor/backend/cpu/kernels_transformer.h"
 #include "vtensor/core/errors.h"
 
 namespace vtensor {
@@ -184,6 +185,32 @@ void synthetic_batch(const Op& op, const Shape& xs, uint64_t iteration, float* x
   }
 }
 
+// Synthetic token sequences, learnable from context: each sequence starts at a random token and
+// steps by its own stride (1, 2 or 3) modulo the vocabulary, so the next token follows from the
+// last two. Token 0 is reserved as the mask token. GPT: targets are the next tokens. BERT (mlm):
+// about 15% of the inputs become the mask token; targets are the original tokens at every
+// position. Eight distinct batches repeat, as for the image data.
+void synthetic_tokens(const Op& op, int rows, uint64_t iteration, float* tokens, float* targets) {
+  const int T = op.attrs.period, V = op.attrs.num_classes, B = rows / T;
+  const uint64_t batch_seed = cpu::mix64(op.attrs.seed + iteration % 8);
+  auto at = [&](int start, int stride, int t) { return 1 + (start + stride * t) % (V - 1); };
+  for (int b = 0; b < B; ++b) {
+    const int start = static_cast<int>(cpu::uniform01(batch_seed, 2 * static_cast<uint64_t>(b)) * (V - 1));
+    const int stride = 1 + static_cast<int>(cpu::uniform01(batch_seed, 2 * static_cast<uint64_t>(b) + 1) * 3);
+    for (int t = 0; t < T; ++t) {
+      const size_t i = static_cast<size_t>(b) * T + t;
+      tokens[i] = static_cast<float>(at(start, stride, t));
+      targets[i] = static_cast<float>(op.attrs.mlm ? at(start, stride, t) : at(start, stride, t + 1));
+      if (op.attrs.mlm && cpu::uniform01(batch_seed ^ 0x3a5cull, i) < 0.15f) tokens[i] = 0.f;
+    }
+  }
+}
+
+// Leading dims of a [.., M, N] tensor.
+int batch_dims(const Shape& s) { return static_cast<int>(s.numel() / (s[s.rank() - 2] * s[s.rank() - 1])); }
+int last(const Shape& s) { return static_cast<int>(s[s.rank() - 1]); }
+int rows(const Shape& s) { return static_cast<int>(s.numel() / s[s.rank() - 1]); }
+
 }  // namespace
 
 void CpuBackend::launch(const Graph& g, const Op& op, const KernelArgs& a) {
@@ -299,6 +326,66 @@ void CpuBackend::launch(const Graph& g, const Op& op, const KernelArgs& a) {
     case OpKind::kSgdMomentum:
       cpu::sgd_momentum(numel(in_shape(0)), op.attrs.lr, op.attrs.sgd_momentum, op.attrs.weight_decay, a.inputs[0],
                         a.inputs[1], a.inputs[2]);
+      break;
+    case OpKind::kTokenData:
+      synthetic_tokens(op, dim(out_shape(0), 0), a.iteration, a.outputs[0], a.outputs[1]);
+      break;
+    case OpKind::kEmbedding: {
+      const Shape& t = in_shape(0);
+      const float* ids = op.inputs.size() > 1 ? a.inputs[1] : nullptr;
+      cpu::embedding_forward(dim(out_shape(0), 0), dim(t, 0), dim(t, 1), ids, op.attrs.period, a.inputs[0], a.outputs[0]);
+      break;
+    }
+    case OpKind::kEmbeddingBwd: {
+      const Shape& t = out_shape(0);
+      const size_t plain = op.inputs.size() - (op.attrs.accumulate ? 1 : 0);  // dy [, ids]
+      const float* ids = plain > 1 ? a.inputs[1] : nullptr;
+      const float* acc = op.attrs.accumulate ? a.inputs.back() : nullptr;
+      cpu::embedding_backward(dim(in_shape(0), 0), dim(t, 0), dim(t, 1), a.inputs[0], ids, op.attrs.period, a.outputs[0],
+                              acc);
+      break;
+    }
+    case OpKind::kLayerNorm:
+      cpu::layernorm_forward(rows(in_shape(0)), last(in_shape(0)), a.inputs[0], a.inputs[1], a.inputs[2], op.attrs.eps,
+                             a.outputs[0], a.outputs[1], a.outputs[2]);
+      break;
+    case OpKind::kLayerNormBwd:
+      cpu::layernorm_backward(rows(in_shape(1)), last(in_shape(1)), a.inputs[0], a.inputs[1], a.inputs[2], a.inputs[3],
+                              a.inputs[4], a.outputs[0], a.outputs[1], a.outputs[2]);
+      break;
+    case OpKind::kGelu: cpu::gelu_forward(numel(in_shape(0)), a.inputs[0], a.outputs[0]); break;
+    case OpKind::kGeluBwd: cpu::gelu_backward(numel(in_shape(0)), a.inputs[0], a.inputs[1], a.outputs[0]); break;
+    case OpKind::kBatchedMatmul:
+    case OpKind::kBatchedMatmulBwd: {
+      const bool fwd = op.kind == OpKind::kBatchedMatmul;
+      const Shape& sa = in_shape(fwd ? 0 : 1);
+      const Shape& sc = fwd ? out_shape(0) : in_shape(0);
+      const int M = dim(sa, sa.rank() - 2), K = last(sa), N = last(sc);
+      if (fwd)
+        cpu::bmm_forward(batch_dims(sa), M, N, K, op.attrs.trans_b, op.attrs.alpha, a.inputs[0], a.inputs[1], a.outputs[0]);
+      else
+        cpu::bmm_backward(batch_dims(sa), M, N, K, op.attrs.trans_b, op.attrs.alpha, a.inputs[0], a.inputs[1],
+                          a.inputs[2], a.outputs[0], a.outputs[1]);
+      break;
+    }
+    case OpKind::kSoftmax:
+      cpu::softmax_forward(rows(in_shape(0)), last(in_shape(0)), op.attrs.causal, a.inputs[0], a.outputs[0]);
+      break;
+    case OpKind::kSoftmaxBwd:
+      cpu::softmax_backward(rows(in_shape(0)), last(in_shape(0)), a.inputs[0], a.inputs[1], a.outputs[0]);
+      break;
+    case OpKind::kReshape:
+      if (a.outputs[0] != a.inputs[0]) throw std::logic_error("reshape: a view must share its input's storage");
+      break;
+    case OpKind::kTranspose: {
+      const Shape& x = in_shape(0);
+      cpu::transpose12(dim(x, 0), dim(x, 1), dim(x, 2), dim(x, 3), a.inputs[0], a.outputs[0]);
+      break;
+    }
+    case OpKind::kAdam:
+      cpu::adam(numel(in_shape(0)), op.attrs.lr, op.attrs.beta1, op.attrs.beta2, op.attrs.adam_eps,
+                op.attrs.weight_decay, op.attrs.decoupled_wd, static_cast<int64_t>(a.iteration) + 1, a.inputs[0],
+                a.inputs[1], a.inputs[2], a.inputs[3]);
       break;
   }
 }

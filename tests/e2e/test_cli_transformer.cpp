@@ -1,0 +1,55 @@
+// The vtensor command with transformers: --seq, --optimizer, and bad input (exit 2).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+namespace {
+
+struct CliResult {
+  int code;
+  std::string output;
+};
+
+CliResult run_cli(const std::string& args) {
+  const std::string cmd = std::string(VTENSOR_BINARY) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  while (size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+TEST(CliTransformer, SeqAndAdamwReachTheReport) {
+  const std::string report =
+      (std::filesystem::temp_directory_path() / ("vtensor_tfm_" + std::to_string(getpid()) + ".json")).string();
+  CliResult r = run_cli("train --model gpt-tiny --seq 16 --batch 4 --optimizer adamw --weight-decay 0.01 --iters 2 --report " +
+                        report);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("seq 16"), std::string::npos) << r.output;
+  std::ifstream in(report);
+  ASSERT_TRUE(in.good());
+  auto j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["config"]["optimizer"], "adamw");
+  EXPECT_FLOAT_EQ(j["config"]["lr"].get<float>(), 1e-3f) << "Adam's default rate when --lr is not given";
+  EXPECT_EQ(j["config"]["image_size"], 16);
+  EXPECT_FLOAT_EQ(j["config"]["weight_decay"].get<float>(), 0.01f);
+  std::filesystem::remove(report);
+}
+
+TEST(CliTransformer, BadOptimizerAndWidthExitTwo) {
+  CliResult r = run_cli("train --model gpt-tiny --optimizer rmsprop --iters 1");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("sgd, adam, adamw"), std::string::npos) << r.output;
+  r = run_cli("train --model bert-tiny --width 62 --iters 1");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("--width"), std::string::npos) << r.output;
+}
+
+}  // namespace
