@@ -159,8 +159,8 @@ TEST(GptTiny, EveryLosslessPolicyMatchesNone) {
     if (info.name == "none") continue;
     SCOPED_TRACE(info.name);
     // Static planners (vDNN) cannot evict on demand: when 60% is below what their plan needs,
-    // they say so in the error, and the run is repeated at that budget, which must still be
-    // below the unmanaged peak.
+    // they say so in the error, and the run is repeated at that budget, which must not exceed
+    // the unmanaged peak (vdnn-conv saves nothing here: gpt has no convolutions).
     size_t b = budget;
     TfmRun r;
     try {
@@ -168,7 +168,7 @@ TEST(GptTiny, EveryLosslessPolicyMatchesNone) {
     } catch (const OutOfMemoryError& e) {
       ASSERT_TRUE(e.smallest_working_budget().has_value()) << e.what();
       b = align_up(*e.smallest_working_budget());
-      ASSERT_LT(b, max_peak(base)) << e.what();
+      ASSERT_LE(b, max_peak(base)) << e.what();
       r = train("gpt-tiny", info.name, b, iters, OptimizerKind::kAdam, 1e-3f);
     }
     for (const auto& s : r.iters) EXPECT_LE(s.peak_allocated, b);
