@@ -53,12 +53,17 @@ class Policy {
  public:
   virtual ~Policy() = default;
   virtual std::string name() const = 0;
+  // Once, when the memory manager takes the policy: the graph and budget stay readable through it.
+  virtual void attach(const MemoryView& view) {}
   virtual void begin_iteration(int iteration) {}
   // Actions to carry out after op `op_index` has been launched.
   virtual std::vector<Action> after_op(int op_index) { return {}; }
   // An allocation of `bytes` did not fit: which tensors to evict (in order). Empty: give up (OOM).
   virtual std::vector<Victim> choose_victims(size_t bytes, const MemoryView& view) = 0;
   virtual void end_iteration(const AccessTrace& trace) {}
+  // An access found `id` not resident (`from`: on host, swapping in, dropped) and waited
+  // `waited_ms` for its copy or recomputation (feedback for planned prefetches).
+  virtual void on_restore(TensorId id, int op_index, Residency from, double waited_ms) {}
   // Lossless policies must give bit-identical training to `none`.
   virtual bool lossless() const { return true; }
   // What the policy decided (per layer / per tensor), for the run's report; null when nothing.
