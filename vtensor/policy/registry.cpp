@@ -1,6 +1,8 @@
 // Policies by name. Each policy file registers here; the CLI and the tests list them from it.
 #include <stdexcept>
 
+#include "vtensor/policy/capuchin.h"
+#include "vtensor/policy/dtr.h"
 #include "vtensor/policy/lru.h"
 #include "vtensor/policy/none.h"
 
@@ -14,6 +16,14 @@ const std::vector<PolicyInfo>& policy_registry() {
        [] { return std::make_unique<LruPolicy>(EvictAction::kSwap); }},
       {"lru-recompute", "passive: on OOM drop the least-recently-used recomputable tensors (swap what cannot be recomputed), recompute on access",
        [] { return std::make_unique<LruPolicy>(EvictAction::kDrop); }},
+      {"capuchin-swap", "Capuchin: measured iteration, then planned swaps with prefetch triggers from the access trace",
+       [] { return std::make_unique<CapuchinPolicy>(CapuchinMode::kSwap); }},
+      {"capuchin-recompute", "Capuchin: measured iteration, then planned drops ranked by memory saved per second of recompute",
+       [] { return std::make_unique<CapuchinPolicy>(CapuchinMode::kRecompute); }},
+      {"capuchin", "Capuchin hybrid: hidden swaps first, then per tensor the cheaper of swap and recompute",
+       [] { return std::make_unique<CapuchinPolicy>(CapuchinMode::kHybrid); }},
+      {"dtr", "DTR: on OOM drop the smallest cost / (bytes x staleness), recompute on access; no planning",
+       [] { return std::make_unique<DtrPolicy>(); }},
   };
   return registry;
 }
