@@ -131,30 +131,25 @@ class Planner {
       }
   }
 
-  // Tensors accessed more than once with a gap over ops above the budget.
+  // Tensors accessed more than once: each gap between two accesses that spans ops above the
+  // budget is a candidate of its own.
   void find_candidates() {
     for (size_t id = 0; id < in_.tensors.size(); ++id) {
       const auto& t = in_.tensors[id];
       const auto& ops = ops_of_[id];
-      if (ops.size() < 2) continue;  // parameters too: swapped between forward and backward use
-      int best_e = -1, best_b = -1, best_over = 0;
-      for (size_t k = 0; k + 1 < ops.size(); ++k) {
+      for (size_t k = 0; k + 1 < ops.size(); ++k) {  // parameters too: swapped between uses
         const int e = ops[k], b = ops[k + 1];
-        if (b < e + 2) continue;
-        int over = 0;
-        for (int i = e + 1; i < b; ++i) over += mem_[static_cast<size_t>(i)] > in_.budget;
-        if (over > best_over) best_over = over, best_e = e, best_b = b;
+        if (b < e + 2 || !hits_over(e + 1, b - 1)) continue;
+        CapuchinCandidate c;
+        c.id = static_cast<TensorId>(id);
+        c.bytes = t.bytes;
+        c.evict_op = e;
+        c.back_op = b;
+        c.swap_ns = static_cast<double>(t.bytes) * in_.swap_ns_per_byte;
+        c.free_time_ns = capuchin_free_time(start_, e, b, c.swap_ns);
+        c.recompute_ns = -1;
+        out_.candidates.push_back(c);
       }
-      if (best_over == 0) continue;
-      CapuchinCandidate c;
-      c.id = static_cast<TensorId>(id);
-      c.bytes = t.bytes;
-      c.evict_op = best_e;
-      c.back_op = best_b;
-      c.swap_ns = static_cast<double>(t.bytes) * in_.swap_ns_per_byte;
-      c.free_time_ns = capuchin_free_time(start_, best_e, best_b, c.swap_ns);
-      c.recompute_ns = -1;
-      out_.candidates.push_back(c);
     }
   }
 
@@ -188,20 +183,21 @@ class Planner {
     for (TensorId inp : t.inputs) {
       const auto i = static_cast<size_t>(inp);
       const auto& it = in_.tensors[i];
-      const int ci = cand_index_[i];
-      if (ci >= 0) {
+      bool handled = false;
+      for (int ci : cands_of_[i]) {
         const auto& c = out_.candidates[static_cast<size_t>(ci)];
         if (c.decision == CapuchinDecision::kRecompute && c.evict_op < b && b < c.back_op) {
           const double sub = chain_ns(inp, b, c.evict_op, depth + 1);
           if (sub < 0) return -1;
           cost += sub;
-          continue;
-        }
-        if (c.decision == CapuchinDecision::kSwap && c.evict_op + 2 <= b && b <= c.trigger_op) {
+          handled = true;
+        } else if (c.decision == CapuchinDecision::kSwap && c.evict_op + 2 <= b && b <= c.trigger_op) {
           cost += c.swap_ns;  // on host then: swapped back in for the recomputation
-          continue;
+          handled = true;
         }
+        if (handled) break;
       }
+      if (handled) continue;
       if (it.persistent || (first_[i] <= b && b <= last_[i])) continue;  // alive
       if (last_[i] >= 0 && last_[i] < b && last_[i] > e_ctx) continue;  // held by the lineage reference
       const double sub = chain_ns(inp, b, e_ctx, depth + 1);  // released before the drop: recomputed too
@@ -265,14 +261,15 @@ class Planner {
       c.swap_stall_ns = std::max(0.0, s + c.swap_ns - start_[static_cast<size_t>(c.back_op)]);
       if (p != c.trigger_op)
         for (auto& a : out_.plan.actions)
-          if (a.kind == ActionKind::kPrefetch && a.tensor == c.id) a.op = p;
+          if (a.kind == ActionKind::kPrefetch && a.tensor == c.id && a.op == c.trigger_op) a.op = p;
       c.trigger_op = p;
     }
   }
 
   void index_candidates() {
-    cand_index_.assign(in_.tensors.size(), -1);
-    for (size_t k = 0; k < out_.candidates.size(); ++k) cand_index_[static_cast<size_t>(out_.candidates[k].id)] = static_cast<int>(k);
+    cands_of_.assign(in_.tensors.size(), {});
+    for (size_t k = 0; k < out_.candidates.size(); ++k)
+      cands_of_[static_cast<size_t>(out_.candidates[k].id)].push_back(static_cast<int>(k));
   }
 
   // Swaps whose copies hide completely, largest free time first.
@@ -330,8 +327,8 @@ class Planner {
   CapuchinMode mode_;
   CapuchinPlan out_;
   std::vector<double> start_;
-  std::vector<int> first_, last_, cand_index_;
-  std::vector<std::vector<int>> ops_of_;
+  std::vector<int> first_, last_;
+  std::vector<std::vector<int>> ops_of_, cands_of_;
   std::vector<size_t> mem_;
   CopyLane d2h_, h2d_;
   int order_ = 0;
@@ -397,9 +394,12 @@ std::vector<Victim> CapuchinPolicy::choose_victims(size_t bytes, const MemoryVie
   std::vector<TensorView> cands;
   for (TensorId id : view.evictable()) cands.push_back(view.view(id));
   auto awaited = [&](TensorId id) {
-    if (!guided_ || static_cast<size_t>(id) >= candidate_of_.size() || candidate_of_[static_cast<size_t>(id)] < 0) return false;
-    const auto& c = plan_.candidates[static_cast<size_t>(candidate_of_[static_cast<size_t>(id)])];
-    return c.decision == CapuchinDecision::kSwap && c.trigger_op <= current_op_ && current_op_ < c.back_op;
+    if (!guided_ || static_cast<size_t>(id) >= candidates_of_.size()) return false;
+    for (int k : candidates_of_[static_cast<size_t>(id)]) {
+      const auto& c = plan_.candidates[static_cast<size_t>(k)];
+      if (c.decision == CapuchinDecision::kSwap && c.trigger_op <= current_op_ && current_op_ < c.back_op) return true;
+    }
+    return false;
   };
   std::sort(cands.begin(), cands.end(), [&](const TensorView& a, const TensorView& b) {
     const bool wa = awaited(a.id), wb = awaited(b.id);
@@ -442,7 +442,7 @@ void CapuchinPolicy::end_iteration(const AccessTrace& trace) {
       if (m + c.bytes > view_->budget()) continue;
       m += c.bytes;
       for (auto& a : plan_.plan.actions)
-        if (a.kind == ActionKind::kPrefetch && a.tensor == c.id) a.op = c.trigger_op - 1;
+        if (a.kind == ActionKind::kPrefetch && a.tensor == c.id && a.op == c.trigger_op) a.op = c.trigger_op - 1;
       --c.trigger_op;
       ++trigger_moves_;
     }
@@ -451,8 +451,9 @@ void CapuchinPolicy::end_iteration(const AccessTrace& trace) {
   }
   plan_ = plan_capuchin(planner_input(view_->graph(), trace, view_->budget()), mode_);
   measured_sequence_ = std::move(seq);
-  candidate_of_.assign(view_->graph().num_tensors(), -1);
-  for (size_t k = 0; k < plan_.candidates.size(); ++k) candidate_of_[static_cast<size_t>(plan_.candidates[k].id)] = static_cast<int>(k);
+  candidates_of_.assign(view_->graph().num_tensors(), {});
+  for (size_t k = 0; k < plan_.candidates.size(); ++k)
+    candidates_of_[static_cast<size_t>(plan_.candidates[k].id)].push_back(static_cast<int>(k));
   late_.assign(plan_.candidates.size(), 0);
   cost_ms_.assign(plan_.candidates.size(), 0.0);
   swap_ns_per_byte_ = trace.swap_ns_per_byte;
@@ -462,8 +463,10 @@ void CapuchinPolicy::end_iteration(const AccessTrace& trace) {
 }
 
 void CapuchinPolicy::on_restore(TensorId id, int op_index, Residency from, double waited_ms) {
-  if (!guided_ || static_cast<size_t>(id) >= candidate_of_.size() || candidate_of_[static_cast<size_t>(id)] < 0) return;
-  const auto k = static_cast<size_t>(candidate_of_[static_cast<size_t>(id)]);
+  if (!guided_ || static_cast<size_t>(id) >= candidates_of_.size() || candidates_of_[static_cast<size_t>(id)].empty()) return;
+  size_t k = static_cast<size_t>(candidates_of_[static_cast<size_t>(id)].front());
+  for (int ci : candidates_of_[static_cast<size_t>(id)])
+    if (plan_.candidates[static_cast<size_t>(ci)].back_op == op_index) k = static_cast<size_t>(ci);
   cost_ms_[k] += waited_ms;
   const auto& c = plan_.candidates[k];
   if (c.decision == CapuchinDecision::kSwap && op_index == c.back_op &&

@@ -16,7 +16,7 @@
 //   sequence sends the policy back to passive mode to measure again.
 // Deviations: the predicted memory curve counts tensors only (workspaces are absorbed by the
 // passive fallback, which stays on in guided iterations); recomputation happens on access (no
-// pre-triggered recompute); one eviction gap per tensor (the one covering most over-budget ops).
+// pre-triggered recompute).
 #pragma once
 #include <string>
 #include <vector>
@@ -105,7 +105,7 @@ class CapuchinPolicy final : public Policy {
   std::vector<std::pair<TensorId, int>> measured_sequence_;  // (tensor, op) of every access
   std::vector<char> late_;                                   // per candidate, this iteration
   std::vector<double> cost_ms_;                              // per candidate, last guided iteration
-  std::vector<int> candidate_of_;                            // tensor -> candidate index or -1
+  std::vector<std::vector<int>> candidates_of_;              // tensor -> its candidates (one per gap)
   int measurements_ = 0, trigger_moves_ = 0, guided_iterations_ = 0;
   int current_op_ = -1;
   double swap_ns_per_byte_ = 0;
