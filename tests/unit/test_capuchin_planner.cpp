@@ -209,6 +209,29 @@ TEST(CapuchinPlanner, HybridTakesTheCheaperPerTensor) {
   EXPECT_GT(candidate(s, q).swap_stall_ns, 0);
 }
 
+TEST(CapuchinPlanner, EachGapIsACandidateOfItsOwn) {
+  TraceBuilder t(12);
+  t.in.swap_ns_per_byte = 0.01;  // 1 ns per copy
+  const TensorId a = t.tensor(100, 0, {}, true);
+  t.accesses(a, {0, 5, 11});
+  const TensorId f1 = t.tensor(1000, 1, {}, false);
+  t.live(f1, 2, 3);
+  const TensorId f2 = t.tensor(1000, 6, {}, false);
+  t.live(f2, 7, 9);
+  t.in.budget = 1000;
+  const CapuchinPlan p = plan_capuchin(t.in, CapuchinMode::kSwap);
+  std::vector<std::pair<int, int>> gaps;
+  for (const auto& c : p.candidates)
+    if (c.id == a) {
+      EXPECT_EQ(c.decision, CapuchinDecision::kSwap);
+      gaps.emplace_back(c.evict_op, c.back_op);
+    }
+  const std::vector<std::pair<int, int>> want = {{0, 5}, {5, 11}};
+  EXPECT_EQ(gaps, want);
+  EXPECT_TRUE(p.fits);
+  EXPECT_EQ(p.plan.actions.size(), 4u) << p.plan.str();
+}
+
 TEST(CapuchinPlanner, NothingToDoWhenThePeakFits) {
   TraceBuilder t(10);
   const TensorId a = t.tensor(100, 0, {}, true);
