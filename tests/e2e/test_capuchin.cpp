@@ -151,3 +151,46 @@ TEST(Capuchin, ChangedAccessSequenceFallsBackToPassiveAndMeasuresAgain) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Capuchin, LatePrefetchMovesItsTriggerEarlier) {
+  const PolicyRun base = train("resnet-tiny", "none", 0, 1);
+  TrainConfig cfg;
+  cfg.model.name = "resnet-tiny";
+  cfg.policy = "capuchin-swap";
+  cfg.budget = align_up(max_peak(base) / 2);
+  cfg.iters = 1;
+  Trainer t(cfg);
+  auto& policy = dynamic_cast<CapuchinPolicy&>(t.memory().policy());
+  t.step();
+  ASSERT_TRUE(policy.guided());
+  // A planned swap whose trigger can move: room before it, and the op before it not over budget.
+  const CapuchinPlan& plan = policy.plan();
+  int k = -1;
+  for (size_t i = 0; i < plan.candidates.size() && k < 0; ++i) {
+    const auto& c = plan.candidates[i];
+    if (c.decision == CapuchinDecision::kSwap && c.trigger_op > c.evict_op + 2 &&
+        plan.memory_after[static_cast<size_t>(c.trigger_op)] + c.bytes <= cfg.budget)
+      k = static_cast<int>(i);
+  }
+  ASSERT_GE(k, 0) << "no movable swap in the plan";
+  const CapuchinCandidate c = plan.candidates[static_cast<size_t>(k)];
+  const AccessTrace trace = t.memory().tracker().current();
+  policy.begin_iteration(1);
+  policy.on_restore(c.id, c.back_op, Residency::kOnHost, 0.5);  // it was still on host at its back-access
+  policy.end_iteration(trace);
+  EXPECT_EQ(policy.plan().candidates[static_cast<size_t>(k)].trigger_op, c.trigger_op - 1);
+  EXPECT_EQ(policy.trigger_moves(), 1);
+  bool found = false;
+  for (const Action& a : policy.plan().plan.actions)
+    if (a.kind == ActionKind::kPrefetch && a.tensor == c.id && a.op == c.trigger_op - 1) found = true;
+  EXPECT_TRUE(found) << policy.plan().plan.str();
+  // Not late: nothing moves.
+  policy.begin_iteration(2);
+  policy.end_iteration(trace);
+  EXPECT_EQ(policy.trigger_moves(), 1);
+  t.step();  // the moved plan runs
+}
+
+}  // namespace
