@@ -65,7 +65,7 @@ def main():
     ap.add_argument("--backend", default="cpu")
     ap.add_argument("--gpu", default="")
     ap.add_argument("--iters", type=int, default=6)
-    ap.add_argument("--policies", default="none,capuchin-swap,capuchin-recompute,capuchin,dtr,vdnn-conv,lru")
+    ap.add_argument("--policies", default="none,capuchin-swap,capuchin-recompute,capuchin,dtr,vdnn-conv,lru,lru-recompute")
     ap.add_argument("--max-batch-limit", type=int, default=4096)
     args = ap.parse_args()
     listed = subprocess.run([BIN, "policies"], capture_output=True, text=True).stdout
