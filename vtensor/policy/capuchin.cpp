@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <queue>
 #include <stdexcept>
 
 
@@ -34,16 +35,19 @@ struct CopyLane {
   std::vector<std::pair<double, double>> busy;  // sorted by start
   double earliest_fit(double t0, double dur) const {
     double s = t0;
-    for (const auto& [b, e] : busy) {
-      if (e <= s) continue;
-      if (b >= s + dur) break;
-      s = e;
+    // Intervals do not overlap, so their ends are sorted too: skip those that end before t0.
+    auto it = std::upper_bound(busy.begin(), busy.end(), t0,
+                               [](double t, const std::pair<double, double>& iv) { return t < iv.second; });
+    for (; it != busy.end(); ++it) {
+      if (it->second <= s) continue;
+      if (it->first >= s + dur) break;
+      s = it->second;
     }
     return s;
   }
   void add(double s, double dur) {
-    busy.emplace_back(s, s + dur);
-    std::sort(busy.begin(), busy.end());
+    const std::pair<double, double> iv(s, s + dur);
+    busy.insert(std::upper_bound(busy.begin(), busy.end(), iv), iv);
   }
 };
 
@@ -137,6 +141,7 @@ class Planner {
     for (size_t id = 0; id < in_.tensors.size(); ++id) {
       const auto& t = in_.tensors[id];
       const auto& ops = ops_of_[id];
+      if (t.bytes == 0) continue;  // views
       for (size_t k = 0; k + 1 < ops.size(); ++k) {  // parameters too: swapped between uses
         const int e = ops[k], b = ops[k + 1];
         if (b < e + 2 || !hits_over(e + 1, b - 1)) continue;
@@ -290,36 +295,54 @@ class Planner {
   }
 
   // The rest: best bytes per second of overhead (MSPS for recomputation, bytes per stall second
-  // for swap), re-ranked after every choice, until the predicted peak fits.
+  // for swap) until the predicted peak fits. Scores only fall as choices are made (chains grow,
+  // copy lanes fill), so re-ranking is lazy: the top candidate is evaluated again against the
+  // current plan before it is taken, and goes back into the queue if it dropped below the next.
+  struct Option {
+    double score = -1;
+    bool swap = false;
+    double chain = 0;
+    SwapEval eval;
+  };
+  Option evaluate(CapuchinCandidate& c) const {
+    Option o;
+    if (mode_ != CapuchinMode::kSwap) {
+      const double chain = hits_over(c.evict_op + 1, c.back_op - 1) ? chain_ns(c.id, c.back_op, c.evict_op) : -1;
+      c.recompute_ns = chain;
+      c.msps = chain < 0 ? 0 : static_cast<double>(c.bytes) / std::max(chain, kEpsNs) * 1e9;
+      if (chain >= 0) o.score = c.msps, o.chain = chain;
+    }
+    if (mode_ != CapuchinMode::kRecompute) {
+      const SwapEval s = eval_swap(c);
+      c.swap_stall_ns = s.stall;
+      c.trigger_op = s.trigger;
+      const double score = static_cast<double>(c.bytes) / std::max(s.stall, kEpsNs) * 1e9;
+      if (s.ok && score > o.score) o.score = score, o.swap = true, o.eval = s;
+    }
+    return o;
+  }
+
   void greedy() {
     index_candidates();
-    for (;;) {
-      if (fits()) return;
-      int best = -1;
-      bool best_swap = false;
-      double best_score = -1, best_chain = 0;
-      SwapEval best_eval;
-      for (size_t k = 0; k < out_.candidates.size(); ++k) {
-        auto& c = out_.candidates[k];
-        if (c.decision != CapuchinDecision::kKeep) continue;
-        if (mode_ != CapuchinMode::kSwap) {
-          const double chain = hits_over(c.evict_op + 1, c.back_op - 1) ? chain_ns(c.id, c.back_op, c.evict_op) : -1;
-          c.recompute_ns = chain;
-          c.msps = chain < 0 ? 0 : static_cast<double>(c.bytes) / std::max(chain, kEpsNs) * 1e9;
-          if (chain >= 0 && c.msps > best_score) best = static_cast<int>(k), best_swap = false, best_score = c.msps, best_chain = chain;
-        }
-        if (mode_ != CapuchinMode::kRecompute) {
-          const SwapEval s = eval_swap(c);
-          c.swap_stall_ns = s.stall;
-          c.trigger_op = s.trigger;
-          const double score = static_cast<double>(c.bytes) / std::max(s.stall, kEpsNs) * 1e9;
-          if (s.ok && score > best_score) best = static_cast<int>(k), best_swap = true, best_score = score, best_eval = s;
-        }
+    std::priority_queue<std::pair<double, int>> queue;  // (score, -index): ties to the lower index
+    for (size_t k = 0; k < out_.candidates.size(); ++k) {
+      auto& c = out_.candidates[k];
+      if (c.decision != CapuchinDecision::kKeep) continue;
+      const Option o = evaluate(c);
+      if (o.score >= 0) queue.emplace(o.score, -static_cast<int>(k));
+    }
+    while (!queue.empty() && !fits()) {
+      const int k = -queue.top().second;
+      queue.pop();
+      auto& c = out_.candidates[static_cast<size_t>(k)];
+      const Option o = evaluate(c);
+      if (o.score < 0) continue;  // no longer frees anything over the budget
+      if (!queue.empty() && o.score < queue.top().first) {
+        queue.emplace(o.score, -k);
+        continue;
       }
-      if (best < 0) return;
-      auto& c = out_.candidates[static_cast<size_t>(best)];
-      if (best_swap) apply_swap(c, best_eval);
-      else apply_recompute(c, best_chain);
+      if (o.swap) apply_swap(c, o.eval);
+      else apply_recompute(c, o.chain);
     }
   }
 
