@@ -225,10 +225,19 @@ class Planner {
     out_.plan.actions.push_back({ActionKind::kPrefetch, c.id, s.trigger});
   }
 
+  size_t held_inputs(const CapuchinCandidate& c) const {
+    size_t held = 0;
+    for (TensorId inp : in_.tensors[static_cast<size_t>(c.id)].inputs) {
+      const auto i = static_cast<size_t>(inp);
+      if (!in_.tensors[i].persistent && last_[i] > c.evict_op && last_[i] < c.back_op) held += in_.tensors[i].bytes;
+    }
+    return held;
+  }
+
   void apply_recompute(CapuchinCandidate& c, double chain) {
     c.decision = CapuchinDecision::kRecompute;
     c.recompute_ns = chain;
-    c.msps = static_cast<double>(c.bytes) / std::max(chain, kEpsNs) * 1e9;
+    c.msps = static_cast<double>(c.bytes - std::min(c.bytes, held_inputs(c))) / std::max(chain, kEpsNs) * 1e9;
     c.order = order_++;
     add_mem(c.evict_op + 1, c.back_op - 1, -static_cast<long long>(c.bytes));
     // Inputs released between the drop and the recomputation stay alive for it.
@@ -310,7 +319,12 @@ class Planner {
       const double chain = hits_over(c.evict_op + 1, c.back_op - 1) ? chain_ns(c.id, c.back_op, c.evict_op) : -1;
       c.recompute_ns = chain;
       c.msps = chain < 0 ? 0 : static_cast<double>(c.bytes) / std::max(chain, kEpsNs) * 1e9;
-      if (chain >= 0) o.score = c.msps, o.chain = chain;
+      // Memory saved is net of the inputs the drop keeps alive until the recomputation.
+      const size_t held = held_inputs(c);
+      if (chain >= 0 && held < c.bytes) {
+        c.msps = static_cast<double>(c.bytes - held) / std::max(chain, kEpsNs) * 1e9;
+        o.score = c.msps, o.chain = chain;
+      }
     }
     if (mode_ != CapuchinMode::kRecompute) {
       const SwapEval s = eval_swap(c);
