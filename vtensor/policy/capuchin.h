@@ -14,9 +14,13 @@
 //   Guided execution: the plan's actions run after their ops each iteration; a prefetch found
 //   late at its back-access moves its trigger one op earlier next iteration; a changed access
 //   sequence sends the policy back to passive mode to measure again.
-// Deviations: the predicted memory curve counts tensors only (workspaces are absorbed by the
-// passive fallback, which stays on in guided iterations); recomputation happens on access (no
-// pre-triggered recompute).
+// Deviations: each access gap of a tensor is a candidate of its own, and parameters are swap
+// candidates too; MSPS counts memory net of the inputs a drop keeps alive; re-ranking after a
+// choice is lazy (the top candidate is re-evaluated before it is taken: scores only fall as
+// chains grow and copy lanes fill). The predicted memory curve counts tensors only (op working
+// sets and workspaces are left to the passive fallback, which stays on in guided iterations).
+// Recomputation happens on access, not pre-triggered. Measured times make the plan, and with
+// it the memory figures, vary from run to run on a wall-clock backend.
 #pragma once
 #include <string>
 #include <vector>
