@@ -22,6 +22,7 @@ struct TensorAccess {
 struct AccessTrace {
   int iteration = 0;
   std::vector<TensorAccess> accesses;
+  double swap_ns_per_byte = 0;  // measured host<->device copy time per byte; 0: unknown
 };
 
 class AccessTracker {
@@ -31,6 +32,7 @@ class AccessTracker {
   void begin_iteration(int iteration, double now_ms);
   void record(TensorId id, int op_index, AccessKind kind, double now_ms);
   const AccessTrace& current() const { return trace_; }
+  void set_swap_ns_per_byte(double v) { trace_.swap_ns_per_byte = v; }
 
   // One header line with the graph's tensors (id, name, bytes, kind, producer op and its
   // inputs: the lineage), then one line per access.

@@ -36,7 +36,25 @@ MemoryManager::MemoryManager(Backend& backend, const Graph& graph, std::unique_p
     s.bytes = b == t.id ? t.bytes() : 0;  // a view owns no bytes
     s.persistent = t.persistent();
   }
+  tracker_.set_swap_ns_per_byte(measure_swap_rate());
   policy_->attach(*this);
+}
+
+double MemoryManager::measure_swap_rate() {
+  // One calibration copy each way through the start of the arena, before anything lives there.
+  constexpr size_t kCalibrationBytes = size_t{4} << 20;
+  const size_t n = std::min(kCalibrationBytes, backend_.arena_bytes());
+  if (n < 4096) return 0;
+  void* host = backend_.host_alloc(n);  // contents do not matter: only the time is kept
+  void* dev = backend_.arena_base();
+  const double t0 = backend_.now_ms();
+  backend_.copy_async(Stream::kH2D, dev, host, n);
+  backend_.record(Stream::kH2D)->wait();
+  backend_.copy_async(Stream::kD2H, host, dev, n);
+  backend_.record(Stream::kD2H)->wait();
+  const double t2 = backend_.now_ms();
+  backend_.host_free(host, n);
+  return (t2 - t0) * 1e6 / 2.0 / static_cast<double>(n);
 }
 
 MemoryManager::~MemoryManager() {
@@ -92,6 +110,7 @@ size_t MemoryManager::alloc_block(size_t bytes, int64_t tag, const char* what) {
       evict(v);
       progressed = true;
     }
+    if (!progressed && finish_a_swap_in()) continue;  // a prefetch in flight becomes evictable
     if (!progressed && allocator_->stats().free_bytes >= align_up(bytes) && compact()) continue;
     if (!progressed) {
       std::string ctx = std::string(what) + (tag >= 0 ? " '" + graph_.tensor(static_cast<TensorId>(tag)).name + "'" : "") +
@@ -161,8 +180,13 @@ void MemoryManager::unlock(TensorId id) {
 
 float* MemoryManager::access(TensorId id, AccessKind kind, int op_index) {
   id = storage_of(id);  // the trace and the policy see the base
-  restore(id);
   State& s = st(id);
+  const Residency from = s.residency;
+  const double waited0 = counters_.stall_ms + counters_.recompute_ms;
+  restore(id);
+  if (from != Residency::kResident && from != Residency::kSwappingOut &&
+      (kind == AccessKind::kRead || kind == AccessKind::kWrite))
+    policy_->on_restore(id, op_index, from, counters_.stall_ms + counters_.recompute_ms - waited0);
   s.last_access = ++clock_;
   s.last_access_op = op_index;
   tracker_.record(id, op_index, kind, backend_.now_ms());
@@ -293,6 +317,17 @@ void MemoryManager::finish_swap_outs_before(uint64_t op_seq) {
     swapping_out_.pop_front();
     complete_swap_out(id);
   }
+}
+
+bool MemoryManager::finish_a_swap_in() {
+  for (auto& s : states_)
+    if (s.residency == Residency::kSwappingIn && s.locks == 0) {
+      wait_copy(s);
+      free_host(s);
+      s.residency = Residency::kResident;
+      return true;
+    }
+  return false;
 }
 
 bool MemoryManager::finish_oldest_swap_out() {

@@ -142,6 +142,7 @@ class MemoryManager final : public MemoryView {
   void restore(TensorId id);               // any -> resident
   void wait_copy(State& s);                // host waits for s.event, counted as stall
   bool finish_oldest_swap_out();           // waits for it, frees its block
+  bool finish_a_swap_in();                 // waits for an unlocked one: resident, so evictable
   void complete_swap_out(TensorId id);
   void cancel_swap_out(TensorId id);             // swapping_out -> resident
   void finish_swap_outs_before(uint64_t op_seq);
@@ -152,6 +153,7 @@ class MemoryManager final : public MemoryView {
   void evict(const Victim& v);
   void sample_timeline(int op_index);
   bool compact();
+  double measure_swap_rate();              // ns per byte of a host<->device copy (0: unknown)
 
   Backend& backend_;
   const Graph& graph_;

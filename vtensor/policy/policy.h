@@ -67,6 +67,9 @@ class Policy {
   // An allocation of `bytes` did not fit: which tensors to evict (in order). Empty: give up (OOM).
   virtual std::vector<Victim> choose_victims(size_t bytes, const MemoryView& view) = 0;
   virtual void end_iteration(const AccessTrace& trace) {}
+  // An access found `id` not resident (`from`: on host, swapping in, dropped) and waited
+  // `waited_ms` for its copy or recomputation (feedback for planned prefetches).
+  virtual void on_restore(TensorId id, int op_index, Residency from, double waited_ms) {}
   // Lossless policies must give bit-identical training to `none`.
   virtual bool lossless() const { return true; }
   // What the policy decided (per layer / per tensor), for the run's report; null when nothing.

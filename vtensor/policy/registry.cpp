@@ -1,6 +1,8 @@
 // Policies by name. Each policy file registers here; the CLI and the tests list them from it.
 #include <stdexcept>
 
+#include "vtensor/policy/capuchin.h"
+#include "vtensor/policy/dtr.h"
 #include "vtensor/policy/lru.h"
 #include "vtensor/policy/none.h"
 #include "vtensor/policy/vdnn.h"
@@ -21,6 +23,14 @@ const std::vector<PolicyInfo>& policy_registry() {
        [] { return std::make_unique<VdnnPolicy>(VdnnPolicy::Variant::kConv); }},
       {"vdnn-dyn", "vDNN: plan each configuration, take the first that fits (no offload, conv, all; then lean conv algorithms)",
        [] { return std::make_unique<VdnnPolicy>(VdnnPolicy::Variant::kDyn); }},
+      {"capuchin-swap", "Capuchin: measured iteration, then planned swaps with prefetch triggers from the access trace",
+       [] { return std::make_unique<CapuchinPolicy>(CapuchinMode::kSwap); }},
+      {"capuchin-recompute", "Capuchin: measured iteration, then planned drops ranked by memory saved per second of recompute",
+       [] { return std::make_unique<CapuchinPolicy>(CapuchinMode::kRecompute); }},
+      {"capuchin", "Capuchin hybrid: hidden swaps first, then per tensor the cheaper of swap and recompute",
+       [] { return std::make_unique<CapuchinPolicy>(CapuchinMode::kHybrid); }},
+      {"dtr", "DTR: on OOM drop the smallest cost / (bytes x staleness), recompute on access; no planning",
+       [] { return std::make_unique<DtrPolicy>(); }},
   };
   return registry;
 }

@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""Capuchin / DTR / vDNN comparison: for each model and each budget (a fraction of the
+unmanaged peak at the model's default batch), every policy's overhead against `none` at that
+batch and its maximum batch under that budget (doubling, then bisection).
+
+Usage: bench/capuchin_compare.py [--models resnet-tiny,vgg-tiny] [--fractions 0.5,0.25]
+           [--backend cpu] [--gpu NAME] [--iters 6] [--policies ...] [--max-batch-limit 4096] > out.csv
+Needs build/vtensor. Policies the binary does not list (e.g. vdnn-conv before its branch is
+merged) are skipped with a note on stderr. The first iteration is left out of the timings: it
+is Capuchin's measured (passive) iteration and warms caches for everyone else. Times are the
+fastest of the remaining iterations, other figures their medians.
+"""
+import argparse, json, os, subprocess, sys, tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.join(ROOT, "build", "vtensor")
+
+
+def run(args, model, policy, batch, budget, iters, tmp):
+    report = os.path.join(tmp, "r.json")
+    cmd = [BIN, "train", "--model", model, "--policy", policy, "--iters", str(iters), "--quiet",
+           "--backend", args.backend, "--report", report]
+    if args.gpu:
+        cmd += ["--gpu", args.gpu]
+    if batch:
+        cmd += ["--batch", str(batch)]
+    if budget:
+        cmd += ["--budget", str(budget)]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        return None
+    with open(report) as f:
+        return json.load(f)
+
+
+def steady(rep, key):
+    # Over the iterations after the first: the fastest for time (a loaded machine only adds to
+    # it), the median for the rest.
+    its = sorted(i[key] for i in (rep["iterations"][1:] or rep["iterations"]))
+    if key == "time_ms":
+        return its[0]
+    n = len(its)
+    return its[n // 2] if n % 2 else (its[n // 2 - 1] + its[n // 2]) / 2
+
+
+def max_batch(args, model, policy, budget, start, tmp):
+    fits = lambda b: run(args, model, policy, b, budget, 2, tmp) is not None
+    if not fits(1):
+        return 0
+    lo, hi = 1, max(2, start)
+    while hi <= args.max_batch_limit and fits(hi):
+        lo, hi = hi, hi * 2
+    if hi > args.max_batch_limit:
+        return lo
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", default="resnet-tiny,vgg-tiny")
+    ap.add_argument("--fractions", default="0.5,0.25")
+    ap.add_argument("--backend", default="cpu")
+    ap.add_argument("--gpu", default="")
+    ap.add_argument("--iters", type=int, default=6)
+    ap.add_argument("--policies", default="none,capuchin-swap,capuchin-recompute,capuchin,dtr,vdnn-conv,lru,lru-recompute")
+    ap.add_argument("--max-batch-limit", type=int, default=4096)
+    args = ap.parse_args()
+    listed = subprocess.run([BIN, "policies"], capture_output=True, text=True).stdout
+    policies = []
+    for p in args.policies.split(","):
+        if any(line.split()[:1] == [p] for line in listed.splitlines()):
+            policies.append(p)
+        else:
+            print(f"skipping policy {p}: not in this build", file=sys.stderr)
+    print("model,backend,gpu,fraction,budget_bytes,policy,batch,peak_allocated_bytes,best_iteration_ms,none_best_iteration_ms,"
+          "overhead_vs_none,swapped_out_bytes_per_iter,recomputed_ops_per_iter,stall_ms_per_iter,max_batch,max_batch_vs_none")
+    with tempfile.TemporaryDirectory() as tmp:
+        for model in args.models.split(","):
+            base = run(args, model, "none", 0, 0, args.iters, tmp)
+            if base is None:
+                print(f"skipping {model}: none fails unbounded", file=sys.stderr)
+                continue
+            batch = base["config"]["batch"]
+            peak = base["summary"]["peak_allocated_bytes"]
+            none_ms = steady(base, "time_ms")
+            for frac in [float(x) for x in args.fractions.split(",")]:
+                budget = int(peak * frac) // 256 * 256
+                none_max = max_batch(args, model, "none", budget, batch, tmp)
+                for p in policies:
+                    rep = run(args, model, p, batch, budget, args.iters, tmp)
+                    mb = none_max if p == "none" else max_batch(args, model, p, budget, batch, tmp)
+                    if rep is None:
+                        row = [model, args.backend, args.gpu, frac, budget, p, batch, "", "", f"{none_ms:.3f}", "oom", "", "", ""]
+                    else:
+                        ms = steady(rep, "time_ms")
+                        row = [model, args.backend, args.gpu, frac, budget, p, batch, rep["summary"]["peak_allocated_bytes"],
+                               f"{ms:.3f}", f"{none_ms:.3f}", f"{ms / none_ms:.3f}", f"{steady(rep, 'swapped_out_bytes'):.0f}",
+                               f"{steady(rep, 'recomputed_ops'):.1f}", f"{steady(rep, 'stall_ms'):.3f}"]
+                    row += [mb, f"{mb / none_max:.2f}" if none_max else "inf"]
+                    print(",".join(str(x) for x in row), flush=True)
+
+
+if __name__ == "__main__":
+    main()

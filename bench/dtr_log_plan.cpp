@@ -1,0 +1,73 @@
+// Capuchin's planner on DTR's operator logs (../shared/external/dtr-logs): for each budget,
+// the plan each mode makes and the overhead it predicts, (logged time + predicted stalls +
+// recompute time) / logged time. A prediction from the log's own operator times and an assumed
+// PCIe bandwidth, not an execution: running the plan needs the sim backend.
+// Usage: vtensor_dtr_log_plan LOG [--gbps 12] [--fractions 0.9,0.7,0.5,0.3] [--budgets BYTES,...]
+#include <cstdio>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "vtensor/memory/dtr_log.h"
+#include "vtensor/policy/capuchin.h"
+
+using namespace vtensor;
+
+static std::vector<double> split(const std::string& s) {
+  std::vector<double> out;
+  std::stringstream ss(s);
+  for (std::string x; std::getline(ss, x, ',');)
+    if (!x.empty()) out.push_back(std::stod(x));
+  return out;
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: %s LOG [--gbps 12] [--fractions 0.9,0.7,0.5,0.3] [--budgets BYTES,...]\n", argv[0]);
+    return 2;
+  }
+  const std::string log = argv[1];
+  double gbps = 12;  // PCIe 3.0 x16 as on the logs' Titan V: an assumption, the logs hold no copies
+  std::vector<double> fractions = {0.9, 0.7, 0.5, 0.3}, budgets;
+  for (int i = 2; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--gbps")) gbps = std::stod(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--fractions")) fractions = split(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--budgets")) budgets = split(argv[i + 1]);
+    else {
+      std::fprintf(stderr, "unknown argument %s; accepted: --gbps, --fractions, --budgets\n", argv[i]);
+      return 2;
+    }
+  }
+  const LoggedProgram prog = read_dtr_log(log);
+  PlannerInput in;
+  in.num_ops = static_cast<int>(prog.op_names.size());
+  in.accesses = prog.trace.accesses;
+  in.swap_ns_per_byte = 1.0 / gbps;
+  for (const auto& t : prog.tensors)
+    in.tensors.push_back({t.bytes, t.producer, t.inputs, t.persistent, t.recomputable});
+  in.budget = ~size_t{0};
+  const size_t peak = plan_capuchin(in, CapuchinMode::kHybrid).peak_before;
+  for (double f : fractions) budgets.push_back(static_cast<double>(peak) * f);
+  const double total_ms = static_cast<double>(prog.total_time_ns) * 1e-6;
+  std::printf("log,ops,storages,unmanaged_peak_bytes,mode,budget_bytes,budget_fraction,predicted_peak_bytes,fits,"
+              "swap_bytes,recompute_bytes,predicted_stall_ms,predicted_recompute_ms,logged_ms,predicted_overhead\n");
+  for (double b : budgets) {
+    in.budget = static_cast<size_t>(b);
+    for (auto mode : {CapuchinMode::kSwap, CapuchinMode::kRecompute, CapuchinMode::kHybrid}) {
+      const CapuchinPlan plan = plan_capuchin(in, mode);
+      size_t sb = 0, rb = 0;
+      double stall = 0, rec = 0;
+      for (const auto& c : plan.candidates) {
+        if (c.decision == CapuchinDecision::kSwap) sb += c.bytes, stall += c.swap_stall_ns;
+        if (c.decision == CapuchinDecision::kRecompute) rb += c.bytes, rec += c.recompute_ns;
+      }
+      const char* name = mode == CapuchinMode::kSwap ? "capuchin-swap" : mode == CapuchinMode::kRecompute ? "capuchin-recompute" : "capuchin";
+      std::printf("%s,%d,%zu,%zu,%s,%zu,%.3f,%zu,%d,%zu,%zu,%.3f,%.3f,%.3f,%.4f\n", log.substr(log.rfind('/') + 1).c_str(),
+                  in.num_ops, in.tensors.size(), peak, name, in.budget, static_cast<double>(in.budget) / static_cast<double>(peak),
+                  plan.peak_after, plan.fits ? 1 : 0, sb, rb, stall * 1e-6, rec * 1e-6, total_ms,
+                  (total_ms + (stall + rec) * 1e-6) / total_ms);
+    }
+  }
+  return 0;
+}

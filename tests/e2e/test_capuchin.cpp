@@ -1,0 +1,196 @@
+// End-to-end: Capuchin (swap, recompute, hybrid) and DTR train tiny models under a budget at a
+// fraction of the unmanaged peak, bit-identical to `none` in losses, weights and running
+// statistics, with real swaps / drops and the peak within the budget.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "vtensor/core/errors.h"
+#include "vtensor/memory/allocator.h"
+#include "vtensor/policy/capuchin.h"
+#include "vtensor/train/trainer.h"
+
+using namespace vtensor;
+
+namespace {
+
+struct PolicyRun {
+  std::vector<IterationStats> iters;
+  std::vector<std::vector<float>> params, buffers;
+  nlohmann::json report;
+};
+
+PolicyRun train(const std::string& model, const std::string& policy, size_t budget, int iters) {
+  TrainConfig cfg;
+  cfg.model.name = model;
+  cfg.policy = policy;
+  cfg.budget = budget;
+  cfg.iters = iters;
+  Trainer t(cfg);
+  PolicyRun r;
+  TrainResult res = t.run();
+  r.iters = res.iterations;
+  r.report = res.policy_report;
+  r.params = t.read_params();
+  for (const auto& info : t.graph().tensors())
+    if (info.kind == TensorKind::kBuffer) r.buffers.push_back(t.read(info.id));
+  return r;
+}
+
+size_t max_peak(const PolicyRun& r) {
+  size_t p = 0;
+  for (const auto& s : r.iters) p = std::max(p, s.peak_allocated);
+  return p;
+}
+
+void expect_bit_identical(const PolicyRun& a, const PolicyRun& b) {
+  ASSERT_EQ(a.iters.size(), b.iters.size());
+  for (size_t i = 0; i < a.iters.size(); ++i)
+    EXPECT_EQ(0, std::memcmp(&a.iters[i].loss, &b.iters[i].loss, sizeof(float))) << "iteration " << i;
+  ASSERT_EQ(a.params.size(), b.params.size());
+  for (size_t i = 0; i < a.params.size(); ++i)
+    EXPECT_EQ(0, std::memcmp(a.params[i].data(), b.params[i].data(), a.params[i].size() * sizeof(float))) << "parameter " << i;
+  ASSERT_EQ(a.buffers.size(), b.buffers.size());
+  for (size_t i = 0; i < a.buffers.size(); ++i)
+    EXPECT_EQ(0, std::memcmp(a.buffers[i].data(), b.buffers[i].data(), a.buffers[i].size() * sizeof(float))) << "buffer " << i;
+}
+
+// 40% of the unmanaged peak for resnet-tiny. vgg-tiny cannot go below about 60% under any
+// policy: the backward of its first batch norm holds dy, x and dx (256 KiB each, 59% of the
+// peak) at once, and those are locked by the running op. BudgetFloor below shows it.
+double fraction(const std::string& model) { return model == "vgg-tiny" ? 0.62 : 0.4; }
+
+class CapuchinDtr : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CapuchinDtr, BitIdenticalToNoneUnderBudget) {
+  const int iters = 5;
+  const PolicyRun base = train(GetParam(), "none", 0, iters);
+  const size_t budget = align_up(static_cast<size_t>(static_cast<double>(max_peak(base)) * fraction(GetParam())));
+  for (const std::string policy : {"capuchin-swap", "capuchin-recompute", "capuchin", "dtr"}) {
+    SCOPED_TRACE(policy);
+    const PolicyRun r = train(GetParam(), policy, budget, iters);
+    expect_bit_identical(base, r);
+    uint64_t swapped = 0, recomputed = 0, prefetches = 0, dropped = 0;
+    for (size_t i = 0; i < r.iters.size(); ++i) {
+      const auto& s = r.iters[i];
+      EXPECT_LE(s.peak_allocated, budget);
+      if (i == 0) continue;  // the measured iteration is passive
+      swapped += s.counters.swapped_out_bytes;
+      recomputed += s.counters.recomputed_ops;
+      prefetches += s.counters.prefetches;
+      dropped += s.counters.dropped;
+    }
+    if (policy == "dtr") {
+      EXPECT_GT(recomputed, 0u);
+      continue;
+    }
+    // Guided iterations carry out the plan made from the measured one.
+    ASSERT_TRUE(r.report.is_object());
+    EXPECT_EQ(r.report["measurements"], 1);
+    EXPECT_EQ(r.report["guided_iterations"], iters - 1);
+    size_t planned_swap = 0, planned_drop = 0;
+    for (const auto& t : r.report["tensors"]) {
+      EXPECT_GT(t["bytes"].get<size_t>(), 0u);
+      if (t["decision"] == "swap") ++planned_swap;
+      if (t["decision"] == "recompute") ++planned_drop;
+    }
+    EXPECT_LT(r.report["predicted_peak_after_bytes"].get<size_t>(), r.report["predicted_peak_before_bytes"].get<size_t>());
+    if (policy == "capuchin-swap") {
+      EXPECT_GT(planned_swap, 0u);
+      EXPECT_EQ(planned_drop, 0u);
+      EXPECT_GT(prefetches, 0u);
+      EXPECT_GT(swapped, 0u);
+    }
+    if (policy == "capuchin-recompute") {
+      EXPECT_EQ(planned_swap, 0u);
+      EXPECT_GT(planned_drop, 0u);
+      EXPECT_GT(dropped, 0u);
+      EXPECT_GT(recomputed, 0u);
+    }
+    if (policy == "capuchin") {
+      EXPECT_GT(planned_swap + planned_drop, 0u);
+      EXPECT_GT(prefetches + dropped, 0u);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, CapuchinDtr, ::testing::Values("resnet-tiny", "vgg-tiny"));
+
+TEST(CapuchinBudget, VggTinyFloorIsItsBatchNormBackward) {
+  // Why vgg-tiny runs at 62%, not 40%: below its floor every policy runs out of memory.
+  const PolicyRun base = train("vgg-tiny", "none", 0, 1);
+  const size_t budget = align_up(max_peak(base) * 40 / 100);
+  for (const std::string policy : {"capuchin", "dtr"}) {
+    SCOPED_TRACE(policy);
+    EXPECT_THROW(train("vgg-tiny", policy, budget, 2), OutOfMemoryError);
+  }
+}
+
+TEST(Capuchin, ChangedAccessSequenceFallsBackToPassiveAndMeasuresAgain) {
+  const PolicyRun base = train("resnet-tiny", "none", 0, 1);
+  TrainConfig cfg;
+  cfg.model.name = "resnet-tiny";
+  cfg.policy = "capuchin";
+  cfg.budget = align_up(max_peak(base) / 2);
+  cfg.iters = 1;
+  Trainer t(cfg);
+  auto& policy = dynamic_cast<CapuchinPolicy&>(t.memory().policy());
+  t.step();
+  EXPECT_TRUE(policy.guided());
+  EXPECT_EQ(policy.measurements(), 1);
+  // An iteration whose accesses differ from the measured ones (as with new shapes).
+  AccessTrace changed = t.memory().tracker().current();
+  changed.accesses.pop_back();
+  policy.end_iteration(changed);
+  EXPECT_FALSE(policy.guided());
+  t.step();  // passive again, measured: a new plan
+  EXPECT_TRUE(policy.guided());
+  EXPECT_EQ(policy.measurements(), 2);
+  t.step();
+  EXPECT_EQ(policy.measurements(), 2);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(Capuchin, LatePrefetchMovesItsTriggerEarlier) {
+  const PolicyRun base = train("resnet-tiny", "none", 0, 1);
+  TrainConfig cfg;
+  cfg.model.name = "resnet-tiny";
+  cfg.policy = "capuchin-swap";
+  cfg.budget = align_up(max_peak(base) / 2);
+  cfg.iters = 1;
+  Trainer t(cfg);
+  auto& policy = dynamic_cast<CapuchinPolicy&>(t.memory().policy());
+  t.step();
+  ASSERT_TRUE(policy.guided());
+  // A planned swap whose trigger can move: room before it, and the op before it not over budget.
+  const CapuchinPlan& plan = policy.plan();
+  int k = -1;
+  for (size_t i = 0; i < plan.candidates.size() && k < 0; ++i) {
+    const auto& c = plan.candidates[i];
+    if (c.decision == CapuchinDecision::kSwap && c.trigger_op > c.evict_op + 2 &&
+        plan.memory_after[static_cast<size_t>(c.trigger_op)] + c.bytes <= cfg.budget)
+      k = static_cast<int>(i);
+  }
+  ASSERT_GE(k, 0) << "no movable swap in the plan";
+  const CapuchinCandidate c = plan.candidates[static_cast<size_t>(k)];
+  const AccessTrace trace = t.memory().tracker().current();
+  policy.begin_iteration(1);
+  policy.on_restore(c.id, c.back_op, Residency::kOnHost, 0.5);  // it was still on host at its back-access
+  policy.end_iteration(trace);
+  EXPECT_EQ(policy.plan().candidates[static_cast<size_t>(k)].trigger_op, c.trigger_op - 1);
+  EXPECT_EQ(policy.trigger_moves(), 1);
+  bool found = false;
+  for (const Action& a : policy.plan().plan.actions)
+    if (a.kind == ActionKind::kPrefetch && a.tensor == c.id && a.op == c.trigger_op - 1) found = true;
+  EXPECT_TRUE(found) << policy.plan().plan.str();
+  // Not late: nothing moves.
+  policy.begin_iteration(2);
+  policy.end_iteration(trace);
+  EXPECT_EQ(policy.trigger_moves(), 1);
+  t.step();  // the moved plan runs
+}
+
+}  // namespace

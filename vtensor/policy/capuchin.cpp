@@ -1,0 +1,573 @@
+#include "vtensor/policy/capuchin.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <queue>
+#include <stdexcept>
+
+
+namespace vtensor {
+
+const char* to_string(CapuchinDecision d) {
+  switch (d) {
+    case CapuchinDecision::kKeep: return "keep";
+    case CapuchinDecision::kSwap: return "swap";
+    case CapuchinDecision::kRecompute: return "recompute";
+  }
+  return "?";
+}
+
+double capuchin_free_time(const std::vector<double>& op_start_ns, int evict_op, int back_op, double swap_ns) {
+  // The swap-out starts when evict_op ends (= the next op starts); the swap-in must end by back_op.
+  return (op_start_ns.at(static_cast<size_t>(back_op)) - swap_ns) -
+         (op_start_ns.at(static_cast<size_t>(evict_op + 1)) + swap_ns);
+}
+
+namespace {
+
+constexpr double kEpsNs = 1e-3;
+
+bool traced(AccessKind k) { return k == AccessKind::kRead || k == AccessKind::kWrite; }
+
+// Busy intervals of one copy direction: one copy at a time.
+struct CopyLane {
+  std::vector<std::pair<double, double>> busy;  // sorted by start
+  double earliest_fit(double t0, double dur) const {
+    double s = t0;
+    // Intervals do not overlap, so their ends are sorted too: skip those that end before t0.
+    auto it = std::upper_bound(busy.begin(), busy.end(), t0,
+                               [](double t, const std::pair<double, double>& iv) { return t < iv.second; });
+    for (; it != busy.end(); ++it) {
+      if (it->second <= s) continue;
+      if (it->first >= s + dur) break;
+      s = it->second;
+    }
+    return s;
+  }
+  void add(double s, double dur) {
+    const std::pair<double, double> iv(s, s + dur);
+    busy.insert(std::upper_bound(busy.begin(), busy.end(), iv), iv);
+  }
+};
+
+class Planner {
+ public:
+  Planner(const PlannerInput& in, CapuchinMode mode) : in_(in), mode_(mode) {}
+
+  CapuchinPlan run() {
+    measure();
+    find_candidates();
+    out_.memory_before = mem_;
+    out_.peak_before = peak();
+    if (mode_ != CapuchinMode::kRecompute) hidden_swaps();
+    greedy();
+    if (mode_ != CapuchinMode::kRecompute) refine_triggers();
+    out_.memory_after = mem_;
+    out_.peak_after = peak();
+    out_.fits = out_.peak_after <= in_.budget;
+    std::stable_sort(out_.plan.actions.begin(), out_.plan.actions.end(), [](const Action& a, const Action& b) {
+      if (a.op != b.op) return a.op < b.op;
+      return (a.kind == ActionKind::kPrefetch) < (b.kind == ActionKind::kPrefetch);  // free memory first
+    });
+    out_.op_start_ns = start_;
+    return std::move(out_);
+  }
+
+ private:
+  struct SwapEval {
+    bool ok = false;
+    int trigger = -1;
+    double stall = 0, out_start = 0, in_start = 0;
+  };
+
+  size_t n_ops() const { return static_cast<size_t>(in_.num_ops); }
+  double dur(int op) const { return start_[static_cast<size_t>(op) + 1] - start_[static_cast<size_t>(op)]; }
+  size_t peak() const { return mem_.empty() ? 0 : *std::max_element(mem_.begin(), mem_.end()); }
+  bool fits() const { return peak() <= in_.budget; }
+  bool hits_over(int first, int last) const {
+    for (int i = std::max(first, 0); i <= last && i < in_.num_ops; ++i)
+      if (mem_[static_cast<size_t>(i)] > in_.budget) return true;
+    return false;
+  }
+  void add_mem(int first, int last, long long delta) {
+    for (int i = std::max(first, 0); i <= last && i < in_.num_ops; ++i)
+      mem_[static_cast<size_t>(i)] = static_cast<size_t>(static_cast<long long>(mem_[static_cast<size_t>(i)]) + delta);
+  }
+
+  // Op start times, live intervals and the unmanaged memory curve from the trace.
+  void measure() {
+    const size_t n = n_ops(), nt = in_.tensors.size();
+    start_.assign(n + 1, -1);
+    first_.assign(nt, -1);
+    last_.assign(nt, -1);
+    ops_of_.assign(nt, {});
+    double t_end = 0;
+    for (const auto& a : in_.accesses) {
+      if (!traced(a.kind)) continue;
+      if (a.op_index < 0 || static_cast<size_t>(a.op_index) >= n || static_cast<size_t>(a.id) >= nt)
+        throw std::invalid_argument("access trace does not match the graph (op " + std::to_string(a.op_index) +
+                                    ", tensor " + std::to_string(a.id) + ")");
+      const double t = static_cast<double>(a.time_ns);
+      double& s = start_[static_cast<size_t>(a.op_index)];
+      s = s < 0 ? t : std::min(s, t);
+      t_end = std::max(t_end, t);
+      const auto id = static_cast<size_t>(a.id);
+      if (first_[id] < 0) first_[id] = a.op_index;
+      last_[id] = std::max(last_[id], a.op_index);
+      if (ops_of_[id].empty() || ops_of_[id].back() != a.op_index) ops_of_[id].push_back(a.op_index);
+    }
+    for (size_t i = 0; i < n; ++i)
+      if (start_[i] < 0) start_[i] = i == 0 ? 0 : start_[i - 1];
+    start_[n] = std::max(t_end, n ? start_[n - 1] : 0);
+    for (size_t i = 1; i <= n; ++i) start_[i] = std::max(start_[i], start_[i - 1]);  // monotone
+    size_t persistent = 0;
+    for (const auto& t : in_.tensors)
+      if (t.persistent) persistent += t.bytes;
+    mem_.assign(n, persistent);
+    for (size_t id = 0; id < nt; ++id)
+      if (!in_.tensors[id].persistent && first_[id] >= 0)
+        add_mem(first_[id], last_[id], static_cast<long long>(in_.tensors[id].bytes));
+    for (size_t i = 0; i < n; ++i)
+      if (mem_[i] > in_.budget) {
+        if (out_.peak_window_first < 0) out_.peak_window_first = static_cast<int>(i);
+        out_.peak_window_last = static_cast<int>(i);
+      }
+  }
+
+  // Tensors accessed more than once: each gap between two accesses that spans ops above the
+  // budget is a candidate of its own.
+  void find_candidates() {
+    for (size_t id = 0; id < in_.tensors.size(); ++id) {
+      const auto& t = in_.tensors[id];
+      const auto& ops = ops_of_[id];
+      if (t.bytes == 0) continue;  // views
+      for (size_t k = 0; k + 1 < ops.size(); ++k) {  // parameters too: swapped between uses
+        const int e = ops[k], b = ops[k + 1];
+        if (b < e + 2 || !hits_over(e + 1, b - 1)) continue;
+        CapuchinCandidate c;
+        c.id = static_cast<TensorId>(id);
+        c.bytes = t.bytes;
+        c.evict_op = e;
+        c.back_op = b;
+        c.swap_ns = static_cast<double>(t.bytes) * in_.swap_ns_per_byte;
+        c.free_time_ns = capuchin_free_time(start_, e, b, c.swap_ns);
+        c.recompute_ns = -1;
+        out_.candidates.push_back(c);
+      }
+    }
+  }
+
+  // In-trigger: walk back from the back-access until the copy is hidden; never before an op
+  // that would then hold the tensor above the budget (the peak window), never before the swap-out.
+  SwapEval eval_swap(const CapuchinCandidate& c) const {
+    SwapEval r;
+    const int e = c.evict_op, b = c.back_op;
+    r.out_start = d2h_.earliest_fit(start_[static_cast<size_t>(e) + 1], c.swap_ns);
+    const double out_end = r.out_start + c.swap_ns;
+    auto in_start = [&](int p) { return h2d_.earliest_fit(std::max(start_[static_cast<size_t>(p) + 1], out_end), c.swap_ns); };
+    int p = b - 1;
+    for (;;) {
+      if (in_start(p) + c.swap_ns <= start_[static_cast<size_t>(b)] + kEpsNs) break;
+      if (p - 1 < e + 1) break;
+      if (mem_[static_cast<size_t>(p)] > in_.budget) break;
+      --p;
+    }
+    r.trigger = p;
+    r.in_start = in_start(p);
+    r.stall = std::max(0.0, r.in_start + c.swap_ns - start_[static_cast<size_t>(b)]);
+    r.ok = p >= e + 2 && hits_over(e + 2, p);  // the block is freed once the copy completes, after op e+1
+    return r;
+  }
+
+  // Is `in` alive (no work to have it) at op b, for a tensor dropped after op e_ctx?
+  double chain_ns(TensorId x, int b, int e_ctx, int depth = 0) const {
+    const auto& t = in_.tensors[static_cast<size_t>(x)];
+    if (!t.recomputable || t.producer < 0 || depth > 10000) return -1;
+    double cost = dur(t.producer);
+    for (TensorId inp : t.inputs) {
+      const auto i = static_cast<size_t>(inp);
+      const auto& it = in_.tensors[i];
+      bool handled = false;
+      for (int ci : cands_of_[i]) {
+        const auto& c = out_.candidates[static_cast<size_t>(ci)];
+        if (c.decision == CapuchinDecision::kRecompute && c.evict_op < b && b < c.back_op) {
+          const double sub = chain_ns(inp, b, c.evict_op, depth + 1);
+          if (sub < 0) return -1;
+          cost += sub;
+          handled = true;
+        } else if (c.decision == CapuchinDecision::kSwap && c.evict_op + 2 <= b && b <= c.trigger_op) {
+          cost += c.swap_ns;  // on host then: swapped back in for the recomputation
+          handled = true;
+        }
+        if (handled) break;
+      }
+      if (handled) continue;
+      if (it.persistent || (first_[i] <= b && b <= last_[i])) continue;  // alive
+      if (last_[i] >= 0 && last_[i] < b && last_[i] > e_ctx) continue;  // held by the lineage reference
+      const double sub = chain_ns(inp, b, e_ctx, depth + 1);  // released before the drop: recomputed too
+      if (sub < 0) return -1;
+      cost += sub;
+    }
+    return cost;
+  }
+
+  void apply_swap(CapuchinCandidate& c, const SwapEval& s) {
+    c.decision = CapuchinDecision::kSwap;
+    c.trigger_op = s.trigger;
+    c.swap_stall_ns = s.stall;
+    c.prefetch_start_ns = s.in_start;
+    c.order = order_++;
+    add_mem(c.evict_op + 2, s.trigger, -static_cast<long long>(c.bytes));
+    d2h_.add(s.out_start, c.swap_ns);
+    h2d_.add(s.in_start, c.swap_ns);
+    out_.plan.actions.push_back({ActionKind::kSwapOut, c.id, c.evict_op});
+    out_.plan.actions.push_back({ActionKind::kPrefetch, c.id, s.trigger});
+  }
+
+  size_t held_inputs(const CapuchinCandidate& c) const {
+    size_t held = 0;
+    for (TensorId inp : in_.tensors[static_cast<size_t>(c.id)].inputs) {
+      const auto i = static_cast<size_t>(inp);
+      if (!in_.tensors[i].persistent && last_[i] > c.evict_op && last_[i] < c.back_op) held += in_.tensors[i].bytes;
+    }
+    return held;
+  }
+
+  void apply_recompute(CapuchinCandidate& c, double chain) {
+    c.decision = CapuchinDecision::kRecompute;
+    c.recompute_ns = chain;
+    c.msps = static_cast<double>(c.bytes - std::min(c.bytes, held_inputs(c))) / std::max(chain, kEpsNs) * 1e9;
+    c.order = order_++;
+    add_mem(c.evict_op + 1, c.back_op - 1, -static_cast<long long>(c.bytes));
+    // Inputs released between the drop and the recomputation stay alive for it.
+    for (TensorId inp : in_.tensors[static_cast<size_t>(c.id)].inputs) {
+      const auto i = static_cast<size_t>(inp);
+      if (in_.tensors[i].persistent) continue;
+      if (last_[i] > c.evict_op && last_[i] < c.back_op)
+        add_mem(last_[i] + 1, c.back_op - 1, static_cast<long long>(in_.tensors[i].bytes));
+    }
+    out_.plan.actions.push_back({ActionKind::kDrop, c.id, c.evict_op});
+  }
+
+  // Early choices were placed while most ops were over the budget; now that the curve is lower,
+  // walk the triggers of stalling swaps further back where the tensor fits.
+  void refine_triggers() {
+    for (auto& c : out_.candidates) {
+      if (c.decision != CapuchinDecision::kSwap || c.swap_stall_ns <= kEpsNs) continue;
+      auto& lane = h2d_.busy;
+      for (auto it = lane.begin(); it != lane.end(); ++it)
+        if (it->first == c.prefetch_start_ns && it->second == c.prefetch_start_ns + c.swap_ns) {
+          lane.erase(it);
+          break;
+        }
+      double out_end = start_[static_cast<size_t>(c.evict_op) + 1] + c.swap_ns;
+      auto in_start = [&](int p) { return h2d_.earliest_fit(std::max(start_[static_cast<size_t>(p) + 1], out_end), c.swap_ns); };
+      int p = c.trigger_op;
+      while (in_start(p) + c.swap_ns > start_[static_cast<size_t>(c.back_op)] + kEpsNs && p - 1 >= c.evict_op + 2 &&
+             mem_[static_cast<size_t>(p)] + c.bytes <= in_.budget) {
+        mem_[static_cast<size_t>(p)] += c.bytes;
+        --p;
+      }
+      const double s = in_start(p);
+      h2d_.add(s, c.swap_ns);
+      c.prefetch_start_ns = s;
+      c.swap_stall_ns = std::max(0.0, s + c.swap_ns - start_[static_cast<size_t>(c.back_op)]);
+      if (p != c.trigger_op)
+        for (auto& a : out_.plan.actions)
+          if (a.kind == ActionKind::kPrefetch && a.tensor == c.id && a.op == c.trigger_op) a.op = p;
+      c.trigger_op = p;
+    }
+  }
+
+  void index_candidates() {
+    cands_of_.assign(in_.tensors.size(), {});
+    for (size_t k = 0; k < out_.candidates.size(); ++k)
+      cands_of_[static_cast<size_t>(out_.candidates[k].id)].push_back(static_cast<int>(k));
+  }
+
+  // Swaps whose copies hide completely, largest free time first.
+  void hidden_swaps() {
+    index_candidates();
+    std::vector<size_t> order(out_.candidates.size());
+    for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return out_.candidates[a].free_time_ns > out_.candidates[b].free_time_ns;
+    });
+    for (size_t k : order) {
+      if (fits()) return;
+      auto& c = out_.candidates[k];
+      if (c.free_time_ns < 0) break;
+      const SwapEval s = eval_swap(c);
+      if (s.ok && s.stall <= kEpsNs) apply_swap(c, s);
+    }
+  }
+
+  // The rest: best bytes per second of overhead (MSPS for recomputation, bytes per stall second
+  // for swap) until the predicted peak fits. Scores only fall as choices are made (chains grow,
+  // copy lanes fill), so re-ranking is lazy: the top candidate is evaluated again against the
+  // current plan before it is taken, and goes back into the queue if it dropped below the next.
+  struct Option {
+    double score = -1;
+    bool swap = false;
+    double chain = 0;
+    SwapEval eval;
+  };
+  Option evaluate(CapuchinCandidate& c) const {
+    Option o;
+    if (mode_ != CapuchinMode::kSwap) {
+      const double chain = hits_over(c.evict_op + 1, c.back_op - 1) ? chain_ns(c.id, c.back_op, c.evict_op) : -1;
+      c.recompute_ns = chain;
+      c.msps = chain < 0 ? 0 : static_cast<double>(c.bytes) / std::max(chain, kEpsNs) * 1e9;
+      // Memory saved is net of the inputs the drop keeps alive until the recomputation.
+      const size_t held = held_inputs(c);
+      if (chain >= 0 && held < c.bytes) {
+        c.msps = static_cast<double>(c.bytes - held) / std::max(chain, kEpsNs) * 1e9;
+        o.score = c.msps, o.chain = chain;
+      }
+    }
+    if (mode_ != CapuchinMode::kRecompute) {
+      const SwapEval s = eval_swap(c);
+      c.swap_stall_ns = s.stall;
+      c.trigger_op = s.trigger;
+      const double score = static_cast<double>(c.bytes) / std::max(s.stall, kEpsNs) * 1e9;
+      if (s.ok && score > o.score) o.score = score, o.swap = true, o.eval = s;
+    }
+    return o;
+  }
+
+  void greedy() {
+    index_candidates();
+    std::priority_queue<std::pair<double, int>> queue;  // (score, -index): ties to the lower index
+    for (size_t k = 0; k < out_.candidates.size(); ++k) {
+      auto& c = out_.candidates[k];
+      if (c.decision != CapuchinDecision::kKeep) continue;
+      const Option o = evaluate(c);
+      if (o.score >= 0) queue.emplace(o.score, -static_cast<int>(k));
+    }
+    while (!queue.empty() && !fits()) {
+      const int k = -queue.top().second;
+      queue.pop();
+      auto& c = out_.candidates[static_cast<size_t>(k)];
+      const Option o = evaluate(c);
+      if (o.score < 0) continue;  // no longer frees anything over the budget
+      if (!queue.empty() && o.score < queue.top().first) {
+        queue.emplace(o.score, -k);
+        continue;
+      }
+      if (o.swap) apply_swap(c, o.eval);
+      else apply_recompute(c, o.chain);
+    }
+  }
+
+  const PlannerInput& in_;
+  CapuchinMode mode_;
+  CapuchinPlan out_;
+  std::vector<double> start_;
+  std::vector<int> first_, last_;
+  std::vector<std::vector<int>> ops_of_, cands_of_;
+  std::vector<size_t> mem_;
+  CopyLane d2h_, h2d_;
+  int order_ = 0;
+};
+
+}  // namespace
+
+CapuchinPlan plan_capuchin(const PlannerInput& in, CapuchinMode mode) {
+  if (static_cast<int>(in.tensors.size()) == 0 || in.num_ops <= 0) return {};
+  CapuchinPlan p = Planner(in, mode).run();
+  for (auto& c : p.candidates)
+    if (c.decision == CapuchinDecision::kKeep) c.trigger_op = -1;
+  return p;
+}
+
+PlannerInput planner_input(const Graph& g, const AccessTrace& trace, size_t budget) {
+  PlannerInput in;
+  in.num_ops = static_cast<int>(g.num_ops());
+  in.budget = budget;
+  in.swap_ns_per_byte = trace.swap_ns_per_byte;
+  for (const auto& a : trace.accesses)
+    if (traced(a.kind)) in.accesses.push_back(a);
+  in.tensors.resize(g.num_tensors());
+  for (const auto& t : g.tensors()) {
+    auto& p = in.tensors[static_cast<size_t>(t.id)];
+    p.bytes = t.bytes();
+    p.persistent = t.persistent();
+    p.producer = t.producer;
+    if (t.producer >= 0) {
+      p.inputs = g.op(t.producer).inputs;
+      p.recomputable = !t.persistent() && is_recomputable(g.op(t.producer));
+    }
+  }
+  return in;
+}
+
+// ---------------------------------------------------------------- the policy
+
+std::string CapuchinPolicy::name() const {
+  switch (mode_) {
+    case CapuchinMode::kSwap: return "capuchin-swap";
+    case CapuchinMode::kRecompute: return "capuchin-recompute";
+    case CapuchinMode::kHybrid: return "capuchin";
+  }
+  return "capuchin";
+}
+
+void CapuchinPolicy::begin_iteration(int iteration) {
+  std::fill(late_.begin(), late_.end(), 0);
+  if (guided_) std::fill(cost_ms_.begin(), cost_ms_.end(), 0.0);
+  current_op_ = -1;
+}
+
+std::vector<Action> CapuchinPolicy::after_op(int op_index) {
+  current_op_ = op_index;
+  if (!guided_ || op_index < 0 || static_cast<size_t>(op_index) >= at_op_.size()) return {};
+  return at_op_[static_cast<size_t>(op_index)];
+}
+
+std::vector<Victim> CapuchinPolicy::choose_victims(size_t bytes, const MemoryView& view) {
+  // Passive mode (and the fallback of guided mode): least recently used first, swapped. Tensors
+  // the plan is bringing back for an access soon go last, so the fallback does not undo a prefetch.
+  std::vector<TensorView> cands;
+  for (TensorId id : view.evictable()) cands.push_back(view.view(id));
+  auto awaited = [&](TensorId id) {
+    if (!guided_ || static_cast<size_t>(id) >= candidates_of_.size()) return false;
+    for (int k : candidates_of_[static_cast<size_t>(id)]) {
+      const auto& c = plan_.candidates[static_cast<size_t>(k)];
+      if (c.decision == CapuchinDecision::kSwap && c.trigger_op <= current_op_ && current_op_ < c.back_op) return true;
+    }
+    return false;
+  };
+  std::sort(cands.begin(), cands.end(), [&](const TensorView& a, const TensorView& b) {
+    const bool wa = awaited(a.id), wb = awaited(b.id);
+    if (wa != wb) return wb;
+    return a.last_access != b.last_access ? a.last_access < b.last_access : a.id < b.id;
+  });
+  std::vector<Victim> out;
+  size_t freed = 0;
+  for (const auto& c : cands) {
+    if (freed >= bytes) break;
+    out.push_back({c.id, EvictAction::kSwap});
+    freed += c.bytes;
+  }
+  return out;
+}
+
+void CapuchinPolicy::index_plan() {
+  at_op_.assign(view_ ? view_->graph().num_ops() : 0, {});
+  for (const Action& a : plan_.plan.actions)
+    if (a.op >= 0 && static_cast<size_t>(a.op) < at_op_.size()) at_op_[static_cast<size_t>(a.op)].push_back(a);
+}
+
+void CapuchinPolicy::end_iteration(const AccessTrace& trace) {
+  if (!view_) throw std::logic_error("capuchin: end_iteration before attach");
+  std::vector<std::pair<TensorId, int>> seq;
+  for (const auto& a : trace.accesses)
+    if (traced(a.kind)) seq.emplace_back(a.id, a.op_index);
+  if (guided_) {
+    if (seq != measured_sequence_) {  // new shapes or a new graph: measure again
+      guided_ = false;
+      return;
+    }
+    ++guided_iterations_;
+    // Feedback: a prefetch that was late at its back-access starts one op earlier next time.
+    for (size_t k = 0; k < plan_.candidates.size(); ++k) {
+      auto& c = plan_.candidates[k];
+      if (!late_[k] || c.decision != CapuchinDecision::kSwap || c.trigger_op <= c.evict_op + 2) continue;
+      // Op trigger_op would now hold the tensor: not into the peak window.
+      auto& m = plan_.memory_after[static_cast<size_t>(c.trigger_op)];
+      if (m + c.bytes > view_->budget()) continue;
+      m += c.bytes;
+      for (auto& a : plan_.plan.actions)
+        if (a.kind == ActionKind::kPrefetch && a.tensor == c.id && a.op == c.trigger_op) a.op = c.trigger_op - 1;
+      --c.trigger_op;
+      ++trigger_moves_;
+    }
+    index_plan();
+    return;
+  }
+  plan_ = plan_capuchin(planner_input(view_->graph(), trace, view_->budget()), mode_);
+  measured_sequence_ = std::move(seq);
+  candidates_of_.assign(view_->graph().num_tensors(), {});
+  for (size_t k = 0; k < plan_.candidates.size(); ++k)
+    candidates_of_[static_cast<size_t>(plan_.candidates[k].id)].push_back(static_cast<int>(k));
+  late_.assign(plan_.candidates.size(), 0);
+  cost_ms_.assign(plan_.candidates.size(), 0.0);
+  swap_ns_per_byte_ = trace.swap_ns_per_byte;
+  index_plan();
+  guided_ = true;
+  ++measurements_;
+}
+
+void CapuchinPolicy::on_restore(TensorId id, int op_index, Residency from, double waited_ms) {
+  if (!guided_ || static_cast<size_t>(id) >= candidates_of_.size() || candidates_of_[static_cast<size_t>(id)].empty()) return;
+  size_t k = static_cast<size_t>(candidates_of_[static_cast<size_t>(id)].front());
+  for (int ci : candidates_of_[static_cast<size_t>(id)])
+    if (plan_.candidates[static_cast<size_t>(ci)].back_op == op_index) k = static_cast<size_t>(ci);
+  cost_ms_[k] += waited_ms;
+  const auto& c = plan_.candidates[k];
+  if (c.decision == CapuchinDecision::kSwap && op_index == c.back_op &&
+      (from == Residency::kOnHost || (from == Residency::kSwappingIn && waited_ms > 0)))
+    late_[k] = 1;
+}
+
+nlohmann::json CapuchinPolicy::report() const {
+  using nlohmann::json;
+  json tensors = json::array();
+  size_t swap_bytes = 0, drop_bytes = 0;
+  for (size_t k = 0; k < plan_.candidates.size(); ++k) {
+    const auto& c = plan_.candidates[k];
+    if (c.decision == CapuchinDecision::kSwap) swap_bytes += c.bytes;
+    if (c.decision == CapuchinDecision::kRecompute) drop_bytes += c.bytes;
+    json t = {{"tensor", c.id},
+              {"name", view_ ? view_->graph().tensor(c.id).name : std::string()},
+              {"bytes", c.bytes},
+              {"decision", to_string(c.decision)},
+              {"evict_after_op", c.evict_op},
+              {"back_access_op", c.back_op},
+              {"free_time_ms", c.free_time_ns * 1e-6},
+              {"predicted_stall_ms", c.swap_stall_ns * 1e-6},
+              {"predicted_recompute_ms", c.recompute_ns * 1e-6},
+              {"msps_bytes_per_s", c.msps},
+              {"measured_cost_ms", k < cost_ms_.size() ? cost_ms_[k] : 0.0}};
+    if (c.decision == CapuchinDecision::kSwap) t["prefetch_after_op"] = c.trigger_op;
+    if (c.order >= 0) t["chosen_order"] = c.order;
+    tensors.push_back(t);
+  }
+  return {{"mode", name()},
+          {"guided", guided_},
+          {"measurements", measurements_},
+          {"guided_iterations", guided_iterations_},
+          {"swap_ns_per_byte", swap_ns_per_byte_},
+          {"predicted_peak_before_bytes", plan_.peak_before},
+          {"predicted_peak_after_bytes", plan_.peak_after},
+          {"predicted_fits", plan_.fits},
+          {"predicted_peak_op", plan_.memory_after.empty() ? -1
+                                : static_cast<int>(std::max_element(plan_.memory_after.begin(), plan_.memory_after.end()) -
+                                                   plan_.memory_after.begin())},
+          {"peak_window_ops", {plan_.peak_window_first, plan_.peak_window_last}},
+          {"swap_bytes", swap_bytes},
+          {"recompute_bytes", drop_bytes},
+          {"trigger_moves", trigger_moves_},
+          {"plan", plan_.plan.str()},
+          {"tensors", tensors}};
+}
+
+std::string CapuchinPolicy::summary() const {
+  size_t ns = 0, nr = 0, bs = 0, br = 0;
+  for (const auto& c : plan_.candidates) {
+    if (c.decision == CapuchinDecision::kSwap) ++ns, bs += c.bytes;
+    if (c.decision == CapuchinDecision::kRecompute) ++nr, br += c.bytes;
+  }
+  const double mib = 1024.0 * 1024.0;
+  char buf[320];
+  std::snprintf(buf, sizeof buf,
+                "%s: measured %d time(s); plan swaps %zu tensors (%.2f MiB), recomputes %zu (%.2f MiB); predicted peak "
+                "%.2f -> %.2f MiB%s; %d trigger(s) moved earlier",
+                name().c_str(), measurements_, ns, static_cast<double>(bs) / mib, nr, static_cast<double>(br) / mib,
+                static_cast<double>(plan_.peak_before) / mib, static_cast<double>(plan_.peak_after) / mib,
+                plan_.fits ? "" : " (does not fit: passive eviction covers the rest)", trigger_moves_);
+  return buf;
+}
+
+}  // namespace vtensor

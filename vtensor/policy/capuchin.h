@@ -1,0 +1,118 @@
+// Capuchin (Peng et al., ASPLOS'20): tensor-level swap and recomputation planned from the
+// access pattern measured at runtime.
+//   Measured execution: the first iteration runs passive (on OOM swap the least-recently-used
+//   tensors, swap back in on access) while the tracker records every access with its time.
+//   Planning (plan_capuchin, no device): candidates are tensors accessed more than once whose
+//   gap between two accesses spans ops over the budget. Swap: free time FT = (t_back - swap) -
+//   (t_evict_end + swap); largest FT first; the in-trigger walks back from the back-access until
+//   the copy is hidden, one copy at a time per direction, never into ops where bringing the
+//   tensor back would exceed the budget (the peak window). Recompute: memory saved per second
+//   (MSPS) of the recompute chain, the chain ending at sources alive at the back-access; MSPS of
+//   every remaining candidate is recomputed after each choice. Hybrid: fully hidden swaps first,
+//   then per tensor the cheaper of swap stall and recompute time. Stop once the predicted peak
+//   fits the budget.
+//   Guided execution: the plan's actions run after their ops each iteration; a prefetch found
+//   late at its back-access moves its trigger one op earlier next iteration; a changed access
+//   sequence sends the policy back to passive mode to measure again.
+// Deviations: each access gap of a tensor is a candidate of its own, and parameters are swap
+// candidates too; MSPS counts memory net of the inputs a drop keeps alive; re-ranking after a
+// choice is lazy (the top candidate is re-evaluated before it is taken: scores only fall as
+// chains grow and copy lanes fill). The predicted memory curve counts tensors only (op working
+// sets and workspaces are left to the passive fallback, which stays on in guided iterations).
+// Recomputation happens on access, not pre-triggered. Measured times make the plan, and with
+// it the memory figures, vary from run to run on a wall-clock backend.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "vtensor/policy/policy.h"
+
+namespace vtensor {
+
+enum class CapuchinMode { kSwap, kRecompute, kHybrid };
+enum class CapuchinDecision { kKeep, kSwap, kRecompute };
+const char* to_string(CapuchinDecision d);
+
+// What the planner needs per tensor (from the graph).
+struct PlannerTensor {
+  size_t bytes = 0;
+  int producer = -1;               // op index
+  std::vector<TensorId> inputs;    // the producer's inputs: the lineage
+  bool persistent = false;
+  bool recomputable = false;       // the producer may be re-run
+};
+
+struct PlannerInput {
+  std::vector<PlannerTensor> tensors;  // indexed by TensorId
+  std::vector<TensorAccess> accesses;  // recompute accesses are ignored
+  int num_ops = 0;
+  double swap_ns_per_byte = 0;
+  size_t budget = 0;
+};
+
+struct CapuchinCandidate {
+  TensorId id = kNoTensor;
+  size_t bytes = 0;
+  int evict_op = -1, back_op = -1;  // the gap: evicted after evict_op, needed again at back_op
+  double swap_ns = 0;               // one copy, one direction
+  double free_time_ns = 0;          // FT
+  int trigger_op = -1;              // prefetch after this op (swap)
+  double swap_stall_ns = 0;         // predicted wait at the back-access (swap)
+  double prefetch_start_ns = 0;     // predicted start of the swap-in copy
+  double recompute_ns = 0;          // predicted recompute time of the chain (< 0: not recomputable)
+  double msps = 0;                  // bytes per second of recompute at the time it was ranked
+  CapuchinDecision decision = CapuchinDecision::kKeep;
+  int order = -1;                   // when it was chosen
+};
+
+struct CapuchinPlan {
+  Plan plan;
+  std::vector<CapuchinCandidate> candidates;
+  std::vector<double> op_start_ns;
+  std::vector<size_t> memory_before, memory_after;  // predicted bytes per op
+  size_t peak_before = 0, peak_after = 0;
+  int peak_window_first = -1, peak_window_last = -1;  // ops over the budget before planning
+  bool fits = false;
+};
+
+// Free time of a swap of `swap_ns` out after evict_op, back before back_op.
+double capuchin_free_time(const std::vector<double>& op_start_ns, int evict_op, int back_op, double swap_ns);
+CapuchinPlan plan_capuchin(const PlannerInput& in, CapuchinMode mode);
+PlannerInput planner_input(const Graph& g, const AccessTrace& trace, size_t budget);
+
+class CapuchinPolicy final : public Policy {
+ public:
+  explicit CapuchinPolicy(CapuchinMode mode) : mode_(mode) {}
+  std::string name() const override;
+  void attach(const MemoryView& view) override { view_ = &view; }
+  void begin_iteration(int iteration) override;
+  std::vector<Action> after_op(int op_index) override;
+  std::vector<Victim> choose_victims(size_t bytes, const MemoryView& view) override;
+  void end_iteration(const AccessTrace& trace) override;
+  void on_restore(TensorId id, int op_index, Residency from, double waited_ms) override;
+  nlohmann::json report() const override;
+  std::string summary() const override;
+
+  bool guided() const { return guided_; }
+  const CapuchinPlan& plan() const { return plan_; }
+  int measurements() const { return measurements_; }
+  int trigger_moves() const { return trigger_moves_; }
+
+ private:
+  void index_plan();
+
+  CapuchinMode mode_;
+  const MemoryView* view_ = nullptr;
+  bool guided_ = false;
+  CapuchinPlan plan_;
+  std::vector<std::vector<Action>> at_op_;
+  std::vector<std::pair<TensorId, int>> measured_sequence_;  // (tensor, op) of every access
+  std::vector<char> late_;                                   // per candidate, this iteration
+  std::vector<double> cost_ms_;                              // per candidate, last guided iteration
+  std::vector<std::vector<int>> candidates_of_;              // tensor -> its candidates (one per gap)
+  int measurements_ = 0, trigger_moves_ = 0, guided_iterations_ = 0;
+  int current_op_ = -1;
+  double swap_ns_per_byte_ = 0;
+};
+
+}  // namespace vtensor
