@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "vtensor/backend/sim/gpu_specs.h"
 #include "vtensor/core/errors.h"
 #include "vtensor/memory/allocator.h"
 #include "vtensor/models/models.h"
@@ -60,8 +61,13 @@ int cmd_train(const TrainConfig& base, const std::string& budget_text, const std
     peak_res = std::max(peak_res, s.peak_reserved);
     ms += s.time_ms;
   }
-  std::printf("done: loss %.5f -> %.5f, peak allocated %s, peak reserved %s (budget %s), mean iteration %.1f ms\n",
-              static_cast<double>(r.iterations.front().loss), static_cast<double>(r.iterations.back().loss),
+  const auto loss_text = [](const IterationStats& s) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.5f", static_cast<double>(s.loss));
+    return s.has_loss ? std::string(b) : std::string("n/a (no values on this backend)");
+  };
+  std::printf("done: loss %s -> %s, peak allocated %s, peak reserved %s (budget %s), mean iteration %.1f ms\n",
+              loss_text(r.iterations.front()).c_str(), loss_text(r.iterations.back()).c_str(),
               format_bytes(peak_alloc).c_str(), format_bytes(peak_res).c_str(), format_bytes(c.budget).c_str(),
               ms / static_cast<double>(r.iterations.size()));
   if (!r.policy_summary.empty()) std::printf("policy %s: %s\n", c.policy.c_str(), r.policy_summary.c_str());
@@ -89,7 +95,10 @@ int main(int argc, char** argv) {
   train->add_option("--classes", cfg.model.classes, "number of classes");
   train->add_option("--budget", budget_text, "device memory budget, e.g. 512MiB (default: 8GiB on cpu)");
   train->add_option("--policy", cfg.policy, "memory policy: " + join(policy_names()));
-  train->add_option("--backend", cfg.backend, "backend: cpu, cuda");
+  train->add_option("--backend", cfg.backend, "backend: " + join(backend_names()));
+  std::string gpu_file;
+  train->add_option("--gpu", cfg.gpu, "sim backend: the GPU to model: " + join(gpu_names()));
+  train->add_option("--gpu-file", gpu_file, "JSON file with more GPUs for --gpu (gpu_specs.h has the fields)");
   train->add_option("--allocator", cfg.allocator, "device allocator: " + join(allocator_names()));
   train->add_option("--iters", cfg.iters, "training iterations (default 10)");
   train->add_option("--seed", cfg.seed, "weight-initialisation seed");
@@ -134,6 +143,7 @@ int main(int argc, char** argv) {
       for (const auto& p : policy_registry()) std::printf("%-14s %s\n", p.name.c_str(), p.description.c_str());
       return 0;
     }
+    if (!gpu_file.empty()) load_gpu_file(gpu_file);
     return cmd_train(cfg, budget_text, report, quiet);
   } catch (const OutOfMemoryError& e) {
     std::fprintf(stderr, "vtensor: %s\n", e.what());

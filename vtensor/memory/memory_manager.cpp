@@ -193,6 +193,9 @@ void MemoryManager::restore(TensorId id) {
 }
 
 void MemoryManager::read(TensorId id, void* host_dst) {
+  if (!backend_.has_data())
+    throw std::invalid_argument("values of '" + graph_.tensor(id).name + "' are not available: backend " +
+                                backend_.name() + " holds no tensor values");
   State& s = st(id);
   if (s.residency == Residency::kOnHost || s.residency == Residency::kSwappingOut) {
     if (s.event) s.event->wait();

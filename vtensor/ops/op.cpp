@@ -26,6 +26,7 @@ const char* to_string(OpKind k) {
     case OpKind::kSoftmaxCE: return "softmax_ce";
     case OpKind::kSoftmaxCEBwd: return "softmax_ce_bwd";
     case OpKind::kSgdMomentum: return "sgd_momentum";
+    case OpKind::kReplay: return "replay";
   }
   return "?";
 }

@@ -34,6 +34,7 @@ enum class OpKind {
   kSoftmaxCE,        // logits, labels -> loss[1]
   kSoftmaxCEBwd,     // logits, labels -> dlogits
   kSgdMomentum,      // w*, g, m* -> (in place)
+  kReplay,           // an op of a replayed trace: opaque, takes its recorded time (sim backend only)
 };
 const char* to_string(OpKind k);
 
@@ -61,6 +62,7 @@ struct Op {
   OpAttrs attrs;
   size_t workspace_bytes = 0;   // scratch the kernel needs, allocated from the budget
   double flops = 0;             // for cost models and reports
+  double recorded_ms = 0;       // kReplay: the op's recorded time
 };
 
 // A recomputation may repeat this op: it is a pure function of its inputs (in-place side

@@ -27,6 +27,7 @@ IterationStats Executor::run_iteration(int iteration) {
   IterationStats s;
   s.iteration = iteration;
   s.loss = loss_;
+  s.has_loss = backend_.has_data();
   s.time_ms = backend_.now_ms() - t0;
   const auto& a = mm_.allocator().stats();
   s.peak_allocated = a.peak_allocated;
@@ -62,7 +63,7 @@ void Executor::run_op(int op_index) {
   if (args.workspace) mm_.free_scratch(args.workspace);
   for (TensorId in : op.inputs) mm_.unlock(in);
   for (TensorId out : op.outputs) mm_.unlock(out);
-  if (!op.outputs.empty() && op.outputs[0] == g_.loss) mm_.read(g_.loss, &loss_);
+  if (!op.outputs.empty() && op.outputs[0] == g_.loss && backend_.has_data()) mm_.read(g_.loss, &loss_);
   for (TensorId t : release_after_[static_cast<size_t>(op_index)]) mm_.release(t);
   mm_.after_op(op_index);
 }

@@ -20,7 +20,8 @@ struct TrainConfig {
   std::string policy = "none";
   std::string backend = "cpu";
   std::string allocator = "caching";
-  size_t budget = 0;  // 0: the backend's default (kDefaultCpuBudget on cpu)
+  std::string gpu;    // sim: the GPU to model (gpu_specs.h)
+  size_t budget = 0;  // 0: the backend's default (kDefaultCpuBudget on cpu, the GPU's memory on sim)
   int iters = 10;
   uint64_t seed = 1;  // weight init
   OptimizerConfig optimizer;

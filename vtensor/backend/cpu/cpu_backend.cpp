@@ -299,6 +299,9 @@ void CpuBackend::launch(const Graph& g, const Op& op, const KernelArgs& a) {
       cpu::sgd_momentum(numel(in_shape(0)), op.attrs.lr, op.attrs.sgd_momentum, op.attrs.weight_decay, a.inputs[0],
                         a.inputs[1], a.inputs[2]);
       break;
+    case OpKind::kReplay:
+      throw std::invalid_argument("the cpu backend cannot run replayed op '" + op.name +
+                                  "' (a trace has no kernels); replay with --backend sim");
   }
 }
 
