@@ -33,6 +33,7 @@ struct TensorInfo {
   int slot = 0;       // output slot in the producer
   bool requires_grad = false;
   Init init = Init::kZeros;
+  int release_after = -1;  // replay: the op after which the program released it (-1: its last use)
   size_t bytes() const { return static_cast<size_t>(shape.numel()) * dtype_size(dtype); }
   bool persistent() const {
     return kind == TensorKind::kParam || kind == TensorKind::kOptimizerState || kind == TensorKind::kBuffer;
@@ -61,7 +62,7 @@ class Graph {
   size_t num_tensors() const { return tensors_.size(); }
   size_t num_ops() const { return ops_.size(); }
 
-  TensorId loss = kNoTensor;
+  TensorId loss = kNoTensor;  // kNoTensor in replayed graphs
   std::vector<TensorId> params;  // in creation order
 
   size_t persistent_bytes() const;

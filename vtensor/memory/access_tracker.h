@@ -22,6 +22,7 @@ struct TensorAccess {
 struct AccessTrace {
   int iteration = 0;
   std::vector<TensorAccess> accesses;
+  std::vector<double> op_ms;  // per op index: its kernel's time on the backend's clock (replay needs it)
 };
 
 class AccessTracker {
@@ -30,10 +31,12 @@ class AccessTracker {
   bool enabled() const { return enabled_; }
   void begin_iteration(int iteration, double now_ms);
   void record(TensorId id, int op_index, AccessKind kind, double now_ms);
+  void record_op(int op_index, double ms);
   const AccessTrace& current() const { return trace_; }
 
-  // One header line with the graph's tensors (id, name, bytes, kind, producer op and its
-  // inputs: the lineage), then one line per access.
+  // One header line with the graph's tensors (id, name, bytes, shape, kind, producer op and its
+  // inputs: the lineage) and ops (inputs, outputs, in-place inputs, workspace, FLOPs, phase),
+  // then per iteration one line per access and one line with the op times.
   static void write_jsonl(const std::string& path, const Graph& g, const std::vector<AccessTrace>& traces);
 
  private:

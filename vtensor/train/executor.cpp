@@ -11,6 +11,8 @@ Executor::Executor(const Graph& g, Backend& backend, MemoryManager& mm) : g_(g),
     for (TensorId out : op.outputs) last_use[static_cast<size_t>(out)] = std::max(last_use[static_cast<size_t>(out)], op.index);
   }
   release_after_.resize(g.num_ops());
+  for (const auto& t : g.tensors())  // a replayed program may hold a tensor past its last use
+    if (t.release_after >= 0) last_use[static_cast<size_t>(t.id)] = std::max(last_use[static_cast<size_t>(t.id)], t.release_after);
   for (const auto& t : g.tensors())
     if (!t.persistent() && last_use[static_cast<size_t>(t.id)] >= 0)
       release_after_[static_cast<size_t>(last_use[static_cast<size_t>(t.id)])].push_back(t.id);
@@ -59,7 +61,9 @@ void Executor::run_op(int op_index) {
   // Only now: an allocation above may have compacted the arena and moved tensors.
   for (TensorId in : op.inputs) args.inputs.push_back(mm_.device_ptr(in));
   for (TensorId out : op.outputs) args.outputs.push_back(mm_.device_ptr(out));
+  const double t0 = backend_.now_ms();
   backend_.launch(g_, op, args);
+  mm_.tracker().record_op(op_index, backend_.now_ms() - t0);
   if (args.workspace) mm_.free_scratch(args.workspace);
   for (TensorId in : op.inputs) mm_.unlock(in);
   for (TensorId out : op.outputs) mm_.unlock(out);

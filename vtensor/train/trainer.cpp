@@ -13,15 +13,19 @@ namespace vtensor {
 
 Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
   if (cfg_.iters <= 0) throw std::invalid_argument("--iters must be positive, got " + std::to_string(cfg_.iters));
-  cfg_.model = resolve_model(cfg_.model);
+  if (!cfg_.graph) cfg_.model = resolve_model(cfg_.model);
   auto policy = make_policy(cfg_.policy);  // validate names before any work
   if (!cfg_.gpu.empty() && cfg_.backend != "sim")
     throw std::invalid_argument("--gpu applies to --backend sim only (backend is '" + cfg_.backend + "')");
   if (cfg_.budget == 0) cfg_.budget = cfg_.backend == "sim" && !cfg_.gpu.empty() ? find_gpu(cfg_.gpu).memory_bytes
                                                                                  : kDefaultCpuBudget;
   cfg_.budget = align_up(cfg_.budget);
-  graph_ = build_model(cfg_.model);
-  build_backward(graph_, cfg_.optimizer);
+  if (cfg_.graph) {
+    graph_ = *cfg_.graph;
+  } else {
+    graph_ = build_model(cfg_.model);
+    build_backward(graph_, cfg_.optimizer);
+  }
   auto allocator = make_allocator(cfg_.allocator, cfg_.budget);
   backend_ = make_backend(cfg_.backend, {.arena_bytes = cfg_.budget, .gpu = cfg_.gpu});
   mm_ = std::make_unique<MemoryManager>(*backend_, graph_, std::move(allocator), std::move(policy));

@@ -27,6 +27,7 @@ struct TrainConfig {
   OptimizerConfig optimizer;
   bool timeline = false;    // per-op allocated / reserved bytes of the last iteration
   std::string trace_path;   // access trace as JSON lines
+  std::shared_ptr<const Graph> graph;  // prebuilt (trace replay): used instead of model + autodiff
 };
 
 struct TrainResult {
