@@ -53,8 +53,10 @@ void AccessTracker::write_jsonl(const std::string& path, const Graph& g, const s
       ops.push_back({{"index", op.index}, {"kind", to_string(op.kind)}, {"name", op.name}, {"inputs", op.inputs},
                      {"outputs", op.outputs}, {"inplace", op.inplace}, {"workspace", op.workspace_bytes},
                      {"flops", op.flops}, {"backward", op.backward}, {"optimizer", op.optimizer}});
+    nlohmann::json op_times = nlohmann::json::array();
+    for (const auto& tr : traces) op_times.push_back({{"iter", tr.iteration}, {"ms", tr.op_ms}});
     out << nlohmann::json{{"type", "graph"}, {"format", "vtensor-trace"}, {"version", 2}, {"num_ops", g.num_ops()},
-                          {"tensors", tensors}, {"ops", ops}}
+                          {"tensors", tensors}, {"ops", ops}, {"op_times", op_times}}
                .dump()
         << "\n";
     for (const auto& tr : traces)
@@ -63,8 +65,6 @@ void AccessTracker::write_jsonl(const std::string& path, const Graph& g, const s
                               {"kind", to_string(a.kind)}, {"t_ns", a.time_ns}}
                    .dump()
             << "\n";
-    for (const auto& tr : traces)
-      out << nlohmann::json{{"type", "op_times"}, {"iter", tr.iteration}, {"ms", tr.op_ms}}.dump() << "\n";
     if (!out) throw std::runtime_error("error writing trace file '" + path + "'");
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error("cannot move trace into '" + path + "'");

@@ -35,8 +35,8 @@ class AccessTracker {
   const AccessTrace& current() const { return trace_; }
 
   // One header line with the graph's tensors (id, name, bytes, shape, kind, producer op and its
-  // inputs: the lineage) and ops (inputs, outputs, in-place inputs, workspace, FLOPs, phase),
-  // then per iteration one line per access and one line with the op times.
+  // inputs: the lineage), ops (inputs, outputs, in-place inputs, workspace, FLOPs, phase) and
+  // each iteration's op times; then one line per access.
   static void write_jsonl(const std::string& path, const Graph& g, const std::vector<AccessTrace>& traces);
 
  private:

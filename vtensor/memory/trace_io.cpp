@@ -159,8 +159,24 @@ Graph load_vtensor_trace(const std::string& path) {
     if (int_field(path, line, tensors[i], "producer") != producer[i])
       fail(path, line, "tensor " + g.tensor(static_cast<TensorId>(i)).name + ": producer disagrees with the op list");
 
-  // The body: accesses (checked, not needed to rebuild the graph) and op times.
   std::vector<std::vector<double>> times;
+  if (head.contains("op_times")) {
+    const json& ot = head["op_times"];
+    if (!ot.is_array()) fail(path, line, "'op_times' must be an array");
+    for (const auto& it : ot) {
+      if (!it.is_object()) fail(path, line, "'op_times' entries must be objects");
+      const json& ms = field(path, line, it, "ms");
+      if (!ms.is_array() || ms.size() != parsed.size())
+        fail(path, line, "'op_times' must hold one time per op (" + std::to_string(parsed.size()) + ")");
+      std::vector<double> t;
+      for (const auto& x : ms) {
+        if (!x.is_number() || x.get<double>() < 0) fail(path, line, "op times must be non-negative numbers");
+        t.push_back(x.get<double>());
+      }
+      times.push_back(std::move(t));
+    }
+  }
+  // The body: accesses, checked (the graph is rebuilt from the header).
   while (std::getline(in, text)) {
     ++line;
     if (text.empty()) continue;
@@ -173,22 +189,11 @@ Graph load_vtensor_trace(const std::string& path) {
       str_field(path, line, j, "kind");
       if (id < 0 || id >= n_tensors) fail(path, line, "access to tensor " + std::to_string(id) + ", which the header lacks");
       if (op < 0 || op >= static_cast<int64_t>(parsed.size())) fail(path, line, "access by op " + std::to_string(op) + ", which the header lacks");
-    } else if (type == "op_times") {
-      int_field(path, line, j, "iter");
-      const json& ms = field(path, line, j, "ms");
-      if (!ms.is_array() || ms.size() != parsed.size())
-        fail(path, line, "'ms' must hold one time per op (" + std::to_string(parsed.size()) + ")");
-      std::vector<double> t;
-      for (const auto& x : ms) {
-        if (!x.is_number() || x.get<double>() < 0) fail(path, line, "op times must be non-negative numbers");
-        t.push_back(x.get<double>());
-      }
-      times.push_back(std::move(t));
     } else {
-      fail(path, line, "unknown line type '" + type + "'; accepted: access, op_times");
+      fail(path, line, "unknown line type '" + type + "'; accepted after the header: access");
     }
   }
-  if (times.empty()) fail(path, line, "no op_times line: the trace has no op times to replay");
+  if (times.empty()) fail(path, 1, "the header has no op_times: the trace has no op times to replay");
   // The first iteration pays for warm-up (page faults, allocations): average the others.
   const size_t first = times.size() > 1 ? 1 : 0;
   for (size_t i = 0; i < parsed.size(); ++i) {
