@@ -128,12 +128,13 @@ int cmd_replay(ReplayArgs a) {
 struct ExperimentArgs {
   TrainConfig cfg;
   std::string budget_text, budgets_text = "100%,75%,50%,25%", batches_text, policies_text = "none,lru,lru-recompute";
-  std::string out, report;
+  std::string out, report, trace;
   int max_limit = 1 << 20;
 };
 
-void add_experiment_model_options(CLI::App* c, ExperimentArgs& a) {
-  c->add_option("--model", a.cfg.model.name, "model: " + join(model_names()))->required();
+void add_experiment_model_options(CLI::App* c, ExperimentArgs& a, bool model_required = true) {
+  auto* model = c->add_option("--model", a.cfg.model.name, "model: " + join(model_names()));
+  if (model_required) model->required();
   c->add_option("--gpu", a.cfg.gpu, "the GPU to model: " + join(gpu_names()))->required();
   c->add_option("--image-size", a.cfg.model.image_size, "input height = width (features for mlp)");
   c->add_option("--width", a.cfg.model.width, "base channel count (hidden units for mlp)");
@@ -202,7 +203,8 @@ int cmd_maxbatch(ExperimentArgs a) {
 
 CLI::App* add_sweep(CLI::App& app, ExperimentArgs& a) {
   auto* c = app.add_subcommand("sweep", "a policy x budget (x batch) grid on the sim backend, as CSV or JSON");
-  add_experiment_model_options(c, a);
+  add_experiment_model_options(c, a, false);
+  c->add_option("--trace", a.trace, "instead of --model: a recorded trace or DTR log (dtr:NAME), replayed");
   c->add_option("--batch", a.cfg.model.batch, "batch size (default: the model's preset)");
   c->add_option("--policies", a.policies_text, "comma-separated policies (default none,lru,lru-recompute)");
   c->add_option("--budgets", a.budgets_text, "comma-separated budgets: % of the unmanaged peak or sizes (default 100%,75%,50%,25%)");
@@ -220,7 +222,15 @@ int cmd_sweep(ExperimentArgs a) {
   const auto budgets = parse_budgets(a.budgets_text, "--budgets");
   const auto batches = parse_batches(a.batches_text, "--batches");
   find_gpu(a.cfg.gpu);
-  resolve_model(a.cfg.model);
+  if (a.trace.empty() == a.cfg.model.name.empty())
+    throw std::invalid_argument("sweep: give either --model or --trace");
+  if (!a.trace.empty()) {
+    if (!batches.empty()) throw std::invalid_argument("--batches: a trace has a fixed batch");
+    a.cfg.graph = std::make_shared<const Graph>(load_trace(a.trace));
+    a.cfg.model.name = a.trace;
+  } else {
+    resolve_model(a.cfg.model);
+  }
   std::printf("vtensor sweep: model %s on %s, policies %s, budgets %s\n", a.cfg.model.name.c_str(), a.cfg.gpu.c_str(),
               a.policies_text.c_str(), a.budgets_text.c_str());
   std::printf("%-7s %-16s %-8s %12s %7s %12s %12s %8s\n", "batch", "policy", "budget", "budget MiB", "status",
