@@ -237,7 +237,8 @@ int cmd_sweep(ExperimentArgs a) {
               "peak MiB", "iter ms", "overhead");
   std::fflush(stdout);
   auto rows = sweep(a.cfg, policies, budgets, batches, [](const SweepRow& r) {
-    std::printf("%-7d %-16s %-8s %12.1f %7s %12.1f %12.2f %8.3f\n", r.batch, r.policy.c_str(), r.budget_label.c_str(),
+    const std::string batch = r.batch > 0 ? std::to_string(r.batch) : "trace";  // a trace's batch is fixed
+    std::printf("%-7s %-16s %-8s %12.1f %7s %12.1f %12.2f %8.3f\n", batch.c_str(), r.policy.c_str(), r.budget_label.c_str(),
                 mib(r.budget), r.run.ok ? "ok" : "oom", mib(r.run.peak_allocated), r.run.iteration_ms, r.overhead);
     std::fflush(stdout);
   });
