@@ -5,6 +5,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "vtensor/backend/sim/cost_model.h"
 #include "vtensor/backend/sim/gpu_specs.h"
 #include "vtensor/core/errors.h"
 #include "vtensor/memory/allocator.h"
@@ -247,6 +248,47 @@ int cmd_sweep(ExperimentArgs a) {
   return 0;
 }
 
+// ---- per-op cost predictions (to check the cost model against measured kernels)
+
+CLI::App* add_costs(CLI::App& app, ExperimentArgs& a) {
+  auto* c = app.add_subcommand("costs", "the sim cost model's prediction for every op of a model's training step");
+  add_experiment_model_options(c, a);
+  c->add_option("--batch", a.cfg.model.batch, "batch size (default: the model's preset)");
+  c->add_option("--out", a.out, "write the table as CSV to this file instead of printing it");
+  return c;
+}
+
+int cmd_costs(ExperimentArgs a) {
+  check_output_path(a.out, "--out");
+  const GpuSpec gpu = find_gpu(a.cfg.gpu);
+  Graph g = build_model(resolve_model(a.cfg.model));
+  build_backward(g, a.cfg.optimizer);
+  std::string text = "op,name,kind,flops,bytes,compute_ms,memory_ms,launch_ms,total_ms,bound\n";
+  double total = 0;
+  for (const Op& op : g.ops()) {
+    const OpCost c = predict_op(gpu, g, op);
+    total += c.total_ms;
+    char buf[512];
+    std::snprintf(buf, sizeof buf, "%d,%s,%s,%.0f,%.0f,%.6f,%.6f,%.6f,%.6f,%s\n", op.index, op.name.c_str(),
+                  to_string(op.kind), c.flops, c.bytes, c.compute_ms, c.memory_ms, c.launch_ms, c.total_ms, c.bound());
+    text += buf;
+  }
+  if (a.out.empty()) {
+    std::fputs(text.c_str(), stdout);
+  } else {
+    const std::string tmp = a.out + ".tmp";
+    {
+      std::ofstream out(tmp);
+      if (!out) throw std::invalid_argument("--out '" + a.out + "': cannot write");
+      out << text;
+    }
+    std::filesystem::rename(tmp, a.out);
+  }
+  std::fprintf(a.out.empty() ? stderr : stdout, "%zu ops on %s: %.3f ms of predicted compute per iteration\n",
+               g.num_ops(), gpu.name.c_str(), total);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -285,7 +327,9 @@ int main(int argc, char** argv) {
   auto* replay = add_replay(app, replay_args);
   auto* maxbatch = add_maxbatch(app, maxbatch_args);
   auto* sweep_cmd = add_sweep(app, sweep_args);
-  for (auto* c : {replay, maxbatch, sweep_cmd})
+  ExperimentArgs costs_args;
+  auto* costs = add_costs(app, costs_args);
+  for (auto* c : {replay, maxbatch, sweep_cmd, costs})
     c->add_option("--gpu-file", gpu_file, "JSON file with more GPUs for --gpu (gpu_specs.h has the fields)");
 
   auto* models = app.add_subcommand("models", "list the models");
@@ -294,8 +338,8 @@ int main(int argc, char** argv) {
   if (argc > 1 && argv[1][0] != '-') {
     const std::string cmd = argv[1];
     if (cmd != "train" && cmd != "models" && cmd != "policies" && cmd != "replay" && cmd != "maxbatch" &&
-        cmd != "sweep") {
-      std::fprintf(stderr, "vtensor: unknown command '%s'; accepted: train, replay, maxbatch, sweep, models, policies\n",
+        cmd != "sweep" && cmd != "costs") {
+      std::fprintf(stderr, "vtensor: unknown command '%s'; accepted: train, replay, maxbatch, sweep, costs, models, policies\n",
                    cmd.c_str());
       return kExitBadInput;
     }
@@ -327,6 +371,7 @@ int main(int argc, char** argv) {
     if (replay->parsed()) return cmd_replay(replay_args);
     if (maxbatch->parsed()) return cmd_maxbatch(maxbatch_args);
     if (sweep_cmd->parsed()) return cmd_sweep(sweep_args);
+    if (costs->parsed()) return cmd_costs(costs_args);
     return cmd_train(cfg, budget_text, report, quiet);
   } catch (const OutOfMemoryError& e) {
     std::fprintf(stderr, "vtensor: %s\n", e.what());

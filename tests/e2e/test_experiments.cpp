@@ -129,6 +129,23 @@ TEST(CliExperiments, MaxbatchPrintsProbesAndTheResult) {
   EXPECT_NE(bad.output.find("p100-16g"), std::string::npos) << bad.output;
 }
 
+TEST(CliExperiments, CostsListsEveryOp) {
+  const std::string out = temp_path("costs.csv");
+  Result r = run("costs --model resnet-tiny --gpu v100-16g --out " + out);
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::ifstream in(out);
+  std::string line;
+  int lines = 0, compute = 0;
+  while (std::getline(in, line)) {
+    ++lines;
+    if (line.size() > 8 && line.substr(line.size() - 8) == ",compute") ++compute;
+  }
+  EXPECT_GT(lines, 100);
+  EXPECT_GT(compute, 0);
+  EXPECT_NE(r.output.find("ms of predicted compute"), std::string::npos) << r.output;
+  std::filesystem::remove(out);
+}
+
 TEST(CliExperiments, ReplayRefusesAMalformedTraceAndReportsNothing) {
   const std::string trace = temp_path("t.jsonl"), report = temp_path("replay.json");
   ASSERT_EQ(run("train --model mlp-tiny --iters 2 --quiet --trace " + trace).code, 0);

@@ -2,6 +2,7 @@
 // budget and policy (no values, a virtual clock), and paper-scale graphs in seconds.
 #include <gtest/gtest.h>
 
+#include "vtensor/backend/sim/cost_model.h"
 #include "vtensor/core/errors.h"
 #include "vtensor/memory/allocator.h"
 #include "vtensor/train/trainer.h"
@@ -94,6 +95,20 @@ TEST(Sim, BadGpuAndBackendCombinationsAreRejected) {
   cfg.backend = "cpu";
   cfg.gpu = "p100-16g";
   EXPECT_THROW({ Trainer t(cfg); }, std::invalid_argument);
+}
+
+// Without memory pressure an iteration is exactly the sum of the cost model's per-op predictions.
+TEST(Sim, AnUnconstrainedIterationIsTheSumOfItsOpPredictions) {
+  TrainConfig cfg;
+  cfg.model.name = "resnet-tiny";
+  cfg.backend = "sim";
+  cfg.gpu = "titan-x-12g";
+  cfg.iters = 2;
+  Trainer t(cfg);
+  auto r = t.run();
+  double sum = 0;
+  for (const Op& op : t.graph().ops()) sum += predict_op(find_gpu("titan-x-12g"), t.graph(), op).total_ms;
+  for (const auto& s : r.iterations) EXPECT_NEAR(s.time_ms, sum, sum * 1e-9);
 }
 
 // Paper scale: ResNet-50 at batch 1000 on a 16 GiB P100 (Capuchin's setting) runs in seconds.
