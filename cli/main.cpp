@@ -2,12 +2,17 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 
+#include "vtensor/backend/sim/cost_model.h"
+#include "vtensor/backend/sim/gpu_specs.h"
 #include "vtensor/core/errors.h"
 #include "vtensor/memory/allocator.h"
+#include "vtensor/memory/trace_io.h"
 #include "vtensor/models/models.h"
 #include "vtensor/policy/policy.h"
+#include "vtensor/train/experiments.h"
 #include "vtensor/train/trainer.h"
 
 using namespace vtensor;
@@ -65,8 +70,13 @@ int cmd_train(const TrainConfig& base, const std::string& budget_text, const std
     peak_res = std::max(peak_res, s.peak_reserved);
     ms += s.time_ms;
   }
-  std::printf("done: loss %.5f -> %.5f, peak allocated %s, peak reserved %s (budget %s), mean iteration %.1f ms\n",
-              static_cast<double>(r.iterations.front().loss), static_cast<double>(r.iterations.back().loss),
+  const auto loss_text = [](const IterationStats& s) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.5f", static_cast<double>(s.loss));
+    return s.has_loss ? std::string(b) : std::string("n/a (no values on this backend)");
+  };
+  std::printf("done: loss %s -> %s, peak allocated %s, peak reserved %s (budget %s), mean iteration %.1f ms\n",
+              loss_text(r.iterations.front()).c_str(), loss_text(r.iterations.back()).c_str(),
               format_bytes(peak_alloc).c_str(), format_bytes(peak_res).c_str(), format_bytes(c.budget).c_str(),
               ms / static_cast<double>(r.iterations.size()));
   if (!r.policy_summary.empty()) std::printf("policy %s: %s\n", c.policy.c_str(), r.policy_summary.c_str());
@@ -74,6 +84,213 @@ int cmd_train(const TrainConfig& base, const std::string& budget_text, const std
     write_report(r, report);
     std::printf("report written to %s\n", report.c_str());
   }
+  return 0;
+}
+
+// ---- sim experiments: replay, maxbatch, sweep (vtensor/train/experiments.h)
+
+double mib(size_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
+
+struct ReplayArgs {
+  ReplayConfig cfg;
+  std::string budget_text, report;
+  bool quiet = false;
+};
+
+CLI::App* add_replay(CLI::App& app, ReplayArgs& a) {
+  auto* c = app.add_subcommand("replay", "replay a recorded access trace or a DTR operator log on the sim backend");
+  c->add_option("--trace", a.cfg.trace, "trace file (vtensor --trace JSON lines or a DTR log), or dtr:NAME")->required();
+  c->add_option("--gpu", a.cfg.gpu, "the GPU to model: " + join(gpu_names()))->required();
+  c->add_option("--budget", a.budget_text, "device memory budget (default: the GPU's memory)");
+  c->add_option("--policy", a.cfg.policy, "memory policy: " + join(policy_names()));
+  c->add_option("--allocator", a.cfg.allocator, "device allocator: " + join(allocator_names()));
+  c->add_option("--iters", a.cfg.iters, "iterations to replay (default 3)");
+  c->add_option("--report", a.report, "write a JSON report to this file");
+  c->add_flag("--quiet", a.quiet, "no per-iteration lines");
+  return c;
+}
+
+int cmd_replay(ReplayArgs a) {
+  if (!a.budget_text.empty()) a.cfg.budget = parse_bytes(a.budget_text, "--budget");
+  check_output_path(a.report, "--report");
+  std::printf("vtensor replay: %s on %s, policy %s\n", a.cfg.trace.c_str(), a.cfg.gpu.c_str(), a.cfg.policy.c_str());
+  std::fflush(stdout);
+  // The whole trace is read and checked before the first iteration: a malformed line reports nothing.
+  TrainResult r = replay_trace(a.cfg, [&](const IterationStats& s) {
+    if (!a.quiet) std::printf("%s\n", format_iteration_line(s, a.cfg.iters).c_str());
+  });
+  const RunSummary s = summarise(r);
+  std::printf("done: %zu ops, %zu tensors, budget %s, peak allocated %s, peak reserved %s, iteration %.2f ms "
+              "(recorded op time %.2f ms)\n",
+              r.num_ops, r.num_tensors, format_bytes(r.config.budget).c_str(), format_bytes(s.peak_allocated).c_str(),
+              format_bytes(s.peak_reserved).c_str(), s.iteration_ms, recorded_total_ms(*r.config.graph));
+  if (!a.report.empty()) {
+    write_report(r, a.report);
+    std::printf("report written to %s\n", a.report.c_str());
+  }
+  return 0;
+}
+
+struct ExperimentArgs {
+  TrainConfig cfg;
+  std::string budget_text, budgets_text = "100%,75%,50%,25%", batches_text, policies_text = "none,lru,lru-recompute";
+  std::string out, report, trace;
+  int max_limit = 1 << 20;
+};
+
+void add_experiment_model_options(CLI::App* c, ExperimentArgs& a, bool model_required = true) {
+  auto* model = c->add_option("--model", a.cfg.model.name, "model: " + join(model_names()));
+  if (model_required) model->required();
+  c->add_option("--gpu", a.cfg.gpu, "the GPU to model: " + join(gpu_names()))->required();
+  c->add_option("--image-size", a.cfg.model.image_size, "input height = width (features for mlp)");
+  c->add_option("--width", a.cfg.model.width, "base channel count (hidden units for mlp)");
+  c->add_option("--classes", a.cfg.model.classes, "number of classes");
+  c->add_option("--allocator", a.cfg.allocator, "device allocator: " + join(allocator_names()));
+  c->add_option("--iters", a.cfg.iters, "iterations per run (default 3: policies that measure need more than one)");
+}
+
+CLI::App* add_maxbatch(CLI::App& app, ExperimentArgs& a) {
+  auto* c = app.add_subcommand("maxbatch", "the largest batch that trains, searched on the sim backend");
+  add_experiment_model_options(c, a);
+  c->add_option("--policy", a.cfg.policy, "memory policy: " + join(policy_names()));
+  c->add_option("--budget", a.budget_text, "device memory budget (default: the GPU's memory)");
+  c->add_option("--max-batch", a.max_limit, "stop the search here");
+  c->add_option("--report", a.report, "write the search as JSON to this file");
+  return c;
+}
+
+int cmd_maxbatch(ExperimentArgs a) {
+  a.cfg.backend = "sim";
+  if (!a.budget_text.empty()) a.cfg.budget = parse_bytes(a.budget_text, "--budget");
+  check_output_path(a.report, "--report");
+  make_policy(a.cfg.policy);
+  const size_t budget = a.cfg.budget ? a.cfg.budget : find_gpu(a.cfg.gpu).memory_bytes;
+  std::printf("vtensor maxbatch: model %s, policy %s, %s, budget %s, %d iterations per probe\n",
+              a.cfg.model.name.c_str(), a.cfg.policy.c_str(), a.cfg.gpu.c_str(), format_bytes(budget).c_str(),
+              a.cfg.iters);
+  std::fflush(stdout);
+  MaxBatchResult r = max_batch(a.cfg, a.max_limit, [](int batch, const RunSummary& s) {
+    if (s.ok)
+      std::printf("  batch %7d  trains  peak %10.1f MiB  iteration %10.2f ms\n", batch, mib(s.peak_allocated),
+                  s.iteration_ms);
+    else
+      std::printf("  batch %7d  out of memory\n", batch);
+    std::fflush(stdout);
+  });
+  if (r.batch == 0) {
+    std::printf("max batch: none: batch 1 does not fit\n");
+  } else {
+    std::printf("max batch %d: peak allocated %s, peak reserved %s, predicted iteration %.2f ms (%.1f samples/s)%s\n",
+                r.batch, format_bytes(r.at_batch.peak_allocated).c_str(), format_bytes(r.at_batch.peak_reserved).c_str(),
+                r.at_batch.iteration_ms, r.at_batch.iteration_ms > 0 ? 1e3 * r.batch / r.at_batch.iteration_ms : 0.0,
+                r.batch >= a.max_limit ? " (the --max-batch limit)" : "");
+  }
+  if (!a.report.empty()) {
+    nlohmann::json probes = nlohmann::json::array();
+    for (const auto& [b, s] : r.probes)
+      probes.push_back({{"batch", b}, {"status", s.ok ? "ok" : "oom"}, {"peak_allocated_bytes", s.peak_allocated},
+                        {"iteration_ms", s.iteration_ms}});
+    nlohmann::json j = {{"model", a.cfg.model.name}, {"policy", a.cfg.policy}, {"gpu", a.cfg.gpu},
+                        {"budget_bytes", budget}, {"iters", a.cfg.iters}, {"max_batch", r.batch},
+                        {"peak_allocated_bytes", r.at_batch.peak_allocated},
+                        {"peak_reserved_bytes", r.at_batch.peak_reserved},
+                        {"iteration_ms", r.at_batch.iteration_ms}, {"probes", probes}};
+    const std::string tmp = a.report + ".tmp";
+    {
+      std::ofstream out(tmp);
+      if (!out) throw std::invalid_argument("--report '" + a.report + "': cannot write");
+      out << j.dump(2) << "\n";
+    }
+    std::filesystem::rename(tmp, a.report);
+    std::printf("report written to %s\n", a.report.c_str());
+  }
+  return 0;
+}
+
+CLI::App* add_sweep(CLI::App& app, ExperimentArgs& a) {
+  auto* c = app.add_subcommand("sweep", "a policy x budget (x batch) grid on the sim backend, as CSV or JSON");
+  add_experiment_model_options(c, a, false);
+  c->add_option("--trace", a.trace, "instead of --model: a recorded trace or DTR log (dtr:NAME), replayed");
+  c->add_option("--batch", a.cfg.model.batch, "batch size (default: the model's preset)");
+  c->add_option("--policies", a.policies_text, "comma-separated policies (default none,lru,lru-recompute)");
+  c->add_option("--budgets", a.budgets_text, "comma-separated budgets: % of the unmanaged peak or sizes (default 100%,75%,50%,25%)");
+  c->add_option("--batches", a.batches_text, "comma-separated batch sizes (overrides --batch)");
+  c->add_option("--out", a.out, "output file, .csv or .json")->required();
+  return c;
+}
+
+int cmd_sweep(ExperimentArgs a) {
+  a.cfg.backend = "sim";
+  check_output_path(a.out, "--out");
+  if (a.out.size() < 5 || (a.out.substr(a.out.size() - 4) != ".csv" && a.out.substr(a.out.size() - 5) != ".json"))
+    throw std::invalid_argument("--out '" + a.out + "': accepted extensions: .csv, .json");
+  const auto policies = split_list(a.policies_text);
+  const auto budgets = parse_budgets(a.budgets_text, "--budgets");
+  const auto batches = parse_batches(a.batches_text, "--batches");
+  find_gpu(a.cfg.gpu);
+  if (a.trace.empty() == a.cfg.model.name.empty())
+    throw std::invalid_argument("sweep: give either --model or --trace");
+  if (!a.trace.empty()) {
+    if (!batches.empty()) throw std::invalid_argument("--batches: a trace has a fixed batch");
+    a.cfg.graph = std::make_shared<const Graph>(load_trace(a.trace));
+    a.cfg.model.name = a.trace;
+  } else {
+    resolve_model(a.cfg.model);
+  }
+  std::printf("vtensor sweep: model %s on %s, policies %s, budgets %s\n", a.cfg.model.name.c_str(), a.cfg.gpu.c_str(),
+              a.policies_text.c_str(), a.budgets_text.c_str());
+  std::printf("%-7s %-16s %-8s %12s %7s %12s %12s %8s\n", "batch", "policy", "budget", "budget MiB", "status",
+              "peak MiB", "iter ms", "overhead");
+  std::fflush(stdout);
+  auto rows = sweep(a.cfg, policies, budgets, batches, [](const SweepRow& r) {
+    const std::string batch = r.batch > 0 ? std::to_string(r.batch) : "trace";  // a trace's batch is fixed
+    std::printf("%-7s %-16s %-8s %12.1f %7s %12.1f %12.2f %8.3f\n", batch.c_str(), r.policy.c_str(), r.budget_label.c_str(),
+                mib(r.budget), r.run.ok ? "ok" : "oom", mib(r.run.peak_allocated), r.run.iteration_ms, r.overhead);
+    std::fflush(stdout);
+  });
+  write_sweep(rows, a.out);
+  std::printf("%zu rows written to %s\n", rows.size(), a.out.c_str());
+  return 0;
+}
+
+// ---- per-op cost predictions (to check the cost model against measured kernels)
+
+CLI::App* add_costs(CLI::App& app, ExperimentArgs& a) {
+  auto* c = app.add_subcommand("costs", "the sim cost model's prediction for every op of a model's training step");
+  add_experiment_model_options(c, a);
+  c->add_option("--batch", a.cfg.model.batch, "batch size (default: the model's preset)");
+  c->add_option("--out", a.out, "write the table as CSV to this file instead of printing it");
+  return c;
+}
+
+int cmd_costs(ExperimentArgs a) {
+  check_output_path(a.out, "--out");
+  const GpuSpec gpu = find_gpu(a.cfg.gpu);
+  Graph g = build_model(resolve_model(a.cfg.model));
+  build_backward(g, a.cfg.optimizer);
+  std::string text = "op,name,kind,flops,bytes,compute_ms,memory_ms,launch_ms,total_ms,bound\n";
+  double total = 0;
+  for (const Op& op : g.ops()) {
+    const OpCost c = predict_op(gpu, g, op);
+    total += c.total_ms;
+    char buf[512];
+    std::snprintf(buf, sizeof buf, "%d,%s,%s,%.0f,%.0f,%.6f,%.6f,%.6f,%.6f,%s\n", op.index, op.name.c_str(),
+                  to_string(op.kind), c.flops, c.bytes, c.compute_ms, c.memory_ms, c.launch_ms, c.total_ms, c.bound());
+    text += buf;
+  }
+  if (a.out.empty()) {
+    std::fputs(text.c_str(), stdout);
+  } else {
+    const std::string tmp = a.out + ".tmp";
+    {
+      std::ofstream out(tmp);
+      if (!out) throw std::invalid_argument("--out '" + a.out + "': cannot write");
+      out << text;
+    }
+    std::filesystem::rename(tmp, a.out);
+  }
+  std::fprintf(a.out.empty() ? stderr : stdout, "%zu ops on %s: %.3f ms of predicted compute per iteration\n",
+               g.num_ops(), gpu.name.c_str(), total);
   return 0;
 }
 
@@ -96,7 +313,10 @@ int main(int argc, char** argv) {
   train->add_option("--classes", cfg.model.classes, "number of classes");
   train->add_option("--budget", budget_text, "device memory budget, e.g. 512MiB (default: 8GiB on cpu)");
   train->add_option("--policy", cfg.policy, "memory policy: " + join(policy_names()));
-  train->add_option("--backend", cfg.backend, "backend: cpu, cuda");
+  train->add_option("--backend", cfg.backend, "backend: " + join(backend_names()));
+  std::string gpu_file;
+  train->add_option("--gpu", cfg.gpu, "sim backend: the GPU to model: " + join(gpu_names()));
+  train->add_option("--gpu-file", gpu_file, "JSON file with more GPUs for --gpu (gpu_specs.h has the fields)");
   train->add_option("--allocator", cfg.allocator, "device allocator: " + join(allocator_names()));
   train->add_option("--iters", cfg.iters, "training iterations (default 10)");
   train->add_option("--seed", cfg.seed, "weight-initialisation seed");
@@ -110,13 +330,26 @@ int main(int argc, char** argv) {
   train->add_flag("--timeline", cfg.timeline, "put the last iteration's per-op memory timeline in the report");
   train->add_flag("--quiet", quiet, "no per-iteration lines");
 
+  ReplayArgs replay_args;
+  ExperimentArgs maxbatch_args, sweep_args;
+  maxbatch_args.cfg.iters = sweep_args.cfg.iters = 3;
+  auto* replay = add_replay(app, replay_args);
+  auto* maxbatch = add_maxbatch(app, maxbatch_args);
+  auto* sweep_cmd = add_sweep(app, sweep_args);
+  ExperimentArgs costs_args;
+  auto* costs = add_costs(app, costs_args);
+  for (auto* c : {replay, maxbatch, sweep_cmd, costs})
+    c->add_option("--gpu-file", gpu_file, "JSON file with more GPUs for --gpu (gpu_specs.h has the fields)");
+
   auto* models = app.add_subcommand("models", "list the models");
   auto* policies = app.add_subcommand("policies", "list the memory policies");
 
   if (argc > 1 && argv[1][0] != '-') {
     const std::string cmd = argv[1];
-    if (cmd != "train" && cmd != "models" && cmd != "policies") {
-      std::fprintf(stderr, "vtensor: unknown command '%s'; accepted: train, models, policies\n", cmd.c_str());
+    if (cmd != "train" && cmd != "models" && cmd != "policies" && cmd != "replay" && cmd != "maxbatch" &&
+        cmd != "sweep" && cmd != "costs") {
+      std::fprintf(stderr, "vtensor: unknown command '%s'; accepted: train, replay, maxbatch, sweep, costs, models, policies\n",
+                   cmd.c_str());
       return kExitBadInput;
     }
   }
@@ -143,6 +376,11 @@ int main(int argc, char** argv) {
       for (const auto& p : policy_registry()) std::printf("%-14s %s\n", p.name.c_str(), p.description.c_str());
       return 0;
     }
+    if (!gpu_file.empty()) load_gpu_file(gpu_file);
+    if (replay->parsed()) return cmd_replay(replay_args);
+    if (maxbatch->parsed()) return cmd_maxbatch(maxbatch_args);
+    if (sweep_cmd->parsed()) return cmd_sweep(sweep_args);
+    if (costs->parsed()) return cmd_costs(costs_args);
     return cmd_train(cfg, budget_text, report, quiet, optimizer, lr->count() > 0);
   } catch (const OutOfMemoryError& e) {
     std::fprintf(stderr, "vtensor: %s\n", e.what());

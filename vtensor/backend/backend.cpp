@@ -13,11 +13,12 @@ const char* to_string(Stream s) {
   return "?";
 }
 
-std::vector<std::string> backend_names() { return {"cpu", "cuda"}; }
+std::vector<std::string> backend_names() { return {"cpu", "cuda", "sim"}; }
 
 std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOptions& opts) {
   if (name == "cpu") return make_cpu_backend(opts);
   if (name == "cuda") return make_cuda_backend(opts);
+  if (name == "sim") return make_sim_backend(opts);
   std::string accepted;
   for (const auto& n : backend_names()) accepted += (accepted.empty() ? "" : ", ") + n;
   throw std::invalid_argument("unknown backend '" + name + "'; accepted: " + accepted);

@@ -45,6 +45,8 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
   virtual std::string device_description() const = 0;
+  // False where no tensor values exist (sim): losses and weights cannot be read.
+  virtual bool has_data() const { return true; }
 
   // The device arena: exactly `arena_bytes` of device memory, sub-allocated by the allocators.
   virtual void* arena_base() = 0;
@@ -75,11 +77,12 @@ class Backend {
   virtual double now_ms() = 0;
 };
 
-// Backends by name: "cpu", "cuda". Unknown names throw std::invalid_argument with the accepted list.
+// Backends by name: "cpu", "cuda", "sim". Unknown names throw std::invalid_argument with the accepted list.
 std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOptions& opts);
 std::vector<std::string> backend_names();
 std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& opts);
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& opts);  // throws when built without CUDA
+std::unique_ptr<Backend> make_sim_backend(const BackendOptions& opts);  // vtensor/backend/sim
 bool cuda_available();
 
 }  // namespace vtensor

@@ -34,6 +34,7 @@ struct TensorInfo {
   bool requires_grad = false;
   Init init = Init::kZeros;
   TensorId view_of = kNoTensor;  // a view: shares this tensor's storage (no block of its own)
+  int release_after = -1;  // replay: the op after which the program released it (-1: its last use)
   size_t bytes() const { return static_cast<size_t>(shape.numel()) * dtype_size(dtype); }
   bool persistent() const {
     return kind == TensorKind::kParam || kind == TensorKind::kOptimizerState || kind == TensorKind::kBuffer;
@@ -62,7 +63,7 @@ class Graph {
   size_t num_tensors() const { return tensors_.size(); }
   size_t num_ops() const { return ops_.size(); }
 
-  TensorId loss = kNoTensor;
+  TensorId loss = kNoTensor;  // kNoTensor in replayed graphs
   std::vector<TensorId> params;  // in creation order
 
   size_t persistent_bytes() const;

@@ -23,6 +23,7 @@ struct AccessTrace {
   int iteration = 0;
   std::vector<TensorAccess> accesses;
   double swap_ns_per_byte = 0;  // measured host<->device copy time per byte; 0: unknown
+  std::vector<double> op_ms;  // per op index: its kernel's time on the backend's clock (replay needs it)
 };
 
 class AccessTracker {
@@ -31,11 +32,13 @@ class AccessTracker {
   bool enabled() const { return enabled_; }
   void begin_iteration(int iteration, double now_ms);
   void record(TensorId id, int op_index, AccessKind kind, double now_ms);
+  void record_op(int op_index, double ms);
   const AccessTrace& current() const { return trace_; }
   void set_swap_ns_per_byte(double v) { trace_.swap_ns_per_byte = v; }
 
-  // One header line with the graph's tensors (id, name, bytes, kind, producer op and its
-  // inputs: the lineage), then one line per access.
+  // One header line with the graph's tensors (id, name, bytes, shape, kind, producer op and its
+  // inputs: the lineage), ops (inputs, outputs, in-place inputs, workspace, FLOPs, phase) and
+  // each iteration's op times; then one line per access.
   static void write_jsonl(const std::string& path, const Graph& g, const std::vector<AccessTrace>& traces);
 
  private:

@@ -236,6 +236,9 @@ void MemoryManager::restore(TensorId id) {
 }
 
 void MemoryManager::read(TensorId id, void* host_dst) {
+  if (!backend_.has_data())
+    throw std::invalid_argument("values of '" + graph_.tensor(id).name + "' are not available: backend " +
+                                backend_.name() + " holds no tensor values");
   id = storage_of(id);
   State& s = st(id);
   if (s.residency == Residency::kOnHost || s.residency == Residency::kSwappingOut) {
@@ -402,6 +405,19 @@ void MemoryManager::add_lineage_refs(TensorId id, int delta) {
 }
 
 bool MemoryManager::can_recompute(TensorId id) const {
+  std::vector<int8_t> memo(states_.size(), -1);
+  return can_recompute(id, memo);
+}
+
+// Memoised per query: lineages share ancestors (residual and attention fan-in), and walking
+// them without a memo is exponential in depth (minutes per query on a transformer log).
+bool MemoryManager::can_recompute(TensorId id, std::vector<int8_t>& memo) const {
+  int8_t& m = memo[static_cast<size_t>(id)];
+  if (m < 0) m = can_recompute_uncached(id, memo) ? 1 : 0;
+  return m == 1;
+}
+
+bool MemoryManager::can_recompute_uncached(TensorId id, std::vector<int8_t>& memo) const {
   const TensorInfo& t = graph_.tensor(id);
   if (t.persistent() || t.producer < 0 || is_view(id)) return false;  // a view is never a victim on its own
   const Op& op = graph_.op(t.producer);
@@ -413,7 +429,7 @@ bool MemoryManager::can_recompute(TensorId id) const {
     // (DTR's view: every forward value is reachable from the data and the parameters).
     const bool gone = s.residency == Residency::kDropped || (s.residency == Residency::kUnallocated && s.released);
     if (s.residency == Residency::kUnallocated && !s.released) return false;  // not produced yet
-    if (gone && !can_recompute(in)) return false;
+    if (gone && !can_recompute(in, memo)) return false;
   }
   return true;
 }

@@ -141,6 +141,8 @@ class MemoryManager final : public MemoryView {
   size_t alloc_block(size_t bytes, int64_t tag, const char* what);  // the OOM ladder
   void restore(TensorId id);               // any -> resident
   void wait_copy(State& s);                // host waits for s.event, counted as stall
+  bool can_recompute(TensorId id, std::vector<int8_t>& memo) const;
+  bool can_recompute_uncached(TensorId id, std::vector<int8_t>& memo) const;
   bool finish_oldest_swap_out();           // waits for it, frees its block
   bool finish_a_swap_in();                 // waits for an unlocked one: resident, so evictable
   void complete_swap_out(TensorId id);

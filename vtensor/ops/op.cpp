@@ -40,6 +40,7 @@ const char* to_string(OpKind k) {
     case OpKind::kReshape: return "reshape";
     case OpKind::kTranspose: return "transpose";
     case OpKind::kAdam: return "adam";
+    case OpKind::kReplay: return "replay";
   }
   return "?";
 }

@@ -49,6 +49,7 @@ enum class OpKind {
   kReshape,          // x -> y: a view, y shares x's storage (TensorInfo::view_of)
   kTranspose,        // x[A,B,C,D] -> y[A,C,B,D] (a copy)
   kAdam,             // w*, g, m*, v* -> (in place); attrs.decoupled_wd: AdamW
+  kReplay,           // an op of a replayed trace: opaque, takes its recorded time (sim backend only)
 };
 const char* to_string(OpKind k);
 
@@ -89,6 +90,7 @@ struct Op {
   size_t workspace_bytes = 0;   // scratch the kernel needs, allocated from the budget
   size_t workspace_lean_bytes = 0;  // scratch under ConvAlgo::kLean (conv ops)
   double flops = 0;             // for cost models and reports
+  double recorded_ms = 0;       // kReplay: the op's recorded time
 };
 
 // A recomputation may repeat this op: it is a pure function of its inputs (in-place side

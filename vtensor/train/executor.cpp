@@ -18,6 +18,8 @@ Executor::Executor(const Graph& g, Backend& backend, MemoryManager& mm) : g_(g),
     lb = std::max(lb, last_use[static_cast<size_t>(t.id)]);
   }
   release_after_.resize(g.num_ops());
+  for (const auto& t : g.tensors())  // a replayed program may hold a tensor past its last use
+    if (t.release_after >= 0) last_use[static_cast<size_t>(t.id)] = std::max(last_use[static_cast<size_t>(t.id)], t.release_after);
   for (const auto& t : g.tensors())
     if (!t.persistent() && last_use[static_cast<size_t>(t.id)] >= 0)
       release_after_[static_cast<size_t>(last_use[static_cast<size_t>(t.id)])].push_back(t.id);
@@ -34,6 +36,7 @@ IterationStats Executor::run_iteration(int iteration) {
   IterationStats s;
   s.iteration = iteration;
   s.loss = loss_;
+  s.has_loss = backend_.has_data();
   s.time_ms = backend_.now_ms() - t0;
   const auto& a = mm_.allocator().stats();
   s.peak_allocated = a.peak_allocated;
@@ -66,11 +69,13 @@ void Executor::run_op(int op_index) {
   // Only now: an allocation above may have compacted the arena and moved tensors.
   for (TensorId in : op.inputs) args.inputs.push_back(mm_.device_ptr(in));
   for (TensorId out : op.outputs) args.outputs.push_back(mm_.device_ptr(out));
+  const double t0 = backend_.now_ms();
   backend_.launch(g_, op, args);
+  mm_.tracker().record_op(op_index, backend_.now_ms() - t0);
   if (args.workspace) mm_.free_scratch(args.workspace);
   for (TensorId in : op.inputs) mm_.unlock(in);
   for (TensorId out : op.outputs) mm_.unlock(out);
-  if (!op.outputs.empty() && op.outputs[0] == g_.loss) mm_.read(g_.loss, &loss_);
+  if (!op.outputs.empty() && op.outputs[0] == g_.loss && backend_.has_data()) mm_.read(g_.loss, &loss_);
   for (TensorId t : release_after_[static_cast<size_t>(op_index)]) mm_.release(t);
   mm_.after_op(op_index);
 }

@@ -13,6 +13,7 @@ namespace vtensor {
 struct IterationStats {
   int iteration = 0;
   float loss = 0.f;
+  bool has_loss = true;  // false on backends without values (sim): `loss` means nothing
   double time_ms = 0;
   size_t peak_allocated = 0, peak_reserved = 0;
   double fragmentation = 0;  // at the peak's end of the iteration

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "vtensor/backend/sim/gpu_specs.h"
 #include "vtensor/core/errors.h"
 #include "vtensor/memory/allocator.h"
 
@@ -12,14 +13,21 @@ namespace vtensor {
 
 Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
   if (cfg_.iters <= 0) throw std::invalid_argument("--iters must be positive, got " + std::to_string(cfg_.iters));
-  cfg_.model = resolve_model(cfg_.model);
+  if (!cfg_.graph) cfg_.model = resolve_model(cfg_.model);
   auto policy = make_policy(cfg_.policy);  // validate names before any work
-  if (cfg_.budget == 0) cfg_.budget = kDefaultCpuBudget;
+  if (!cfg_.gpu.empty() && cfg_.backend != "sim")
+    throw std::invalid_argument("--gpu applies to --backend sim only (backend is '" + cfg_.backend + "')");
+  if (cfg_.budget == 0) cfg_.budget = cfg_.backend == "sim" && !cfg_.gpu.empty() ? find_gpu(cfg_.gpu).memory_bytes
+                                                                                 : kDefaultCpuBudget;
   cfg_.budget = align_up(cfg_.budget);
-  graph_ = build_model(cfg_.model);
-  build_backward(graph_, cfg_.optimizer);
+  if (cfg_.graph) {
+    graph_ = *cfg_.graph;
+  } else {
+    graph_ = build_model(cfg_.model);
+    build_backward(graph_, cfg_.optimizer);
+  }
   auto allocator = make_allocator(cfg_.allocator, cfg_.budget);
-  backend_ = make_backend(cfg_.backend, {.arena_bytes = cfg_.budget});
+  backend_ = make_backend(cfg_.backend, {.arena_bytes = cfg_.budget, .gpu = cfg_.gpu});
   mm_ = std::make_unique<MemoryManager>(*backend_, graph_, std::move(allocator), std::move(policy));
   mm_->set_timeline_enabled(cfg_.timeline);
   exec_ = std::make_unique<Executor>(graph_, *backend_, *mm_);
@@ -68,12 +76,14 @@ std::vector<std::vector<float>> Trainer::read_params() {
 }
 
 std::string format_iteration_line(const IterationStats& s, int total) {
-  char buf[320];
+  char buf[320], loss[32];
   const double mib = 1024.0 * 1024.0;
+  if (s.has_loss) std::snprintf(loss, sizeof loss, "%.5f", static_cast<double>(s.loss));
+  else std::snprintf(loss, sizeof loss, "n/a");  // no values on this backend
   std::snprintf(buf, sizeof buf,
-                "iter %*d/%d  loss %.5f  time %8.1f ms  peak alloc %9.2f MiB  peak reserved %9.2f MiB  "
+                "iter %*d/%d  loss %s  time %8.1f ms  peak alloc %9.2f MiB  peak reserved %9.2f MiB  "
                 "swap out %8.2f MiB  swap in %8.2f MiB  recomputed %4llu ops",
-                static_cast<int>(std::to_string(total).size()), s.iteration + 1, total, static_cast<double>(s.loss),
+                static_cast<int>(std::to_string(total).size()), s.iteration + 1, total, loss,
                 s.time_ms, static_cast<double>(s.peak_allocated) / mib, static_cast<double>(s.peak_reserved) / mib,
                 static_cast<double>(s.counters.swapped_out_bytes) / mib,
                 static_cast<double>(s.counters.swapped_in_bytes) / mib,
@@ -92,7 +102,7 @@ std::string report_json(const TrainResult& r) {
     peak_res = std::max(peak_res, s.peak_reserved);
     total_ms += s.time_ms;
     iters.push_back({{"iteration", s.iteration},
-                     {"loss", s.loss},
+                     {"loss", s.has_loss ? json(s.loss) : json(nullptr)},
                      {"time_ms", s.time_ms},
                      {"peak_allocated_bytes", s.peak_allocated},
                      {"peak_reserved_bytes", s.peak_reserved},
@@ -119,6 +129,7 @@ std::string report_json(const TrainResult& r) {
         {"classes", c.model.classes},
         {"policy", c.policy},
         {"backend", c.backend},
+        {"gpu", c.gpu.empty() ? json(nullptr) : json(c.gpu)},
         {"allocator", c.allocator},
         {"budget_bytes", c.budget},
         {"iters", c.iters},
@@ -135,8 +146,8 @@ std::string report_json(const TrainResult& r) {
         {"peak_reserved_bytes", peak_res},
         {"budget_bytes", c.budget},
         {"peak_host_bytes", r.host_peak},
-        {"first_loss", r.iterations.empty() ? 0.f : r.iterations.front().loss},
-        {"final_loss", r.iterations.empty() ? 0.f : r.iterations.back().loss},
+        {"first_loss", r.iterations.empty() || !r.iterations.front().has_loss ? json(nullptr) : json(r.iterations.front().loss)},
+        {"final_loss", r.iterations.empty() || !r.iterations.back().has_loss ? json(nullptr) : json(r.iterations.back().loss)},
         {"mean_iteration_ms", r.iterations.empty() ? 0.0 : total_ms / static_cast<double>(r.iterations.size())}}},
       {"iterations", iters},
   };

@@ -20,12 +20,14 @@ struct TrainConfig {
   std::string policy = "none";
   std::string backend = "cpu";
   std::string allocator = "caching";
-  size_t budget = 0;  // 0: the backend's default (kDefaultCpuBudget on cpu)
+  std::string gpu;    // sim: the GPU to model (gpu_specs.h)
+  size_t budget = 0;  // 0: the backend's default (kDefaultCpuBudget on cpu, the GPU's memory on sim)
   int iters = 10;
   uint64_t seed = 1;  // weight init
   OptimizerConfig optimizer;
   bool timeline = false;    // per-op allocated / reserved bytes of the last iteration
   std::string trace_path;   // access trace as JSON lines
+  std::shared_ptr<const Graph> graph;  // prebuilt (trace replay): used instead of model + autodiff
 };
 
 struct TrainResult {

@@ -387,6 +387,9 @@ void CpuBackend::launch(const Graph& g, const Op& op, const KernelArgs& a) {
                 op.attrs.weight_decay, op.attrs.decoupled_wd, static_cast<int64_t>(a.iteration) + 1, a.inputs[0],
                 a.inputs[1], a.inputs[2], a.inputs[3]);
       break;
+    case OpKind::kReplay:
+      throw std::invalid_argument("the cpu backend cannot run replayed op '" + op.name +
+                                  "' (a trace has no kernels); replay with --backend sim");
   }
 }
 

@@ -1,0 +1,172 @@
+// maxbatch and sweep on the sim backend, through the library and the command line.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+
+#include "vtensor/memory/allocator.h"
+#include "vtensor/train/experiments.h"
+
+using namespace vtensor;
+
+namespace {
+
+TrainConfig sim_config(const std::string& model, const std::string& policy, size_t budget) {
+  TrainConfig cfg;
+  cfg.model.name = model;
+  cfg.policy = policy;
+  cfg.backend = "sim";
+  cfg.gpu = "p100-16g";
+  cfg.budget = budget;
+  cfg.iters = 3;
+  return cfg;
+}
+
+TEST(MaxBatch, TheFoundBatchTrainsAndTheNextDoesNot) {
+  const size_t budget = size_t{4} << 20;
+  for (const std::string policy : {"none", "lru-recompute"}) {
+    SCOPED_TRACE(policy);
+    const TrainConfig cfg = sim_config("vgg-tiny", policy, budget);
+    int probes = 0;
+    MaxBatchResult r = max_batch(cfg, 1 << 20, [&](int, const RunSummary&) { ++probes; });
+    ASSERT_GT(r.batch, 1);
+    EXPECT_EQ(static_cast<size_t>(probes), r.probes.size());
+    EXPECT_LE(r.at_batch.peak_allocated, budget);
+    EXPECT_GT(r.at_batch.iteration_ms, 0.0);
+    TrainConfig next = cfg;
+    next.model.batch = r.batch + 1;
+    EXPECT_FALSE(run_summary(next).ok);
+    next.model.batch = r.batch;
+    EXPECT_TRUE(run_summary(next).ok);
+  }
+  // Recomputation trains a larger batch than none in the same budget.
+  EXPECT_GT(max_batch(sim_config("vgg-tiny", "lru-recompute", budget)).batch,
+            max_batch(sim_config("vgg-tiny", "none", budget)).batch);
+}
+
+TEST(Sweep, OomIsARowNotAnAbort) {
+  auto rows = sweep(sim_config("resnet-tiny", "none", 0), {"none", "lru"}, parse_budgets("100%,40%", "--budgets"), {});
+  ASSERT_EQ(rows.size(), 4u);
+  for (const auto& r : rows) {
+    EXPECT_GT(r.unmanaged_peak, 0u);
+    if (r.budget_label == "100%") EXPECT_TRUE(r.run.ok) << r.policy;
+    if (r.run.ok) EXPECT_LE(r.run.peak_allocated, r.budget);
+  }
+  EXPECT_FALSE(rows[2].run.ok);  // none at 40%
+  EXPECT_TRUE(rows[3].run.ok);   // lru at 40%
+  EXPECT_GT(rows[3].run.swapped_out_bytes, 0u);
+  EXPECT_THROW(parse_budgets("50%,abc", "--budgets"), std::invalid_argument);
+  EXPECT_THROW(parse_batches("8,-1", "--batches"), std::invalid_argument);
+  EXPECT_THROW(sweep(sim_config("resnet-tiny", "none", 0), {"nope"}, parse_budgets("50%", "b"), {}), std::invalid_argument);
+}
+
+struct Result {
+  int code;
+  std::string output;
+};
+
+Result run(const std::string& args) {
+  const std::string cmd = std::string(VTENSOR_BINARY) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  while (size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("vtensor_exp_" + std::to_string(getpid()) + "_" + name)).string();
+}
+
+TEST(CliExperiments, SweepWritesCsvAndJson) {
+  for (const std::string ext : {".csv", ".json"}) {
+    const std::string out = temp_path("sweep" + ext);
+    Result r = run("sweep --model mlp-tiny --gpu v100-16g --policies none,lru-recompute --budgets 100%,50% --batches 8,16 --out " + out);
+    ASSERT_EQ(r.code, 0) << r.output;
+    std::ifstream in(out);
+    ASSERT_TRUE(in.good());
+    if (ext == ".csv") {
+      std::string line;
+      int lines = 0, oom = 0;
+      while (std::getline(in, line)) {
+        ++lines;
+        if (line.find(",oom,") != std::string::npos) ++oom;
+      }
+      EXPECT_EQ(lines, 1 + 2 * 2 * 2);
+      EXPECT_GE(oom, 2);  // none at 50%, both batches
+    } else {
+      auto j = nlohmann::json::parse(in);
+      ASSERT_EQ(j.size(), 8u);
+      EXPECT_EQ(j[0]["status"], "ok");
+    }
+    std::filesystem::remove(out);
+  }
+  Result bad = run("sweep --model mlp-tiny --gpu v100-16g --budgets 50%,x --out " + temp_path("x.csv"));
+  EXPECT_EQ(bad.code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--budgets"), std::string::npos) << bad.output;
+  Result ext = run("sweep --model mlp-tiny --gpu v100-16g --out " + temp_path("x.txt"));
+  EXPECT_EQ(ext.code, 2) << ext.output;
+}
+
+TEST(CliExperiments, MaxbatchPrintsProbesAndTheResult) {
+  const std::string report = temp_path("maxbatch.json");
+  Result r = run("maxbatch --model vgg-tiny --gpu titan-x-12g --policy none --budget 4MiB --report " + report);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("out of memory"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("max batch "), std::string::npos) << r.output;
+  std::ifstream in(report);
+  auto j = nlohmann::json::parse(in);
+  EXPECT_GT(j["max_batch"].get<int>(), 1);
+  EXPECT_LE(j["peak_allocated_bytes"].get<size_t>(), size_t{4} << 20);
+  EXPECT_NE(r.output.find("max batch " + std::to_string(j["max_batch"].get<int>())), std::string::npos);
+  std::filesystem::remove(report);
+  Result bad = run("maxbatch --model vgg-tiny --gpu gtx-9000");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.output.find("p100-16g"), std::string::npos) << bad.output;
+}
+
+TEST(CliExperiments, CostsListsEveryOp) {
+  const std::string out = temp_path("costs.csv");
+  Result r = run("costs --model resnet-tiny --gpu v100-16g --out " + out);
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::ifstream in(out);
+  std::string line;
+  int lines = 0, compute = 0;
+  while (std::getline(in, line)) {
+    ++lines;
+    if (line.size() > 8 && line.substr(line.size() - 8) == ",compute") ++compute;
+  }
+  EXPECT_GT(lines, 100);
+  EXPECT_GT(compute, 0);
+  EXPECT_NE(r.output.find("ms of predicted compute"), std::string::npos) << r.output;
+  std::filesystem::remove(out);
+}
+
+TEST(CliExperiments, ReplayRefusesAMalformedTraceAndReportsNothing) {
+  const std::string trace = temp_path("t.jsonl"), report = temp_path("replay.json");
+  ASSERT_EQ(run("train --model mlp-tiny --iters 2 --quiet --trace " + trace).code, 0);
+  {
+    std::ofstream(trace, std::ios::app) << "{\"type\": \"access\", \"iter\": 1\n";
+  }
+  Result r = run("replay --trace " + trace + " --gpu p100-16g --report " + report);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("line "), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("iter 1/"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(report));
+  Result sim = run("train --model mlp-tiny --iters 2 --backend sim --gpu a100-40g --report " + report);
+  ASSERT_EQ(sim.code, 0) << sim.output;
+  EXPECT_NE(sim.output.find("loss n/a"), std::string::npos) << sim.output;
+  std::ifstream in(report);
+  auto j = nlohmann::json::parse(in);
+  EXPECT_TRUE(j["iterations"][0]["loss"].is_null());
+  EXPECT_TRUE(j["summary"]["final_loss"].is_null());
+  EXPECT_EQ(j["config"]["gpu"], "a100-40g");
+  std::filesystem::remove(trace);
+  std::filesystem::remove(report);
+}
+
+}  // namespace

@@ -1,0 +1,119 @@
+// The sim backend's cost model and its discrete-event streams.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "vtensor/backend/sim/cost_model.h"
+#include "vtensor/backend/sim/gpu_specs.h"
+#include "vtensor/backend/sim/sim_backend.h"
+#include "vtensor/models/models.h"
+
+using namespace vtensor;
+
+namespace {
+
+TEST(GpuSpecs, TableHasThePapersCards) {
+  for (const char* n : {"titan-x-12g", "titan-v-12g", "p100-16g", "v100-16g", "v100-32g", "a100-40g", "a100-80g",
+                        "h100-80g"}) {
+    const GpuSpec& g = find_gpu(n);
+    EXPECT_NO_THROW(check_gpu_spec(g, n));
+  }
+  EXPECT_EQ(find_gpu("p100-16g").memory_bytes, size_t{16} << 30);
+  try {
+    find_gpu("nope");
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("p100-16g"), std::string::npos) << e.what();
+  }
+}
+
+TEST(GpuSpecs, LoadsAGpuFromJson) {
+  const auto path = std::filesystem::temp_directory_path() / ("vtensor_gpu_" + std::to_string(getpid()) + ".json");
+  {
+    std::ofstream(path) << R"({"name": "test-gpu-8g", "memory": "8GiB", "fp32_tflops": 10, "hbm_gbps": 500, "h2d_gbps": 12})";
+  }
+  EXPECT_EQ(load_gpu_file(path.string()), std::vector<std::string>{"test-gpu-8g"});
+  EXPECT_EQ(find_gpu("test-gpu-8g").memory_bytes, size_t{8} << 30);
+  EXPECT_EQ(find_gpu("test-gpu-8g").d2h_gbps, 12);
+  {
+    std::ofstream(path) << R"({"name": "bad", "memory": "8GiB", "fp32_tflops": -1, "hbm_gbps": 500, "h2d_gbps": 12})";
+  }
+  try {
+    load_gpu_file(path.string());
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("fp32_tflops"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove(path);
+}
+
+TEST(CostModel, ConvIsComputeBoundReluIsMemoryBound) {
+  ModelConfig mc{.name = "resnet50", .batch = 64};
+  Graph g = build_model(mc);
+  const GpuSpec& gpu = find_gpu("v100-16g");
+  bool saw_conv = false, saw_relu = false;
+  for (const Op& op : g.ops()) {
+    const OpCost c = predict_op(gpu, g, op);
+    EXPECT_GT(c.total_ms, 0.0) << op.name;
+    EXPECT_DOUBLE_EQ(c.total_ms, c.launch_ms + std::max(c.compute_ms, c.memory_ms)) << op.name;
+    if (op.kind == OpKind::kConv2d && g.tensor(op.inputs[1]).shape[2] == 3) {
+      saw_conv = true;
+      EXPECT_STREQ(c.bound(), "compute") << op.name;
+      EXPECT_DOUBLE_EQ(c.compute_ms, op.flops / (gpu.fp32_tflops * 1e12 * efficiency(op.kind).compute) * 1e3);
+    }
+    if (op.kind == OpKind::kRelu) {
+      saw_relu = true;
+      EXPECT_STREQ(c.bound(), "memory") << op.name;
+      EXPECT_DOUBLE_EQ(c.bytes, 2.0 * static_cast<double>(g.tensor(op.inputs[0]).bytes()));
+    }
+  }
+  EXPECT_TRUE(saw_conv && saw_relu);
+  // A faster card predicts less time for the same op.
+  const Op& conv = g.op(1);
+  EXPECT_LT(predict_op(find_gpu("a100-40g"), g, conv).total_ms, predict_op(find_gpu("titan-x-12g"), g, conv).total_ms);
+}
+
+TEST(SimStreams, ALatePrefetchStallsCompute) {
+  SimBackend b({.arena_bytes = 1 << 20, .gpu = "p100-16g"});
+  const size_t bytes = size_t{64} << 20;
+  const double copy_ms = predict_copy_ms(b.gpu(), bytes, true);
+  void* host = b.host_alloc(bytes);
+  EXPECT_NE(host, b.host_alloc(bytes));  // distinct fake buffers
+  b.copy_async(Stream::kH2D, b.arena_base(), host, bytes);
+  Event e = b.record(Stream::kH2D);
+  EXPECT_DOUBLE_EQ(b.now_ms(), 0.0);  // the copy runs beside compute
+  EXPECT_FALSE(e->query());
+  b.stream_wait(Stream::kCompute, e);  // the host waits: compute stalls until the copy is done
+  EXPECT_DOUBLE_EQ(b.now_ms(), copy_ms);
+  EXPECT_TRUE(e->query());
+  // A second copy in the same direction starts after the first; the other direction is free.
+  b.copy_async(Stream::kH2D, b.arena_base(), host, bytes);
+  b.copy_async(Stream::kD2H, host, b.arena_base(), bytes);
+  EXPECT_DOUBLE_EQ(b.clock(Stream::kH2D), 2 * copy_ms);
+  EXPECT_DOUBLE_EQ(b.clock(Stream::kD2H), copy_ms + predict_copy_ms(b.gpu(), bytes, false));
+  b.synchronize();
+  EXPECT_DOUBLE_EQ(b.now_ms(), 2 * copy_ms);
+  EXPECT_THROW(b.copy_to_host(host, b.arena_base(), 4), std::logic_error);
+}
+
+TEST(SimStreams, AnEarlyPrefetchIsHidden) {
+  SimBackend b({.arena_bytes = 1 << 20, .gpu = "p100-16g"});
+  ModelConfig mc{.name = "resnet50", .batch = 64};
+  Graph g = build_model(mc);
+  const size_t bytes = size_t{1} << 20;
+  b.copy_async(Stream::kH2D, b.arena_base(), b.host_alloc(bytes), bytes);
+  Event e = b.record(Stream::kH2D);
+  double ops_ms = 0;
+  for (int i = 1; i < 4; ++i) {
+    b.launch(g, g.op(i), {});
+    ops_ms += predict_op(b.gpu(), g, g.op(i)).total_ms;
+  }
+  ASSERT_GT(ops_ms, predict_copy_ms(b.gpu(), bytes, true));
+  EXPECT_TRUE(e->query());
+  b.stream_wait(Stream::kCompute, e);
+  EXPECT_DOUBLE_EQ(b.now_ms(), ops_ms);  // no stall
+}
+
+}  // namespace

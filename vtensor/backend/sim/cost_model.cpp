@@ -1,0 +1,53 @@
+#include "vtensor/backend/sim/cost_model.h"
+
+#include <algorithm>
+
+namespace vtensor {
+
+KindEfficiency efficiency(OpKind k) {
+  switch (k) {
+    // Convolutions (implicit GEMM / Winograd in cuDNN) and GEMMs are compute bound at training
+    // batch sizes; backward-filter kernels reach a little less than forward ones.
+    case OpKind::kConv2d:
+    case OpKind::kConv2dBwdData: return {0.60, 0.80};
+    case OpKind::kConv2dBwdFilter: return {0.50, 0.80};
+    case OpKind::kLinear:
+    case OpKind::kLinearBwd: return {0.70, 0.80};
+    // Reductions over the batch read their input more than once.
+    case OpKind::kBatchNorm:
+    case OpKind::kBatchNormBwd: return {0.50, 0.60};
+    case OpKind::kSoftmaxCE:
+    case OpKind::kSoftmaxCEBwd: return {0.50, 0.50};
+    default: return {0.50, 0.80};  // element-wise, pooling, copies, optimizer: memory bound
+  }
+}
+
+OpCost predict_op(const GpuSpec& gpu, const Graph& g, const Op& op) {
+  OpCost c;
+  if (op.kind == OpKind::kReplay) {
+    c.recorded = true;
+    c.total_ms = op.recorded_ms;
+    return c;
+  }
+  for (TensorId in : op.inputs) c.bytes += static_cast<double>(g.tensor(in).bytes());
+  for (TensorId w : op.inplace) c.bytes += static_cast<double>(g.tensor(w).bytes());  // written back
+  for (TensorId out : op.outputs) c.bytes += static_cast<double>(g.tensor(out).bytes());
+  c.flops = op.flops;
+  const KindEfficiency e = efficiency(op.kind);
+  c.compute_ms = c.flops / (gpu.fp32_tflops * 1e12 * e.compute) * 1e3;
+  c.memory_ms = c.bytes / (gpu.hbm_gbps * 1e9 * e.memory) * 1e3;
+  c.launch_ms = gpu.launch_us * 1e-3;
+  c.total_ms = c.launch_ms + std::max(c.compute_ms, c.memory_ms);
+  return c;
+}
+
+double predict_copy_ms(const GpuSpec& gpu, size_t bytes, bool to_device) {
+  const double gbps = to_device ? gpu.h2d_gbps : gpu.d2h_gbps;
+  return static_cast<double>(bytes) / (gbps * 1e9 * kLinkEfficiency) * 1e3;
+}
+
+double predict_move_ms(const GpuSpec& gpu, size_t bytes) {
+  return 2.0 * static_cast<double>(bytes) / (gpu.hbm_gbps * 1e9 * 0.8) * 1e3;
+}
+
+}  // namespace vtensor

@@ -1,0 +1,41 @@
+// The sim backend's cost model: a roofline per op. An op takes
+//   launch overhead + max(FLOPs / (peak FLOP/s x compute efficiency), bytes / (HBM bandwidth x memory efficiency))
+// with efficiencies per op kind (cuDNN convolutions and cuBLAS GEMMs reach a fraction of peak;
+// element-wise kernels a fraction of bandwidth). Bytes are the op's input and output tensors
+// (in-place inputs read and written). Copies over the host link take bytes / (link bandwidth x
+// link efficiency). Replayed ops (OpKind::kReplay) take their recorded time.
+// Not validated on hardware yet: the efficiencies are typical figures, not measured ones.
+#pragma once
+#include <string>
+
+#include "vtensor/backend/sim/gpu_specs.h"
+#include "vtensor/core/graph.h"
+
+namespace vtensor {
+
+struct OpCost {
+  double flops = 0;
+  double bytes = 0;
+  double compute_ms = 0;  // FLOPs at the kind's efficiency
+  double memory_ms = 0;   // bytes at the kind's efficiency
+  double launch_ms = 0;
+  double total_ms = 0;
+  bool recorded = false;  // a replayed op: total_ms is its recorded time
+  const char* bound() const { return recorded ? "recorded" : compute_ms >= memory_ms ? "compute" : "memory"; }
+};
+
+struct KindEfficiency {
+  double compute;  // fraction of peak FP32 FLOP/s
+  double memory;   // fraction of HBM bandwidth
+};
+
+// Achieved fraction of the host link's theoretical bandwidth with pinned buffers.
+constexpr double kLinkEfficiency = 0.8;
+
+KindEfficiency efficiency(OpKind k);
+OpCost predict_op(const GpuSpec& gpu, const Graph& g, const Op& op);
+double predict_copy_ms(const GpuSpec& gpu, size_t bytes, bool to_device);
+// A device-to-device move (compaction): read and write every byte.
+double predict_move_ms(const GpuSpec& gpu, size_t bytes);
+
+}  // namespace vtensor

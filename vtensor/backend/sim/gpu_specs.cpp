@@ -1,0 +1,139 @@
+#include "vtensor/backend/sim/gpu_specs.h"
+
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "vtensor/core/errors.h"
+
+namespace vtensor {
+namespace {
+
+constexpr size_t kGiB = size_t{1} << 30;
+
+// Sources: NVIDIA product pages and datasheets for each card (FP32 peak at boost clock, memory
+// bandwidth); host links are the theoretical per-direction PCIe figures: gen3 x16 15.75 GB/s,
+// gen4 x16 31.5 GB/s, gen5 x16 63 GB/s. Launch overhead: the usual 5 us of a CUDA launch.
+std::vector<GpuSpec> builtin() {
+  return {
+      // GeForce GTX Titan X (Maxwell, 2015): 3072 cores at 1075 MHz boost, 336.5 GB/s GDDR5.
+      // vDNN's (MICRO'16) evaluation card.
+      {"titan-x-12g", "NVIDIA Titan X (Maxwell), 12 GiB GDDR5, PCIe 3.0 x16", 12 * kGiB, 6.6, 336.5, 15.75, 15.75, 5},
+      // Titan V (Volta, 2017): 14.9 TFLOP/s FP32, 652.8 GB/s HBM2. The DTR logs were recorded on one.
+      {"titan-v-12g", "NVIDIA Titan V, 12 GiB HBM2, PCIe 3.0 x16", 12 * kGiB, 14.9, 652.8, 15.75, 15.75, 5},
+      // Tesla P100 PCIe 16 GB: 9.3 TFLOP/s FP32, 732 GB/s HBM2. Capuchin's (ASPLOS'20) card.
+      {"p100-16g", "NVIDIA Tesla P100 PCIe, 16 GiB HBM2, PCIe 3.0 x16", 16 * kGiB, 9.3, 732, 15.75, 15.75, 5},
+      // Tesla V100 SXM2: 15.7 TFLOP/s FP32, 900 GB/s HBM2, host over PCIe 3.0 x16.
+      {"v100-16g", "NVIDIA Tesla V100 SXM2, 16 GiB HBM2, PCIe 3.0 x16 to the host", 16 * kGiB, 15.7, 900, 15.75, 15.75, 5},
+      {"v100-32g", "NVIDIA Tesla V100 SXM2, 32 GiB HBM2, PCIe 3.0 x16 to the host", 32 * kGiB, 15.7, 900, 15.75, 15.75, 5},
+      // A100 SXM4: 19.5 TFLOP/s FP32 (not TF32), 1555 GB/s (40 GB) / 2039 GB/s (80 GB), PCIe 4.0 x16.
+      {"a100-40g", "NVIDIA A100 SXM4, 40 GiB HBM2, PCIe 4.0 x16", 40 * kGiB, 19.5, 1555, 31.5, 31.5, 5},
+      {"a100-80g", "NVIDIA A100 SXM4, 80 GiB HBM2e, PCIe 4.0 x16", 80 * kGiB, 19.5, 2039, 31.5, 31.5, 5},
+      // H100 SXM5: 67 TFLOP/s FP32, 3.35 TB/s HBM3, PCIe 5.0 x16.
+      {"h100-80g", "NVIDIA H100 SXM5, 80 GiB HBM3, PCIe 5.0 x16", 80 * kGiB, 67, 3350, 63, 63, 5},
+  };
+}
+
+std::mutex& table_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+std::vector<GpuSpec>& table() {
+  static std::vector<GpuSpec> t = builtin();
+  return t;
+}
+
+double number(const nlohmann::json& j, const char* key, const std::string& where, double fallback = -1) {
+  if (!j.contains(key)) {
+    if (fallback >= 0) return fallback;
+    throw std::invalid_argument(where + ": missing field '" + key + "'");
+  }
+  if (!j[key].is_number()) throw std::invalid_argument(where + ": field '" + key + "' must be a number");
+  return j[key].get<double>();
+}
+
+}  // namespace
+
+void check_gpu_spec(const GpuSpec& g, const std::string& where) {
+  auto positive = [&](double v, const char* field) {
+    if (!(v > 0)) throw std::invalid_argument(where + ": '" + field + "' must be positive");
+  };
+  if (g.name.empty()) throw std::invalid_argument(where + ": 'name' must not be empty");
+  positive(static_cast<double>(g.memory_bytes), "memory");
+  positive(g.fp32_tflops, "fp32_tflops");
+  positive(g.hbm_gbps, "hbm_gbps");
+  positive(g.h2d_gbps, "h2d_gbps");
+  positive(g.d2h_gbps, "d2h_gbps");
+  if (g.launch_us < 0) throw std::invalid_argument(where + ": 'launch_us' must be >= 0");
+}
+
+const std::vector<GpuSpec>& gpu_table() { return table(); }
+
+std::vector<std::string> gpu_names() {
+  std::lock_guard<std::mutex> l(table_mutex());
+  std::vector<std::string> out;
+  for (const auto& g : table()) out.push_back(g.name);
+  return out;
+}
+
+const GpuSpec& find_gpu(const std::string& name) {
+  {
+    std::lock_guard<std::mutex> l(table_mutex());
+    for (const auto& g : table())
+      if (g.name == name) return g;
+  }
+  std::string accepted;
+  for (const auto& n : gpu_names()) accepted += (accepted.empty() ? "" : ", ") + n;
+  throw std::invalid_argument("--gpu: unknown GPU '" + name + "'; accepted: " + accepted +
+                              " (or add one with --gpu-file)");
+}
+
+std::vector<std::string> load_gpu_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument("--gpu-file: cannot read '" + path + "'");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument("--gpu-file '" + path + "': not JSON: " + e.what());
+  }
+  if (!j.is_array()) j = nlohmann::json::array({j});
+  std::vector<GpuSpec> specs;
+  for (size_t i = 0; i < j.size(); ++i) {
+    const auto& o = j[i];
+    const std::string where = "--gpu-file '" + path + "' entry " + std::to_string(i);
+    if (!o.is_object()) throw std::invalid_argument(where + ": expected an object");
+    if (!o.contains("name") || !o["name"].is_string()) throw std::invalid_argument(where + ": missing string field 'name'");
+    GpuSpec g;
+    g.name = o["name"].get<std::string>();
+    g.description = o.value("description", g.name + " (from " + path + ")");
+    if (!o.contains("memory")) throw std::invalid_argument(where + ": missing field 'memory'");
+    if (o["memory"].is_string()) g.memory_bytes = parse_bytes(o["memory"].get<std::string>(), where + " 'memory'");
+    else if (o["memory"].is_number_unsigned()) g.memory_bytes = o["memory"].get<size_t>();
+    else throw std::invalid_argument(where + ": 'memory' must be bytes or a size such as \"16GiB\"");
+    g.fp32_tflops = number(o, "fp32_tflops", where);
+    g.hbm_gbps = number(o, "hbm_gbps", where);
+    g.h2d_gbps = number(o, "h2d_gbps", where);
+    g.d2h_gbps = number(o, "d2h_gbps", where, g.h2d_gbps);
+    g.launch_us = number(o, "launch_us", where, 5);
+    check_gpu_spec(g, where);
+    specs.push_back(g);
+  }
+  std::lock_guard<std::mutex> l(table_mutex());
+  std::vector<std::string> names;
+  for (auto& g : specs) {
+    names.push_back(g.name);
+    bool replaced = false;
+    for (auto& t : table())
+      if (t.name == g.name) {
+        t = g;
+        replaced = true;
+      }
+    if (!replaced) table().push_back(g);
+  }
+  return names;
+}
+
+}  // namespace vtensor

@@ -1,0 +1,34 @@
+// Published figures of the GPUs the sim backend models, by name, and a loader for more from a
+// JSON file (--gpu-file). Only vendor figures here; how much of them real kernels reach is the
+// cost model's business (cost_model.h).
+#pragma once
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace vtensor {
+
+struct GpuSpec {
+  std::string name;
+  std::string description;
+  size_t memory_bytes = 0;   // device memory
+  double fp32_tflops = 0;    // peak FP32 (no tensor cores: the models train in FP32)
+  double hbm_gbps = 0;       // device memory bandwidth, GB/s (1e9 bytes)
+  double h2d_gbps = 0;       // host link, host to device, GB/s (theoretical)
+  double d2h_gbps = 0;       // host link, device to host, GB/s (theoretical)
+  double launch_us = 5;      // kernel launch overhead
+};
+
+const std::vector<GpuSpec>& gpu_table();
+std::vector<std::string> gpu_names();
+// A built-in GPU by name, or one of those loaded with load_gpu_file(). Throws
+// std::invalid_argument naming the accepted names.
+const GpuSpec& find_gpu(const std::string& name);
+// Reads {"name": ..., "memory": "16GiB" | bytes, "fp32_tflops": ..., "hbm_gbps": ...,
+// "h2d_gbps": ..., "d2h_gbps": ..., "launch_us": ...} (one object or an array of them) and makes
+// the GPUs findable by name. Throws std::invalid_argument naming the file and the bad field.
+std::vector<std::string> load_gpu_file(const std::string& path);
+// Validates a spec (positive figures); throws std::invalid_argument naming the field.
+void check_gpu_spec(const GpuSpec& g, const std::string& where);
+
+}  // namespace vtensor

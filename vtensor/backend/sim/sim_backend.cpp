@@ -1,0 +1,95 @@
+#include "vtensor/backend/sim/sim_backend.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "vtensor/core/errors.h"
+
+namespace vtensor {
+namespace {
+
+// Fake, never dereferenced: far from anything the process maps, aligned like a device arena.
+constexpr uintptr_t kFakeArenaBase = uintptr_t{0x7e} << 40;
+constexpr uintptr_t kFakeHostBase = uintptr_t{0x3e} << 40;
+constexpr uintptr_t kHostAlign = 256;
+
+}  // namespace
+
+bool SimEvent::query() { return time_ms_ <= backend_.clock(Stream::kCompute); }
+void SimEvent::wait() { backend_.stream_wait(Stream::kCompute, std::make_shared<SimEvent>(*this)); }
+
+SimBackend::SimBackend(const BackendOptions& opts) : next_host_(kFakeHostBase) {
+  if (opts.gpu.empty()) {
+    std::string names;
+    for (const auto& n : gpu_names()) names += (names.empty() ? "" : ", ") + n;
+    throw std::invalid_argument("--gpu: the sim backend needs a GPU to model; accepted: " + names);
+  }
+  gpu_ = find_gpu(opts.gpu);
+  arena_bytes_ = opts.arena_bytes ? opts.arena_bytes : gpu_.memory_bytes;
+}
+
+std::string SimBackend::device_description() const {
+  return "sim of " + gpu_.description + " (" + format_bytes(gpu_.memory_bytes) + ", arena " +
+         format_bytes(arena_bytes_) + ")";
+}
+
+void* SimBackend::arena_base() { return reinterpret_cast<void*>(kFakeArenaBase); }
+
+void* SimBackend::host_alloc(size_t bytes) {
+  // Distinct fake addresses, so the host pool can tell buffers apart; no memory behind them.
+  const uintptr_t p = next_host_;
+  next_host_ += (std::max<size_t>(bytes, 1) + kHostAlign - 1) / kHostAlign * kHostAlign;
+  return reinterpret_cast<void*>(p);
+}
+
+void SimBackend::copy_async(Stream s, void* dst, const void* src, size_t bytes) {
+  if (s == Stream::kCompute) {
+    move_device(dst, src, bytes);
+    return;
+  }
+  const double d = predict_copy_ms(gpu_, bytes, s == Stream::kH2D);
+  // One copy at a time per direction, and never before the compute point it was issued at.
+  const double start = std::max(clk(s), clk(Stream::kCompute));
+  clk(s) = start + d;
+  (s == Stream::kH2D ? counters_.h2d_busy_ms : counters_.d2h_busy_ms) += d;
+  ++counters_.copies;
+}
+
+void SimBackend::copy_to_host(void*, const void*, size_t) {
+  throw std::logic_error("the sim backend holds no tensor values: nothing to copy to the host");
+}
+void SimBackend::copy_to_device(void*, const void*, size_t) {
+  throw std::logic_error("the sim backend holds no tensor values: nothing to copy to the device");
+}
+
+void SimBackend::move_device(void*, const void*, size_t bytes) {
+  const double d = predict_move_ms(gpu_, bytes);
+  clk(Stream::kCompute) += d;
+  counters_.compute_busy_ms += d;
+}
+
+Event SimBackend::record(Stream s) { return std::make_shared<SimEvent>(*this, s, clock(s)); }
+
+void SimBackend::stream_wait(Stream s, const Event& e) {
+  if (!e) return;
+  auto* se = dynamic_cast<SimEvent*>(e.get());
+  if (!se) throw std::logic_error("sim backend: an event from another backend");
+  // Everything later on `s` starts after the event; on compute that is a stall from now on.
+  clk(s) = std::max(clk(s), se->time_ms());
+}
+
+void SimBackend::synchronize() {
+  const double t = std::max({clock(Stream::kCompute), clock(Stream::kH2D), clock(Stream::kD2H)});
+  for (auto& c : clock_) c = t;
+}
+
+void SimBackend::launch(const Graph& g, const Op& op, const KernelArgs&) {
+  const double d = predict_op(gpu_, g, op).total_ms;
+  clk(Stream::kCompute) += d;
+  counters_.compute_busy_ms += d;
+  ++counters_.kernels;
+}
+
+std::unique_ptr<Backend> make_sim_backend(const BackendOptions& opts) { return std::make_unique<SimBackend>(opts); }
+
+}  // namespace vtensor

@@ -1,0 +1,77 @@
+// The sim backend: no bytes move and no kernel runs. A virtual clock per stream advances by
+// the cost model (cost_model.h) of a named GPU: ops on the compute stream, copies on the h2d
+// and d2h streams (one at a time per direction, concurrent with compute). Events are
+// (stream, time) pairs; a host wait on an event that is not yet reached advances the compute
+// clock to it, which is exactly a stall on a GPU. Memory figures are those of any backend: the
+// allocation sequence depends only on the op sequence and the policy.
+// Nothing holds values: arena_base() is a fake address that nobody may dereference,
+// host_alloc() hands out fake addresses, has_data() is false.
+#pragma once
+#include <array>
+#include <cstdint>
+
+#include "vtensor/backend/backend.h"
+#include "vtensor/backend/sim/cost_model.h"
+#include "vtensor/backend/sim/gpu_specs.h"
+
+namespace vtensor {
+
+class SimBackend;
+
+class SimEvent final : public EventImpl {
+ public:
+  SimEvent(SimBackend& b, Stream s, double t) : backend_(b), stream_(s), time_ms_(t) {}
+  bool query() override;
+  void wait() override;
+  double time_ms() const { return time_ms_; }
+  Stream stream() const { return stream_; }
+
+ private:
+  SimBackend& backend_;
+  Stream stream_;
+  double time_ms_;
+};
+
+struct SimCounters {
+  uint64_t kernels = 0, copies = 0;
+  double compute_busy_ms = 0, h2d_busy_ms = 0, d2h_busy_ms = 0;
+};
+
+class SimBackend final : public Backend {
+ public:
+  explicit SimBackend(const BackendOptions& opts);
+
+  std::string name() const override { return "sim"; }
+  std::string device_description() const override;
+  bool has_data() const override { return false; }
+  void* arena_base() override;
+  size_t arena_bytes() const override { return arena_bytes_; }
+  void* host_alloc(size_t bytes) override;
+  void host_free(void* p, size_t bytes) override {}
+  void copy_async(Stream s, void* dst, const void* src, size_t bytes) override;
+  void copy_to_host(void* host_dst, const void* dev_src, size_t bytes) override;
+  void copy_to_device(void* dev_dst, const void* host_src, size_t bytes) override;
+  void move_device(void* dst, const void* src, size_t bytes) override;
+  Event record(Stream s) override;
+  void stream_wait(Stream s, const Event& e) override;
+  void synchronize() override;
+  void launch(const Graph& g, const Op& op, const KernelArgs& args) override;
+  void init_tensor(const TensorInfo& t, void* dev, uint64_t seed) override {}
+  double now_ms() override { return clock(Stream::kCompute); }
+
+  const GpuSpec& gpu() const { return gpu_; }
+  double clock(Stream s) const { return clock_[static_cast<size_t>(s)]; }
+  const SimCounters& counters() const { return counters_; }
+
+ private:
+  double& clk(Stream s) { return clock_[static_cast<size_t>(s)]; }
+  GpuSpec gpu_;
+  size_t arena_bytes_;
+  std::array<double, kNumStreams> clock_{};
+  uintptr_t next_host_;
+  SimCounters counters_;
+};
+
+std::unique_ptr<Backend> make_sim_backend(const BackendOptions& opts);
+
+}  // namespace vtensor

@@ -1,0 +1,450 @@
+#include "vtensor/memory/trace_io.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <unordered_map>
+
+namespace vtensor {
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void fail(const std::string& path, size_t line, const std::string& what) {
+  throw std::invalid_argument("trace '" + path + "' line " + std::to_string(line) + ": " + what);
+}
+
+json parse_line(const std::string& path, size_t line, const std::string& text) {
+  try {
+    json j = json::parse(text);
+    if (!j.is_object()) fail(path, line, "expected a JSON object");
+    return j;
+  } catch (const json::exception& e) {
+    fail(path, line, std::string("not JSON: ") + e.what());
+  }
+}
+
+const json& field(const std::string& path, size_t line, const json& j, const char* key) {
+  if (!j.contains(key)) fail(path, line, std::string("missing field '") + key + "'");
+  return j[key];
+}
+
+std::string str_field(const std::string& path, size_t line, const json& j, const char* key) {
+  const json& v = field(path, line, j, key);
+  if (!v.is_string()) fail(path, line, std::string("field '") + key + "' must be a string");
+  return v.get<std::string>();
+}
+
+int64_t int_field(const std::string& path, size_t line, const json& j, const char* key) {
+  const json& v = field(path, line, j, key);
+  if (!v.is_number_integer()) fail(path, line, std::string("field '") + key + "' must be an integer");
+  return v.get<int64_t>();
+}
+
+// DTR writes sizes and times as decimal strings.
+int64_t decimal_field(const std::string& path, size_t line, const json& j, const char* key) {
+  const std::string s = str_field(path, line, j, key);
+  if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos)
+    fail(path, line, std::string("field '") + key + "' must be a non-negative integer in a string, got '" + s + "'");
+  try {
+    return std::stoll(s);
+  } catch (const std::exception&) {
+    fail(path, line, std::string("field '") + key + "' out of range: '" + s + "'");
+  }
+}
+
+Shape floats_for(int64_t bytes) { return Shape{(bytes + 3) / 4}; }
+
+TensorKind parse_kind(const std::string& path, size_t line, const std::string& s) {
+  for (TensorKind k : {TensorKind::kParam, TensorKind::kOptimizerState, TensorKind::kBuffer, TensorKind::kData,
+                       TensorKind::kActivation, TensorKind::kGradient})
+    if (s == to_string(k)) return k;
+  fail(path, line, "unknown tensor kind '" + s + "'");
+}
+
+std::ifstream open(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument("--trace: cannot read '" + path + "'");
+  return in;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- vtensor traces
+
+Graph load_vtensor_trace(const std::string& path) {
+  std::ifstream in = open(path);
+  std::string text;
+  size_t line = 0;
+  if (!std::getline(in, text)) fail(path, 1, "empty file");
+  ++line;
+  const json head = parse_line(path, line, text);
+  if (str_field(path, line, head, "type") != "graph") fail(path, line, "the first line must be the graph header");
+  if (!head.contains("ops"))
+    fail(path, line, "the header has no op list (a trace from an older vtensor); record it again with --trace");
+  const json& tensors = field(path, line, head, "tensors");
+  const json& ops = field(path, line, head, "ops");
+  if (!tensors.is_array() || !ops.is_array()) fail(path, line, "'tensors' and 'ops' must be arrays");
+  Graph g;
+  const auto n_tensors = static_cast<int64_t>(tensors.size());
+  auto tensor_ids = [&](const json& o, const char* key) {
+    const json& v = field(path, line, o, key);
+    if (!v.is_array()) fail(path, line, std::string("'") + key + "' must be an array");
+    std::vector<TensorId> ids;
+    for (const auto& x : v) {
+      if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= n_tensors)
+        fail(path, line, std::string("'") + key + "' holds an id that is not a tensor: " + x.dump());
+      ids.push_back(static_cast<TensorId>(x.get<int64_t>()));
+    }
+    return ids;
+  };
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const json& t = tensors[i];
+    if (!t.is_object()) fail(path, line, "tensor " + std::to_string(i) + " is not an object");
+    if (int_field(path, line, t, "id") != static_cast<int64_t>(i)) fail(path, line, "tensor ids must be 0, 1, 2, ...");
+    TensorInfo info;
+    info.name = str_field(path, line, t, "name");
+    info.kind = parse_kind(path, line, str_field(path, line, t, "kind"));
+    const int64_t bytes = int_field(path, line, t, "bytes");
+    if (bytes < 0) fail(path, line, "tensor " + info.name + " has negative bytes");
+    info.shape = floats_for(bytes);
+    if (t.contains("shape")) {
+      try {
+        info.shape = Shape(t["shape"].get<std::vector<int64_t>>());
+      } catch (const json::exception&) {
+        fail(path, line, "tensor " + info.name + ": 'shape' must be an array of integers");
+      }
+      if (static_cast<int64_t>(info.bytes()) != bytes) fail(path, line, "tensor " + info.name + ": shape and bytes disagree");
+    }
+    g.add_tensor(info);
+  }
+  std::vector<Op> parsed;  // added to the graph once their times are known
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const json& o = ops[i];
+    if (!o.is_object()) fail(path, line, "op " + std::to_string(i) + " is not an object");
+    if (int_field(path, line, o, "index") != static_cast<int64_t>(i)) fail(path, line, "op indices must be 0, 1, 2, ...");
+    Op op{.kind = OpKind::kReplay};
+    op.name = str_field(path, line, o, "name") + " [" + str_field(path, line, o, "kind") + "]";
+    op.inputs = tensor_ids(o, "inputs");
+    op.outputs = tensor_ids(o, "outputs");
+    op.inplace = tensor_ids(o, "inplace");
+    const int64_t ws = int_field(path, line, o, "workspace");
+    if (ws < 0) fail(path, line, "op " + op.name + " has a negative workspace");
+    op.workspace_bytes = static_cast<size_t>(ws);
+    if (!field(path, line, o, "flops").is_number()) fail(path, line, "'flops' must be a number");
+    op.flops = o["flops"].get<double>();
+    if (!field(path, line, o, "backward").is_boolean() || !field(path, line, o, "optimizer").is_boolean())
+      fail(path, line, "'backward' and 'optimizer' must be booleans");
+    op.backward = o["backward"].get<bool>();
+    op.optimizer = o["optimizer"].get<bool>();
+    parsed.push_back(std::move(op));
+  }
+  std::vector<int> producer(tensors.size(), -1);
+  for (size_t i = 0; i < parsed.size(); ++i) {
+    for (TensorId in : parsed[i].inputs)
+      if (!g.tensor(in).persistent() && producer[static_cast<size_t>(in)] < 0)
+        fail(path, line, "op " + parsed[i].name + " reads " + g.tensor(in).name + " before any op produces it");
+    for (TensorId out : parsed[i].outputs) {
+      if (producer[static_cast<size_t>(out)] >= 0 || g.tensor(out).persistent())
+        fail(path, line, "op " + parsed[i].name + " produces " + g.tensor(out).name + ", which is persistent or produced twice");
+      producer[static_cast<size_t>(out)] = static_cast<int>(i);
+    }
+  }
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (int_field(path, line, tensors[i], "producer") != producer[i])
+      fail(path, line, "tensor " + g.tensor(static_cast<TensorId>(i)).name + ": producer disagrees with the op list");
+
+  std::vector<std::vector<double>> times;
+  if (head.contains("op_times")) {
+    const json& ot = head["op_times"];
+    if (!ot.is_array()) fail(path, line, "'op_times' must be an array");
+    for (const auto& it : ot) {
+      if (!it.is_object()) fail(path, line, "'op_times' entries must be objects");
+      const json& ms = field(path, line, it, "ms");
+      if (!ms.is_array() || ms.size() != parsed.size())
+        fail(path, line, "'op_times' must hold one time per op (" + std::to_string(parsed.size()) + ")");
+      std::vector<double> t;
+      for (const auto& x : ms) {
+        if (!x.is_number() || x.get<double>() < 0) fail(path, line, "op times must be non-negative numbers");
+        t.push_back(x.get<double>());
+      }
+      times.push_back(std::move(t));
+    }
+  }
+  // The body: accesses, checked (the graph is rebuilt from the header).
+  while (std::getline(in, text)) {
+    ++line;
+    if (text.empty()) continue;
+    const json j = parse_line(path, line, text);
+    const std::string type = str_field(path, line, j, "type");
+    if (type == "access") {
+      const int64_t id = int_field(path, line, j, "id"), op = int_field(path, line, j, "op");
+      int_field(path, line, j, "iter");
+      int_field(path, line, j, "t_ns");
+      str_field(path, line, j, "kind");
+      if (id < 0 || id >= n_tensors) fail(path, line, "access to tensor " + std::to_string(id) + ", which the header lacks");
+      if (op < 0 || op >= static_cast<int64_t>(parsed.size())) fail(path, line, "access by op " + std::to_string(op) + ", which the header lacks");
+    } else {
+      fail(path, line, "unknown line type '" + type + "'; accepted after the header: access");
+    }
+  }
+  if (times.empty()) fail(path, 1, "the header has no op_times: the trace has no op times to replay");
+  // The first iteration pays for warm-up (page faults, allocations): average the others.
+  const size_t first = times.size() > 1 ? 1 : 0;
+  for (size_t i = 0; i < parsed.size(); ++i) {
+    double sum = 0;
+    for (size_t k = first; k < times.size(); ++k) sum += times[k][i];
+    parsed[i].recorded_ms = sum / static_cast<double>(times.size() - first);
+    g.add_op(std::move(parsed[i]));
+  }
+  return g;
+}
+
+// ---------------------------------------------------------------- DTR logs
+
+namespace {
+
+class DtrImporter {
+ public:
+  explicit DtrImporter(std::string path) : path_(std::move(path)) {}
+
+  Graph run() {
+    std::ifstream in = open(path_);
+    std::string text;
+    while (std::getline(in, text)) {
+      ++line_;
+      if (text.empty()) continue;
+      instruction(parse_line(path_, line_, text));
+    }
+    finish_pending();
+    if (g_.num_ops() == 0) fail(path_, line_, "no operators (CALL / MUTATE) in the log");
+    const int last = static_cast<int>(g_.num_ops()) - 1;
+    for (const auto& [storage, refs] : refs_)
+      if (refs > 0 && !g_.tensor(storage).persistent()) g_.tensor(storage).release_after = last;
+    return std::move(g_);
+  }
+
+ private:
+  struct Pending {
+    bool active = false;
+    bool constant = false;
+    size_t line = 0;
+    std::string op_name;
+    std::vector<std::string> args, results;
+    double ms = 0;
+    std::map<std::string, int64_t> memory;
+    std::map<std::string, int64_t> alias;
+  };
+
+  TensorId storage(const std::string& name) {
+    auto it = names_.find(name);
+    if (it == names_.end()) fail(path_, line_, "tensor '" + name + "' is not defined (or already released)");
+    return it->second;
+  }
+
+  void bind(const std::string& name, TensorId id) {
+    if (names_.count(name)) fail(path_, line_, "tensor '" + name + "' is defined twice");
+    names_[name] = id;
+    ++refs_[id];
+  }
+
+  std::vector<std::string> names_field(const json& j, const char* key) {
+    const json& v = field(path_, line_, j, key);
+    if (!v.is_array()) fail(path_, line_, std::string("field '") + key + "' must be an array of tensor names");
+    std::vector<std::string> out;
+    for (const auto& x : v) {
+      if (!x.is_string()) fail(path_, line_, std::string("field '") + key + "' must hold tensor names");
+      out.push_back(x.get<std::string>());
+    }
+    return out;
+  }
+
+  void instruction(const json& j) {
+    const std::string ins = str_field(path_, line_, j, "INSTRUCTION");
+    if (ins == "MEMORY") {
+      const std::string name = str_field(path_, line_, j, "NAME");
+      if (!pending_.active || (pending_.constant ? pending_.results[0] != name
+                                                  : std::find(pending_.results.begin(), pending_.results.end(), name) ==
+                                                        pending_.results.end()))
+        fail(path_, line_, "MEMORY for '" + name + "', which the instruction before did not make");
+      pending_.memory[name] = decimal_field(path_, line_, j, "MEMORY");
+      return;
+    }
+    if (ins == "ALIAS") {
+      const std::string name = str_field(path_, line_, j, "NAME");
+      if (!pending_.active || pending_.constant ||
+          std::find(pending_.results.begin(), pending_.results.end(), name) == pending_.results.end())
+        fail(path_, line_, "ALIAS for '" + name + "', which the instruction before did not make");
+      const std::string a = str_field(path_, line_, j, "ALIAS");
+      try {
+        size_t used = 0;
+        const int64_t idx = std::stoll(a, &used);
+        if (used != a.size() || idx < -1 || idx >= static_cast<int64_t>(pending_.args.size())) throw std::out_of_range(a);
+        pending_.alias[name] = idx;
+      } catch (const std::exception&) {
+        fail(path_, line_, "ALIAS must be -1 or an argument index below " + std::to_string(pending_.args.size()) +
+                               ", got '" + a + "'");
+      }
+      return;
+    }
+    finish_pending();
+    if (ins == "ANNOTATE") {
+      const std::string a = str_field(path_, line_, j, "ANNOTATION");
+      if (a == "BACKWARD") backward_ = true;
+      else if (a != "START") fail(path_, line_, "unknown ANNOTATION '" + a + "'; accepted: START, BACKWARD");
+    } else if (ins == "CONSTANT") {
+      pending_ = {.active = true, .constant = true, .line = line_, .results = {str_field(path_, line_, j, "NAME")}};
+    } else if (ins == "CALL") {
+      pending_ = {.active = true, .line = line_, .op_name = str_field(path_, line_, j, "NAME"),
+                  .args = names_field(j, "ARGS"), .results = names_field(j, "RESULT"),
+                  .ms = static_cast<double>(decimal_field(path_, line_, j, "TIME")) * 1e-6};
+      for (const auto& a : pending_.args) storage(a);  // defined?
+    } else if (ins == "MUTATE") {
+      Op op{.kind = OpKind::kReplay, .name = str_field(path_, line_, j, "NAME"), .backward = backward_};
+      const auto args = names_field(j, "ARGS");
+      op.recorded_ms = static_cast<double>(decimal_field(path_, line_, j, "TIME")) * 1e-6;
+      for (const auto& a : args) add_unique(op.inputs, storage(a));
+      const json& m = field(path_, line_, j, "MUTATE");
+      if (!m.is_array()) fail(path_, line_, "field 'MUTATE' must be an array of argument indices");
+      for (const auto& x : m) {
+        if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= static_cast<int64_t>(args.size()))
+          fail(path_, line_, "MUTATE index " + x.dump() + " is not an argument index");
+        add_unique(op.inplace, storage(args[static_cast<size_t>(x.get<int64_t>())]));
+      }
+      g_.add_op(std::move(op));
+    } else if (ins == "COPY") {
+      bind(str_field(path_, line_, j, "DST"), storage(str_field(path_, line_, j, "SRC")));
+    } else if (ins == "COPY_FROM") {
+      const TensorId dst = storage(str_field(path_, line_, j, "DST")), src = storage(str_field(path_, line_, j, "SRC"));
+      Op op{.kind = OpKind::kReplay, .name = "copy_from", .backward = backward_};
+      add_unique(op.inputs, dst);
+      add_unique(op.inputs, src);
+      op.inplace = {dst};
+      g_.add_op(std::move(op));
+    } else if (ins == "RELEASE") {
+      const std::string name = str_field(path_, line_, j, "NAME");
+      const TensorId id = storage(name);
+      names_.erase(name);
+      if (--refs_[id] == 0 && !g_.tensor(id).persistent())
+        g_.tensor(id).release_after = std::max(0, static_cast<int>(g_.num_ops()) - 1);
+    } else {
+      fail(path_, line_, "unknown INSTRUCTION '" + ins +
+                             "'; accepted: ANNOTATE, CONSTANT, MEMORY, CALL, MUTATE, COPY, COPY_FROM, ALIAS, RELEASE");
+    }
+  }
+
+  static void add_unique(std::vector<TensorId>& v, TensorId id) {
+    if (std::find(v.begin(), v.end(), id) == v.end()) v.push_back(id);
+  }
+
+  void finish_pending() {
+    if (!pending_.active) return;
+    Pending p = std::move(pending_);
+    pending_ = {};
+    auto bytes_of = [&](const std::string& name) {
+      auto it = p.memory.find(name);
+      if (it == p.memory.end()) fail(path_, p.line, "no MEMORY line for '" + name + "'");
+      return it->second;
+    };
+    if (p.constant) {
+      bind(p.results[0], g_.add_tensor({.name = p.results[0], .shape = floats_for(bytes_of(p.results[0])),
+                                        .kind = TensorKind::kParam}));
+      return;
+    }
+    Op op{.kind = OpKind::kReplay, .name = p.op_name, .backward = backward_};
+    op.recorded_ms = p.ms;
+    for (const auto& a : p.args) add_unique(op.inputs, storage(a));
+    for (const auto& r : p.results) {
+      auto al = p.alias.find(r);
+      if (al != p.alias.end() && al->second >= 0) {  // a view: the argument's storage, no new bytes
+        bind(r, storage(p.args[static_cast<size_t>(al->second)]));
+        continue;
+      }
+      const TensorId id = g_.add_tensor({.name = r, .shape = floats_for(bytes_of(r)),
+                                         .kind = backward_ ? TensorKind::kGradient : TensorKind::kActivation});
+      op.outputs.push_back(id);
+      bind(r, id);
+    }
+    g_.add_op(std::move(op));
+  }
+
+  std::string path_;
+  size_t line_ = 0;
+  Graph g_;
+  Pending pending_;
+  bool backward_ = false;
+  std::unordered_map<std::string, TensorId> names_;
+  std::map<TensorId, int> refs_;  // names and views per storage
+};
+
+}  // namespace
+
+Graph load_dtr_log(const std::string& path) { return DtrImporter(path).run(); }
+
+// ---------------------------------------------------------------- by name
+
+std::string dtr_logs_dir() {
+  if (const char* env = std::getenv("VTENSOR_DTR_LOGS")) return env;
+#ifdef VTENSOR_DTR_LOGS_DIR
+  if (std::filesystem::is_directory(VTENSOR_DTR_LOGS_DIR)) return VTENSOR_DTR_LOGS_DIR;
+#endif
+  return {};
+}
+
+namespace {
+
+std::map<std::string, std::string> dtr_logs() {
+  std::map<std::string, std::string> out;
+  const std::string dir = dtr_logs_dir();
+  if (dir.empty() || !std::filesystem::is_directory(dir)) return out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().extension() != ".log") continue;
+    std::string name = e.path().filename().string();
+    name = name.substr(0, name.find('-'));
+    if (name.rfind("tv_", 0) == 0) name = name.substr(3);
+    out[name] = e.path().string();
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> dtr_log_names() {
+  std::vector<std::string> out;
+  for (const auto& [n, p] : dtr_logs()) out.push_back(n);
+  return out;
+}
+
+std::string dtr_log_path(const std::string& name) {
+  const auto logs = dtr_logs();
+  auto it = logs.find(name);
+  if (it != logs.end()) return it->second;
+  if (logs.empty())
+    throw std::invalid_argument("--trace dtr:" + name + ": the DTR logs are not available (extracted from "
+                                "../shared/external/dtr-logs at configure time, or set VTENSOR_DTR_LOGS)");
+  std::string accepted;
+  for (const auto& [n, p] : logs) accepted += (accepted.empty() ? "" : ", ") + n;
+  throw std::invalid_argument("--trace dtr:" + name + ": unknown DTR log; accepted: " + accepted);
+}
+
+Graph load_trace(const std::string& spec) {
+  if (spec.rfind("dtr:", 0) == 0) return load_dtr_log(dtr_log_path(spec.substr(4)));
+  std::ifstream in = open(spec);
+  std::string first;
+  std::getline(in, first);
+  if (first.find("\"INSTRUCTION\"") != std::string::npos) return load_dtr_log(spec);
+  return load_vtensor_trace(spec);
+}
+
+double recorded_total_ms(const Graph& g) {
+  double t = 0;
+  for (const Op& op : g.ops()) t += op.recorded_ms;
+  return t;
+}
+
+}  // namespace vtensor

@@ -1,0 +1,42 @@
+// Reading recorded traces back as graphs that the sim backend can replay under any policy and
+// budget. Two formats:
+//  - vtensor's own access traces (AccessTracker::write_jsonl): the header lists every tensor and
+//    op, so the graph is rebuilt exactly (same ids, sizes, lifetimes, phases); each op becomes an
+//    OpKind::kReplay op carrying its recorded time (mean over the iterations after the first).
+//  - DTR operator logs (Kirisame et al., ICLR'21; format in ../shared/external/dtr-logs/SOURCE.md):
+//      CONSTANT + MEMORY   a persistent tensor (weights, inputs) of that many bytes;
+//      CALL + MEMORY/ALIAS an op; each result is a new tensor, unless ALIAS names an argument
+//                          index: then it is a view sharing that argument's storage (no bytes);
+//      MUTATE              an op that writes the arguments at the MUTATE indices in place;
+//      COPY DST SRC        a new name for SRC's storage (a reference, no bytes, no op);
+//      COPY_FROM DST SRC   an op writing SRC into DST in place (no time recorded: 0);
+//      RELEASE NAME        drops a name; a storage lives until its last name or view is released
+//                          (or its last use, if later); what is never released lives to the end;
+//      ANNOTATE BACKWARD   ops after it are backward ops (never recomputed).
+//    Sizes are rounded up to whole floats. Forward ops whose inputs are later mutated in place
+//    are still treated as recomputable (the sim moves no values, so only times could differ).
+// Malformed input throws std::invalid_argument naming the file and the line; nothing is built.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "vtensor/core/graph.h"
+
+namespace vtensor {
+
+Graph load_vtensor_trace(const std::string& path);
+Graph load_dtr_log(const std::string& path);
+// A path to either format (told apart by the first line), or "dtr:NAME" for one of the DTR logs.
+Graph load_trace(const std::string& spec);
+
+// The extracted DTR logs (the build extracts ../shared/external/dtr-logs/logs.zip; the
+// environment variable VTENSOR_DTR_LOGS overrides). Empty when absent.
+std::string dtr_logs_dir();
+// Short names: densenet121, inceptionv4, lstm, resnet32, transformer, treelstm, unet, unroll_gan.
+std::vector<std::string> dtr_log_names();
+std::string dtr_log_path(const std::string& name);  // throws std::invalid_argument naming the accepted names
+
+// Sum of the recorded op times of a replayed graph.
+double recorded_total_ms(const Graph& g);
+
+}  // namespace vtensor

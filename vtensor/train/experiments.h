@@ -1,0 +1,71 @@
+// Experiments on top of the Trainer, meant for the sim backend: replaying a recorded trace
+// under a policy and budget, the largest batch that trains (doubling, then bisection), and a
+// policy x budget (x batch) grid. OOM at a probe or a grid point is a result, not an error.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "vtensor/train/trainer.h"
+
+namespace vtensor {
+
+// ---- trace replay
+struct ReplayConfig {
+  std::string trace;  // a path (vtensor trace or DTR log) or dtr:NAME
+  std::string policy = "none";
+  std::string allocator = "caching";
+  std::string gpu;
+  size_t budget = 0;  // 0: the GPU's memory
+  int iters = 3;
+};
+TrainResult replay_trace(const ReplayConfig& c, const std::function<void(const IterationStats&)>& on_iteration = {});
+
+// ---- one run summarised
+struct RunSummary {
+  bool ok = false;           // false: out of memory
+  std::string error;         // the OutOfMemoryError's message
+  size_t peak_allocated = 0, peak_reserved = 0;
+  double iteration_ms = 0;   // mean over the iterations after the first (the first when only one)
+  uint64_t swapped_out_bytes = 0, swapped_in_bytes = 0, recomputed_ops = 0;  // per iteration, last one
+  double stall_ms = 0, recompute_ms = 0;                                      // last iteration
+};
+RunSummary run_summary(const TrainConfig& cfg);
+RunSummary summarise(const TrainResult& r);
+
+// ---- maximum batch
+struct MaxBatchResult {
+  int batch = 0;  // 0: not even batch 1 fits
+  RunSummary at_batch;
+  std::vector<std::pair<int, RunSummary>> probes;
+};
+// Doubles the batch from 1 while it trains, then bisects between the last batch that trained
+// and the first that did not. Assumes that a batch that fails makes every larger one fail.
+MaxBatchResult max_batch(const TrainConfig& base, int max_limit = 1 << 20,
+                         const std::function<void(int, const RunSummary&)>& on_probe = {});
+
+// ---- sweep
+struct SweepBudget {
+  std::string label;     // as given: "50%" or "4GiB"
+  double fraction = 0;   // of the unmanaged peak, when > 0
+  size_t bytes = 0;      // otherwise
+};
+// "100%,50%,4GiB" -> budgets; throws std::invalid_argument naming `what`.
+std::vector<SweepBudget> parse_budgets(const std::string& text, const std::string& what);
+std::vector<int> parse_batches(const std::string& text, const std::string& what);
+std::vector<std::string> split_list(const std::string& text);
+
+struct SweepRow {
+  std::string model, policy, budget_label;
+  int batch = 0;
+  size_t budget = 0, unmanaged_peak = 0;
+  RunSummary run;
+  double overhead = 0;  // iteration time / the unmanaged run's (0 when unknown)
+};
+std::vector<SweepRow> sweep(const TrainConfig& base, const std::vector<std::string>& policies,
+                            const std::vector<SweepBudget>& budgets, const std::vector<int>& batches,
+                            const std::function<void(const SweepRow&)>& on_row = {});
+// CSV or JSON by the extension (.csv, .json), written atomically.
+void write_sweep(const std::vector<SweepRow>& rows, const std::string& path);
+
+}  // namespace vtensor
