@@ -6,6 +6,7 @@
 
 #include "vtensor/core/errors.h"
 #include "vtensor/memory/allocator.h"
+#include "vtensor/memory/planners.h"
 #include "vtensor/models/models.h"
 #include "vtensor/policy/policy.h"
 #include "vtensor/train/trainer.h"
@@ -91,6 +92,7 @@ int main(int argc, char** argv) {
   train->add_option("--policy", cfg.policy, "memory policy: " + join(policy_names()));
   train->add_option("--backend", cfg.backend, "backend: cpu, cuda");
   train->add_option("--allocator", cfg.allocator, "device allocator: " + join(allocator_names()));
+  train->add_option("--planner", cfg.planner, "planner for --allocator planned: " + join(planner_names()));
   train->add_option("--iters", cfg.iters, "training iterations (default 10)");
   train->add_option("--seed", cfg.seed, "weight-initialisation seed");
   train->add_option("--data-seed", cfg.model.seed, "data and dropout seed");

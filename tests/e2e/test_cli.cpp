@@ -65,7 +65,7 @@ TEST(Cli, BadArgumentsNameTheArgumentAndExitTwo) {
            {"train --model resnet-tiny --budget 12XB", "invalid unit"},
            {"train --model resnet-tiny --iters 0", "--iters"},
            {"train --model resnet-tiny --batch -3", "--batch"},
-           {"train --model resnet-tiny --allocator buddy", "unknown allocator 'buddy'; accepted: caching"},
+           {"train --model resnet-tiny --allocator buddy", "unknown allocator 'buddy'; accepted: caching, planned"},
            {"train --model resnet-tiny --report /nonexistent/dir/r.json", "does not exist"},
            {"train", "--model"},
            {"fly", "fly"},

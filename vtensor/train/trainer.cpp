@@ -18,7 +18,9 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
   cfg_.budget = align_up(cfg_.budget);
   graph_ = build_model(cfg_.model);
   build_backward(graph_, cfg_.optimizer);
-  auto allocator = make_allocator(cfg_.allocator, cfg_.budget);
+  if (!cfg_.planner.empty() && cfg_.allocator != "planned")
+    throw std::invalid_argument("--planner applies to --allocator planned only, got --allocator " + cfg_.allocator);
+  auto allocator = make_allocator(cfg_.allocator, cfg_.budget, cfg_.planner);
   backend_ = make_backend(cfg_.backend, {.arena_bytes = cfg_.budget});
   mm_ = std::make_unique<MemoryManager>(*backend_, graph_, std::move(allocator), std::move(policy));
   mm_->set_timeline_enabled(cfg_.timeline);
@@ -120,6 +122,7 @@ std::string report_json(const TrainResult& r) {
         {"policy", c.policy},
         {"backend", c.backend},
         {"allocator", c.allocator},
+        {"planner", c.planner},
         {"budget_bytes", c.budget},
         {"iters", c.iters},
         {"seed", c.seed},

@@ -20,6 +20,7 @@ struct TrainConfig {
   std::string policy = "none";
   std::string backend = "cpu";
   std::string allocator = "caching";
+  std::string planner;  // --allocator planned: the planner (empty: greedy-size)
   size_t budget = 0;  // 0: the backend's default (kDefaultCpuBudget on cpu)
   int iters = 10;
   uint64_t seed = 1;  // weight init
