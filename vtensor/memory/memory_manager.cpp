@@ -30,6 +30,26 @@ MemoryManager::MemoryManager(Backend& backend, const Graph& graph, std::unique_p
     s.bytes = t.bytes();
     s.persistent = t.persistent();
   }
+  policy_->attach(*this);
+}
+
+double MemoryManager::copy_ms_per_byte() const {
+  if (copy_ms_per_byte_ >= 0) return copy_ms_per_byte_;
+  // Reads the arena's first bytes into a pinned buffer: no device block is allocated, so the
+  // allocators' request sequences stay as they are. The best of three copies.
+  const size_t n = std::min(kCalibrationBytes, backend_.arena_bytes());
+  void* host = backend_.host_alloc(n);
+  double best = -1;
+  for (int i = 0; i < 3; ++i) {
+    const double t0 = backend_.now_ms();
+    backend_.copy_async(Stream::kD2H, host, backend_.arena_base(), n);
+    backend_.record(Stream::kD2H)->wait();
+    const double ms = backend_.now_ms() - t0;
+    if (best < 0 || ms < best) best = ms;
+  }
+  backend_.host_free(host, n);
+  copy_ms_per_byte_ = n ? std::max(best, 0.0) / static_cast<double>(n) : 0.0;
+  return copy_ms_per_byte_;
 }
 
 MemoryManager::~MemoryManager() {
@@ -84,7 +104,11 @@ size_t MemoryManager::alloc_block(size_t bytes, int64_t tag, const char* what) {
       evict(v);
       progressed = true;
     }
-    if (!progressed && allocator_->stats().free_bytes >= align_up(bytes) && compact()) continue;
+    if (!progressed && finish_prefetches()) continue;  // landed prefetches can be evicted again
+    // Compaction; an allocator may also free room by giving up a layout (the planned pool's plan).
+    if (!progressed && allocator_->stats().free_bytes >= align_up(bytes) &&
+        (compact() || allocator_->stats().largest_free_block >= align_up(bytes)))
+      continue;
     if (!progressed) {
       std::string ctx = std::string(what) + (tag >= 0 ? " '" + graph_.tensor(static_cast<TensorId>(tag)).name + "'" : "") +
                         ", policy '" + policy_->name() + "' found nothing more to evict; " + usage_summary();
@@ -270,6 +294,18 @@ void MemoryManager::finish_swap_outs_before(uint64_t op_seq) {
     swapping_out_.pop_front();
     complete_swap_out(id);
   }
+}
+
+bool MemoryManager::finish_prefetches() {
+  bool any = false;
+  for (auto& s : states_) {
+    if (s.residency != Residency::kSwappingIn || s.locks > 0) continue;
+    wait_copy(s);
+    free_host(s);
+    s.residency = Residency::kResident;
+    any = true;
+  }
+  return any;
 }
 
 bool MemoryManager::finish_oldest_swap_out() {

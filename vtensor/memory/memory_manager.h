@@ -5,7 +5,8 @@
 // active policy's actions, and runs the OOM ladder when an allocation does not fit:
 //   1. the allocator reuses a cached free block;
 //   2. wait for in-flight swap-outs, whose blocks are freed once their copies complete;
-//   3. ask the policy for victims and evict them (swap out or drop), then retry;
+//   3. ask the policy for victims and evict them (swap out or drop), then retry; when it has
+//      none, wait for in-flight prefetches, which makes them evictable, and ask again;
 //   4. if enough bytes are free but scattered, compact: slide tensors down the arena;
 //   5. throw OutOfMemoryError{requested, in use, budget}.
 // Pointers to tensors are valid until the next allocation (compaction moves them): the
@@ -94,6 +95,9 @@ class MemoryManager final : public MemoryView {
   bool can_recompute(TensorId id) const override;
   size_t budget() const override { return backend_.arena_bytes(); }
   size_t allocated() const override { return allocator_->stats().allocated; }
+  // Measured once with a calibration copy (device to host) of up to kCalibrationBytes.
+  double copy_ms_per_byte() const override;
+  static constexpr size_t kCalibrationBytes = size_t{4} << 20;
 
   Residency residency(TensorId id) const { return st(id).residency; }
   const DeviceAllocator& allocator() const { return *allocator_; }
@@ -128,6 +132,7 @@ class MemoryManager final : public MemoryView {
   void restore(TensorId id);               // any -> resident
   void wait_copy(State& s);                // host waits for s.event, counted as stall
   bool finish_oldest_swap_out();           // waits for it, frees its block
+  bool finish_prefetches();                // swapping_in -> resident for unlocked tensors
   void complete_swap_out(TensorId id);
   void cancel_swap_out(TensorId id);             // swapping_out -> resident
   void finish_swap_outs_before(uint64_t op_seq);
@@ -154,6 +159,7 @@ class MemoryManager final : public MemoryView {
   int iteration_ = 0;
   bool timeline_enabled_ = false;
   std::vector<TimelinePoint> timeline_;
+  mutable double copy_ms_per_byte_ = -1;  // not measured yet
 };
 
 }  // namespace vtensor

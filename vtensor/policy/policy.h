@@ -41,6 +41,8 @@ class MemoryView {
   virtual bool can_recompute(TensorId id) const = 0;
   virtual size_t budget() const = 0;
   virtual size_t allocated() const = 0;
+  // Host<->device copy time per byte on the backend's clock (0: unknown).
+  virtual double copy_ms_per_byte() const { return 0.0; }
 };
 
 enum class EvictAction { kSwap, kDrop };
@@ -53,6 +55,8 @@ class Policy {
  public:
   virtual ~Policy() = default;
   virtual std::string name() const = 0;
+  // The memory manager that will run this policy (called once, from its constructor).
+  virtual void attach(const MemoryView& view) {}
   virtual void begin_iteration(int iteration) {}
   // Actions to carry out after op `op_index` has been launched.
   virtual std::vector<Action> after_op(int op_index) { return {}; }

@@ -3,6 +3,7 @@
 
 #include "vtensor/policy/lru.h"
 #include "vtensor/policy/none.h"
+#include "vtensor/policy/zero_overhead_swap.h"
 
 namespace vtensor {
 
@@ -14,6 +15,10 @@ const std::vector<PolicyInfo>& policy_registry() {
        [] { return std::make_unique<LruPolicy>(EvictAction::kSwap); }},
       {"lru-recompute", "passive: on OOM drop the least-recently-used recomputable tensors (swap what cannot be recomputed), recompute on access",
        [] { return std::make_unique<LruPolicy>(EvictAction::kDrop); }},
+      {"zero-overhead-swap", "Zhang et al.: after one measured iteration, swap only blocks whose copies hide in their absence across the peak; reports the peak reached",
+       [] { return std::make_unique<ZeroOverheadSwapPolicy>(false); }},
+      {"zero-overhead-swap-limit", "Zhang et al., stick-to-limit: planned swaps until the predicted peak meets the budget, stalling where copies cannot hide",
+       [] { return std::make_unique<ZeroOverheadSwapPolicy>(true); }},
   };
   return registry;
 }
