@@ -34,22 +34,36 @@ MemoryManager::MemoryManager(Backend& backend, const Graph& graph, std::unique_p
 }
 
 double MemoryManager::copy_ms_per_byte() const {
-  if (copy_ms_per_byte_ >= 0) return copy_ms_per_byte_;
-  // Reads the arena's first bytes into a pinned buffer: no device block is allocated, so the
-  // allocators' request sequences stay as they are. The best of three copies.
-  const size_t n = std::min(kCalibrationBytes, backend_.arena_bytes());
-  void* host = backend_.host_alloc(n);
-  double best = -1;
-  for (int i = 0; i < 3; ++i) {
-    const double t0 = backend_.now_ms();
-    backend_.copy_async(Stream::kD2H, host, backend_.arena_base(), n);
-    backend_.record(Stream::kD2H)->wait();
-    const double ms = backend_.now_ms() - t0;
-    if (best < 0 || ms < best) best = ms;
-  }
-  backend_.host_free(host, n);
-  copy_ms_per_byte_ = n ? std::max(best, 0.0) / static_cast<double>(n) : 0.0;
+  calibrate_copies();
   return copy_ms_per_byte_;
+}
+
+double MemoryManager::copy_latency_ms() const {
+  calibrate_copies();
+  return copy_latency_ms_;
+}
+
+void MemoryManager::calibrate_copies() const {
+  if (copy_ms_per_byte_ >= 0) return;
+  // Reads the arena's first bytes into a pinned buffer: no device block is allocated, so the
+  // allocators' request sequences stay as they are. The best of a few copies of each size.
+  const size_t big = std::min(kCalibrationBytes, backend_.arena_bytes()), small = std::min(kAllocAlignment, big);
+  void* host = backend_.host_alloc(big);
+  auto time_copy = [&](size_t n) {
+    double best = -1;
+    for (int i = 0; i < 5; ++i) {
+      const double t0 = backend_.now_ms();
+      backend_.copy_async(Stream::kD2H, host, backend_.arena_base(), n);
+      backend_.record(Stream::kD2H)->wait();
+      const double ms = backend_.now_ms() - t0;
+      if (best < 0 || ms < best) best = ms;
+    }
+    return std::max(best, 0.0);
+  };
+  copy_latency_ms_ = time_copy(small);
+  const double big_ms = time_copy(big);
+  backend_.host_free(host, big);
+  copy_ms_per_byte_ = big > small ? std::max(big_ms - copy_latency_ms_, 0.0) / static_cast<double>(big - small) : 0.0;
 }
 
 MemoryManager::~MemoryManager() {

@@ -95,8 +95,10 @@ class MemoryManager final : public MemoryView {
   bool can_recompute(TensorId id) const override;
   size_t budget() const override { return backend_.arena_bytes(); }
   size_t allocated() const override { return allocator_->stats().allocated; }
-  // Measured once with a calibration copy (device to host) of up to kCalibrationBytes.
+  // Measured once with calibration copies (device to host): kCalibrationBytes for the
+  // bandwidth, one alignment unit for the latency.
   double copy_ms_per_byte() const override;
+  double copy_latency_ms() const override;
   static constexpr size_t kCalibrationBytes = size_t{4} << 20;
 
   Residency residency(TensorId id) const { return st(id).residency; }
@@ -159,7 +161,8 @@ class MemoryManager final : public MemoryView {
   int iteration_ = 0;
   bool timeline_enabled_ = false;
   std::vector<TimelinePoint> timeline_;
-  mutable double copy_ms_per_byte_ = -1;  // not measured yet
+  void calibrate_copies() const;
+  mutable double copy_ms_per_byte_ = -1, copy_latency_ms_ = -1;  // not measured yet
 };
 
 }  // namespace vtensor

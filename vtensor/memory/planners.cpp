@@ -91,6 +91,9 @@ PlanResult plan_greedy_size(const std::vector<BlockLifetime>& blocks) {
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     const auto &x = blocks[a], &y = blocks[b];
     if (x.size != y.size) return x.size > y.size;
+    // Equal sizes in order of allocation: for blocks of one size this is interval-graph colouring
+    // in start order, which is optimal.
+    if (x.start != y.start) return x.start < y.start;
     return x.end - x.start > y.end - y.start;
   });
   return place_best_fit(blocks, order, "greedy-size");
@@ -111,7 +114,8 @@ PlanResult plan_greedy_breadth(const std::vector<BlockLifetime>& blocks) {
   std::vector<size_t> order = identity(blocks.size());
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     if (breadth[a] != breadth[b]) return breadth[a] > breadth[b];
-    return blocks[a].size > blocks[b].size;
+    if (blocks[a].size != blocks[b].size) return blocks[a].size > blocks[b].size;
+    return blocks[a].start < blocks[b].start;
   });
   return place_best_fit(blocks, order, "greedy-breadth");
 }
@@ -123,7 +127,8 @@ PlanResult plan_greedy_area(const std::vector<BlockLifetime>& blocks) {
   };
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     if (area(a) != area(b)) return area(a) > area(b);
-    return blocks[a].size > blocks[b].size;
+    if (blocks[a].size != blocks[b].size) return blocks[a].size > blocks[b].size;
+    return blocks[a].start < blocks[b].start;
   });
   return place_best_fit(blocks, order, "greedy-area");
 }

@@ -72,7 +72,7 @@ ZeroOverheadSwapPlan plan_zero_overhead_swap(const Graph& g, const AccessTrace& 
     if (t.persistent()) continue;
     const auto& u = uses[static_cast<size_t>(t.id)];
     const size_t bytes = align_up(std::max<size_t>(t.bytes(), 1));
-    const double copy_ms = static_cast<double>(bytes) * cfg.ms_per_byte;
+    const double copy_ms = cfg.latency_ms + static_cast<double>(bytes) * cfg.ms_per_byte;
     for (size_t i = 0; i + 1 < u.size(); ++i) {
       const int first = u[i], next = u[i + 1];
       if (next - first < 4) continue;  // no op where the block could be absent
@@ -169,7 +169,8 @@ std::vector<Victim> ZeroOverheadSwapPolicy::choose_victims(size_t bytes, const M
 void ZeroOverheadSwapPolicy::end_iteration(const AccessTrace& trace) {
   if (planned_ || view_ == nullptr) return;
   ms_per_byte_ = view_->copy_ms_per_byte();
-  plan_ = plan_zero_overhead_swap(view_->graph(), trace, {stick_to_limit_, view_->budget(), ms_per_byte_});
+  latency_ms_ = view_->copy_latency_ms();
+  plan_ = plan_zero_overhead_swap(view_->graph(), trace, {stick_to_limit_, view_->budget(), ms_per_byte_, latency_ms_});
   for (const Action& a : plan_.plan.actions) by_op_[a.op].push_back(a);
   planned_ = true;
 }
@@ -189,7 +190,8 @@ nlohmann::json ZeroOverheadSwapPolicy::report() const {
           {"planned", planned_},
           {"copy_ms_per_byte", ms_per_byte_},
           {"bandwidth_gb_per_s", ms_per_byte_ > 0 ? 1e-6 / ms_per_byte_ : 0.0},
-          {"bandwidth_source", "calibration copy (device to host) by the memory manager"},
+          {"copy_latency_ms", latency_ms_},
+          {"bandwidth_source", "calibration copies (device to host) by the memory manager"},
           {"candidates", plan_.candidates},
           {"hidden_candidates", plan_.hidden_candidates},
           {"predicted_peak_before_bytes", plan_.peak_before},

@@ -15,8 +15,8 @@
 //   stick-to-limit (`zero-overhead-swap-limit`): the target is 95% of the budget; when hidden copies
 //     are not enough, copies that cannot be hidden are taken too (they stall), and anything still
 //     above the budget is evicted passively (LRU swap), as in iteration 1.
-// Bandwidth: one calibration copy by the memory manager (time per byte on the backend's clock),
-// the same both ways. Deviations: the paper swaps at the granularity of its memory pool's blocks
+// Bandwidth: calibration copies by the memory manager (a fixed latency plus time per byte on the
+// backend's clock), the same both ways. Deviations: the paper swaps at the granularity of its memory pool's blocks
 // and assumes known bandwidth; we plan per tensor, measure op times from the trace, and keep a
 // passive fallback so a wrong estimate can never fail a run.
 #pragma once
@@ -33,6 +33,7 @@ struct ZeroOverheadSwapConfig {
   bool stick_to_limit = false;
   size_t budget = 0;           // stick-to-limit's target
   double ms_per_byte = 0;      // copy time per byte, each way
+  double latency_ms = 0;       // fixed cost of one copy
 };
 
 struct SwapChoice {
@@ -70,7 +71,7 @@ class ZeroOverheadSwapPolicy final : public Policy {
   const MemoryView* view_ = nullptr;
   int iteration_ = 0;
   bool planned_ = false;
-  double ms_per_byte_ = 0;
+  double ms_per_byte_ = 0, latency_ms_ = 0;
   ZeroOverheadSwapPlan plan_;
   std::map<int, std::vector<Action>> by_op_;
   uint64_t passive_evictions_ = 0;  // after planning: what the plan did not cover
