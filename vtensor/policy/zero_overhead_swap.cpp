@@ -91,10 +91,11 @@ ZeroOverheadSwapPlan plan_zero_overhead_swap(const Graph& g, const AccessTrace& 
         }
       const bool hidden = s >= 0 && p >= s + 3;
       if (!hidden) {
+        // Stick-to-limit only: a copy that cannot hide stalls; swap out at once and bring it
+        // back as late as possible so that the block is absent as long as it can be.
         if (!cfg.stick_to_limit) continue;
-        s = first;
-        p = std::max(p, first + 3);
-        if (p > next - 1) continue;
+        if (s < 0) s = first;
+        if (p < s + 3) p = next - 1;
       }
       Candidate c;
       c.c = {t.id, bytes, s, p, next, op_start(next) - op_end(first), hidden};
