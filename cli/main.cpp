@@ -66,6 +66,10 @@ int cmd_train(const TrainConfig& base, const std::string& budget_text, const std
               format_bytes(peak_alloc).c_str(), format_bytes(peak_res).c_str(), format_bytes(c.budget).c_str(),
               ms / static_cast<double>(r.iterations.size()));
   if (!r.policy_summary.empty()) std::printf("policy %s: %s\n", c.policy.c_str(), r.policy_summary.c_str());
+  if (const auto& a = r.allocator_report; a.is_object() && a.contains("lower_bound_bytes"))
+    std::printf("allocator %s: arena %s, lower bound %s (x%.4f), last iteration\n", c.allocator.c_str(),
+                format_bytes(a["arena_bytes"].get<size_t>()).c_str(), format_bytes(a["lower_bound_bytes"].get<size_t>()).c_str(),
+                a["arena_over_lower_bound"].get<double>());
   if (!report.empty()) {
     write_report(r, report);
     std::printf("report written to %s\n", report.c_str());

@@ -197,6 +197,8 @@ nlohmann::json ZeroOverheadSwapPolicy::report() const {
           {"hidden_candidates", plan_.hidden_candidates},
           {"predicted_peak_before_bytes", plan_.peak_before},
           {"predicted_peak_after_bytes", plan_.peak_after},
+          // no-overhead: the smallest budget it reaches (the guided iterations' peak, predicted).
+          {"smallest_budget_bytes", stick_to_limit_ ? nlohmann::json(nullptr) : nlohmann::json(plan_.peak_after)},
           {"passive_evictions_after_planning", passive_evictions_},
           {"chosen", chosen}};
 }

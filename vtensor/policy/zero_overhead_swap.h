@@ -15,6 +15,9 @@
 //   stick-to-limit (`zero-overhead-swap-limit`): the target is 95% of the budget; when hidden copies
 //     are not enough, copies that cannot be hidden are taken too (they stall), and anything still
 //     above the budget is evicted passively (LRU swap), as in iteration 1.
+// The plan depends on measured times: on the cpu backend which blocks hide can change from run
+// to run (memory figures of one run are still exact); on the sim backend's virtual clock it is
+// deterministic.
 // Bandwidth: calibration copies by the memory manager (a fixed latency plus time per byte on the
 // backend's clock), the same both ways. Deviations: the paper swaps at the granularity of its memory pool's blocks
 // and assumes known bandwidth; we plan per tensor, measure op times from the trace, and keep a
