@@ -53,7 +53,14 @@ std::optional<size_t> PlannedAllocator::allocate(size_t bytes, int64_t tag) {
     return std::nullopt;
   }
   const size_t size = bytes == 0 ? kAllocAlignment : align_up(bytes);
-  const size_t k = in_iteration_ ? next_request_ : plan_.size();
+  // The request's place in the plan: the n-th request with this tag (tensor id; -1 for scratch)
+  // this iteration, so that a request added or missing elsewhere does not shift the rest.
+  size_t k = plan_.size();
+  size_t* seen = nullptr;
+  if (in_iteration_ && region_reserved_) {
+    seen = &seen_[tag];
+    if (auto it = by_tag_.find(tag); it != by_tag_.end() && *seen < it->second.size()) k = it->second[*seen];
+  }
   std::optional<size_t> off;
   bool in_region = false;
   if (region_reserved_ && k < plan_.size() && plan_[k].kind == Slot::kPlanned && plan_[k].size == size &&
@@ -79,9 +86,9 @@ std::optional<size_t> PlannedAllocator::allocate(size_t bytes, int64_t tag) {
   }
   if (in_region) region_live_.emplace(*off, size);
   if (in_iteration_) {
-    ++next_request_;
+    if (seen) ++*seen;
     live_records_[*off] = records_.size();
-    records_.push_back({size, clock_++, -1});
+    records_.push_back({size, clock_++, -1, tag});
   }
   stats_.allocated += size;
   ++stats_.num_allocs;
@@ -138,7 +145,7 @@ std::vector<std::pair<size_t, size_t>> PlannedAllocator::compact(const std::func
 void PlannedAllocator::begin_iteration(int iteration) {
   in_iteration_ = true;
   clock_ = 0;
-  next_request_ = 0;
+  seen_.clear();
   iteration_fallbacks_ = 0;
   records_.clear();
   live_records_.clear();
@@ -262,6 +269,8 @@ void PlannedAllocator::make_plan() {
     else if (overflow[index[k]]) plan_.push_back({records_[k].size, 0, Slot::kOverflow});
     else plan_.push_back({records_[k].size, p.offsets[index[k]], Slot::kPlanned});
   }
+  by_tag_.clear();
+  for (size_t k = 0; k < records_.size(); ++k) by_tag_[records_[k].tag].push_back(k);
   have_plan_ = true;
   update_stats();
 }

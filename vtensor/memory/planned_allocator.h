@@ -11,19 +11,22 @@
 //     for the whole next iteration; the planner places the iteration's blocks around them. The
 //     plan's footprint (the union of its block ranges) is reserved in the caching allocator, so
 //     a fallback allocation can never land on a planned block.
-//   Serving: the k-th request of an iteration gets its planned offset when its size matches and
-//     the range overlaps no live block of the footprint (a map of live ranges checked in
-//     O(log n); the plan lookup itself is O(1)). Anything else (new shapes, a policy that evicts
-//     differently this iteration) falls back to the caching allocator on the space outside the
-//     footprint, then to a free gap inside it, and is counted.
+//   Serving: the n-th request of an iteration for a tensor (its tag; scratch shares tag -1) gets
+//     the offset planned for that tensor's n-th request when its size matches and the range
+//     overlaps no live block of the footprint: an O(1) plan lookup and an O(log n) check in a
+//     map of live ranges. Matching by tensor rather than by position keeps one added or missing
+//     request (an extra swap-in) from shifting every later one. Anything else (new shapes, a
+//     policy that evicts differently this iteration) falls back to the caching allocator on the
+//     space outside the footprint, then to a free gap inside it, and is counted.
 //   Re-planning: an iteration with fallbacks is recorded again and re-planned (at most
 //     kMaxReplans times), so a policy whose requests settle after a few iterations gets a plan
 //     that includes its swap-ins and recomputations.
 // Deviations from the paper: the paper plans once from the first iteration and has no fallback
 // path; we keep the caching allocator as the fallback so changing shapes and policies stay
-// correct; when the OOM ladder needs compaction, the plan is given up for the rest of the
-// iteration (its live blocks become caching blocks) and made again; a plan larger than the budget serves the blocks below the budget and leaves the
-// rest to the fallback. No compaction while a plan is active (planned offsets are fixed).
+// correct. A plan larger than the budget serves the blocks below the budget and leaves the rest
+// to the fallback. Planned offsets are fixed, so when the OOM ladder needs compaction the plan
+// is given up for the rest of the iteration (its live blocks become caching blocks, which can
+// move) and made again at the iteration's end.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -62,6 +65,7 @@ class PlannedAllocator final : public DeviceAllocator {
   struct Record {
     size_t size;
     int64_t start, end;  // events within the iteration; end -1 while alive
+    int64_t tag;
   };
   struct Slot {
     enum Kind { kPlanned, kCrossing, kOverflow };  // crossing: alive across the boundary, not planned;
@@ -98,7 +102,8 @@ class PlannedAllocator final : public DeviceAllocator {
   size_t footprint_bytes_ = 0, plan_arena_ = 0, plan_lower_bound_ = 0, plan_obstacles_ = 0, plan_overflow_ = 0;
   std::string plan_made_by_;
   std::map<size_t, size_t> region_live_;  // offset -> size of live blocks inside the region
-  size_t next_request_ = 0;
+  std::unordered_map<int64_t, std::vector<size_t>> by_tag_;  // tag -> its requests in the plan
+  std::unordered_map<int64_t, size_t> seen_;                 // tag -> requests so far this iteration
 
   // Figures.
   uint64_t planned_requests_ = 0, fallback_requests_ = 0, replans_ = 0, iterations_planned_ = 0, dissolved_ = 0;
