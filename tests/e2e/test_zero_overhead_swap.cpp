@@ -16,9 +16,10 @@ struct SwapRun {
   std::vector<std::vector<float>> params, buffers;
 };
 
-SwapRun train(const std::string& policy, size_t budget, int iters, const std::string& allocator = "caching") {
+SwapRun train(const std::string& policy, size_t budget, int iters, const std::string& allocator = "caching",
+              const std::string& model = "resnet-tiny") {
   TrainConfig cfg;
-  cfg.model.name = "resnet-tiny";
+  cfg.model.name = model;
   cfg.policy = policy;
   cfg.allocator = allocator;
   cfg.budget = budget;
@@ -44,10 +45,12 @@ void expect_bit_identical(const SwapRun& a, const SwapRun& b) {
     EXPECT_EQ(0, std::memcmp(a.buffers[i].data(), b.buffers[i].data(), a.buffers[i].size() * sizeof(float))) << "buffer " << i;
 }
 
-TEST(ZeroOverheadSwap, NoOverheadModeReachesThePredictedPeakBitForBit) {
+class NoOverhead : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(NoOverhead, ReachesThePredictedPeakBitForBit) {
   const int iters = 4;
-  SwapRun none = train("none", 0, iters);
-  SwapRun zos = train("zero-overhead-swap", 0, iters);
+  SwapRun none = train("none", 0, iters, "caching", GetParam());
+  SwapRun zos = train("zero-overhead-swap", 0, iters, "caching", GetParam());
   expect_bit_identical(none, zos);
   const auto& rep = zos.result.policy_report;
   ASSERT_TRUE(rep.is_object());
@@ -66,6 +69,8 @@ TEST(ZeroOverheadSwap, NoOverheadModeReachesThePredictedPeakBitForBit) {
     EXPECT_EQ(s.counters.evictions, 0u);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Models, NoOverhead, ::testing::Values("resnet-tiny", "vgg-tiny"));
 
 TEST(ZeroOverheadSwap, LimitModeMeetsABudgetBelowNonesPeak) {
   const int iters = 4;
