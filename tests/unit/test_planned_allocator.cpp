@@ -205,3 +205,74 @@ TEST(PlannedAllocator, FreeOfUnknownOffsetThrows) {
 
 }  // namespace
 }  // namespace vtensor
+
+namespace vtensor {
+namespace {
+
+TEST(CachingAllocatorReserve, TakesAnExactRangeInsideOneFreeBlock) {
+  CachingAllocator a(16 * kA);
+  const size_t x = a.allocate(2 * kA).value();  // [0, 2)
+  EXPECT_TRUE(a.reserve(5 * kA, 3 * kA));        // [5, 8) from the middle of [2, 16)
+  a.check_invariants();
+  EXPECT_EQ(a.block_size(5 * kA), 3 * kA);
+  EXPECT_EQ(a.stats().allocated, 5 * kA);
+  EXPECT_FALSE(a.reserve(kA, kA));               // overlaps the live block at 0
+  EXPECT_FALSE(a.reserve(7 * kA, 2 * kA));       // overlaps the reservation
+  EXPECT_FALSE(a.reserve(15 * kA, 2 * kA));      // runs past the capacity
+  EXPECT_FALSE(a.reserve(3 * kA + 1, kA));       // misaligned
+  EXPECT_TRUE(a.reserve(2 * kA, 3 * kA));        // exactly the gap [2, 5)
+  a.check_invariants();
+  const auto live = a.live_blocks();
+  ASSERT_EQ(live.size(), 3u);
+  EXPECT_EQ(live[0], std::make_pair(x, 2 * kA));
+  EXPECT_EQ(live[1], std::make_pair(2 * kA, 3 * kA));
+  EXPECT_EQ(live[2], std::make_pair(5 * kA, 3 * kA));
+  a.free(2 * kA);
+  a.free(5 * kA);
+  a.check_invariants();
+  EXPECT_EQ(a.stats().largest_free_block, 14 * kA);
+}
+
+}  // namespace
+}  // namespace vtensor
+
+namespace vtensor {
+namespace {
+
+TEST(PlannedAllocator, CompactionGivesThePlanUpAndKeepsLiveBlocks) {
+  PlannedAllocator a(64 * kA);
+  auto once = [&](int it, bool check_plan) {
+    a.begin_iteration(it);
+    const size_t x = a.allocate(8 * kA, 1).value();
+    const size_t y = a.allocate(4 * kA, 2).value();
+    a.free(x);
+    const size_t z = a.allocate(2 * kA, 3).value();
+    if (check_plan) {
+      EXPECT_TRUE(a.has_plan());
+      // Mid-iteration compaction: the plan is dissolved, live blocks stay readable and movable.
+      auto moves = a.compact([](size_t) { return true; });
+      EXPECT_FALSE(a.has_plan());
+      size_t ny = y, nz = z;
+      for (const auto& [from, to] : moves) {
+        if (from == y) ny = to;
+        if (from == z) nz = to;
+      }
+      EXPECT_EQ(a.block_size(ny), 4 * kA);
+      EXPECT_EQ(a.block_size(nz), 2 * kA);
+      a.free(ny);
+      a.free(nz);
+    } else {
+      a.free(y);
+      a.free(z);
+    }
+    a.end_iteration();
+  };
+  once(0, false);
+  once(1, true);
+  EXPECT_TRUE(a.has_plan()) << "made again at the iteration's end";
+  EXPECT_EQ(a.stats().allocated, 0u);
+  EXPECT_EQ(a.report()["plans_given_up"].get<uint64_t>(), 1u);
+}
+
+}  // namespace
+}  // namespace vtensor
