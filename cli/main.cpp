@@ -10,6 +10,7 @@
 #include "vtensor/core/errors.h"
 #include "vtensor/memory/allocator.h"
 #include "vtensor/memory/trace_io.h"
+#include "vtensor/memory/planners.h"
 #include "vtensor/models/models.h"
 #include "vtensor/policy/policy.h"
 #include "vtensor/train/experiments.h"
@@ -80,6 +81,10 @@ int cmd_train(const TrainConfig& base, const std::string& budget_text, const std
               format_bytes(peak_alloc).c_str(), format_bytes(peak_res).c_str(), format_bytes(c.budget).c_str(),
               ms / static_cast<double>(r.iterations.size()));
   if (!r.policy_summary.empty()) std::printf("policy %s: %s\n", c.policy.c_str(), r.policy_summary.c_str());
+  if (const auto& a = r.allocator_report; a.is_object() && a.contains("lower_bound_bytes"))
+    std::printf("allocator %s: arena %s, lower bound %s (x%.4f), last iteration\n", c.allocator.c_str(),
+                format_bytes(a["arena_bytes"].get<size_t>()).c_str(), format_bytes(a["lower_bound_bytes"].get<size_t>()).c_str(),
+                a["arena_over_lower_bound"].get<double>());
   if (!report.empty()) {
     write_report(r, report);
     std::printf("report written to %s\n", report.c_str());
@@ -318,6 +323,7 @@ int main(int argc, char** argv) {
   train->add_option("--gpu", cfg.gpu, "sim backend: the GPU to model: " + join(gpu_names()));
   train->add_option("--gpu-file", gpu_file, "JSON file with more GPUs for --gpu (gpu_specs.h has the fields)");
   train->add_option("--allocator", cfg.allocator, "device allocator: " + join(allocator_names()));
+  train->add_option("--planner", cfg.planner, "planner for --allocator planned: " + join(planner_names()));
   train->add_option("--iters", cfg.iters, "training iterations (default 10)");
   train->add_option("--seed", cfg.seed, "weight-initialisation seed");
   train->add_option("--data-seed", cfg.model.seed, "data and dropout seed");

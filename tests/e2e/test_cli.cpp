@@ -65,8 +65,11 @@ TEST(Cli, BadArgumentsNameTheArgumentAndExitTwo) {
            {"train --model resnet-tiny --budget 12XB", "invalid unit"},
            {"train --model resnet-tiny --iters 0", "--iters"},
            {"train --model resnet-tiny --batch -3", "--batch"},
-           {"train --model resnet-tiny --allocator buddy", "unknown allocator 'buddy'; accepted: caching"},
+           {"train --model resnet-tiny --allocator buddy", "unknown allocator 'buddy'; accepted: caching, planned"},
            {"train --model resnet-tiny --report /nonexistent/dir/r.json", "does not exist"},
+           {"train --model resnet-tiny --allocator planned --planner tetris",
+            "unknown --planner 'tetris'; accepted: greedy-size, greedy-breadth, greedy-area, best"},
+           {"train --model resnet-tiny --planner best", "--planner applies to --allocator planned only"},
            {"train", "--model"},
            {"fly", "fly"},
        }) {
@@ -110,6 +113,21 @@ TEST(Cli, TraceIsWrittenAsJsonLines) {
   }
   EXPECT_GT(accesses, 0u);
   std::filesystem::remove(trace);
+}
+
+TEST(Cli, PlannedAllocatorReportsArenaAndLowerBound) {
+  const std::string report = temp_path("planned.json");
+  Result r = run("train --model mlp-tiny --iters 3 --allocator planned --planner best --report " + report);
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::ifstream in(report);
+  const auto j = nlohmann::json::parse(in);
+  const auto& a = j["allocator_report"];
+  EXPECT_EQ(a["allocator"], "planned");
+  EXPECT_EQ(j["config"]["planner"], "best");
+  EXPECT_GT(a["lower_bound_bytes"].get<size_t>(), 0u);
+  EXPECT_GE(a["arena_over_lower_bound"].get<double>(), 1.0);
+  EXPECT_GE(a["caching"]["arena_over_lower_bound"].get<double>(), 1.0);
+  std::filesystem::remove(report);
 }
 
 }  // namespace

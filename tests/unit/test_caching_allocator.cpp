@@ -216,9 +216,9 @@ TEST(CachingAllocator, MakeAllocator) {
   ASSERT_NE(a, nullptr);
   EXPECT_EQ(a->name(), "caching");
   EXPECT_EQ(a->stats().capacity, 4 * kA);
-  EXPECT_EQ(allocator_names(), std::vector<std::string>{"caching"});
+  EXPECT_EQ(allocator_names(), (std::vector<std::string>{"caching", "planned"}));
   expect_throw_with<std::invalid_argument>([] { make_allocator("bfc", kA); },
-                                           "unknown allocator 'bfc'; accepted: caching");
+                                           "unknown allocator 'bfc'; accepted: caching, planned");
 }
 
 // ---- stats ----

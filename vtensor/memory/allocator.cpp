@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "vtensor/memory/caching_allocator.h"
+#include "vtensor/memory/planned_allocator.h"
 
 namespace vtensor {
 
@@ -27,13 +28,14 @@ const char* to_string(AllocEvent::Kind k) {
   return "unknown";
 }
 
-std::unique_ptr<DeviceAllocator> make_allocator(const std::string& name, size_t capacity) {
+std::unique_ptr<DeviceAllocator> make_allocator(const std::string& name, size_t capacity, const std::string& planner) {
   if (name == "caching") return std::make_unique<CachingAllocator>(capacity);
+  if (name == "planned") return std::make_unique<PlannedAllocator>(capacity, planner.empty() ? "greedy-size" : planner);
   std::string accepted;
   for (const auto& n : allocator_names()) accepted += (accepted.empty() ? "" : ", ") + n;
   throw std::invalid_argument("unknown allocator '" + name + "'; accepted: " + accepted);
 }
 
-std::vector<std::string> allocator_names() { return {"caching"}; }
+std::vector<std::string> allocator_names() { return {"caching", "planned"}; }
 
 }  // namespace vtensor

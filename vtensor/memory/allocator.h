@@ -85,9 +85,10 @@ class DeviceAllocator {
 
 size_t align_up(size_t bytes, size_t alignment = kAllocAlignment);
 
-// Allocators by name: "caching" now ("planned" arrives with the planned pool).
+// Allocators by name: "caching", "planned" (with `planner`, see planners.h; empty: the default).
 // Unknown names throw std::invalid_argument naming the accepted values.
-std::unique_ptr<DeviceAllocator> make_allocator(const std::string& name, size_t capacity);
+std::unique_ptr<DeviceAllocator> make_allocator(const std::string& name, size_t capacity,
+                                                const std::string& planner = "");
 std::vector<std::string> allocator_names();
 
 }  // namespace vtensor

@@ -130,6 +130,65 @@ std::vector<std::pair<size_t, size_t>> CachingAllocator::compact(const std::func
   return moves;
 }
 
+bool CachingAllocator::reserve(size_t offset, size_t bytes, int64_t tag) {
+  if (bytes == 0 || offset % kAllocAlignment != 0 || bytes % kAllocAlignment != 0 || offset > capacity_ ||
+      bytes > capacity_ - offset)
+    return false;
+  auto it = blocks_.upper_bound(offset);
+  if (it == blocks_.begin()) return false;
+  --it;
+  const size_t hole = it->first, hole_size = it->second.size;
+  if (!it->second.free || offset + bytes > hole + hole_size) return false;
+  free_set_.erase({hole_size, hole});
+  if (offset > hole) {
+    it->second.size = offset - hole;
+    free_set_.emplace(offset - hole, hole);
+    it = blocks_.emplace_hint(std::next(it), offset, Block{bytes, false, tag});
+  } else {
+    it->second = Block{bytes, false, tag};
+  }
+  const size_t after = hole + hole_size - (offset + bytes);
+  if (after > 0) {
+    blocks_.emplace_hint(std::next(it), offset + bytes, Block{after, true, -1});
+    free_set_.emplace(after, offset + bytes);
+  }
+  stats_.allocated += bytes;
+  ++stats_.num_allocs;
+  update_derived_stats();
+  record(AllocEvent::Kind::kAlloc, offset, bytes, tag);
+  return true;
+}
+
+std::vector<std::pair<size_t, size_t>> CachingAllocator::live_blocks() const {
+  std::vector<std::pair<size_t, size_t>> out;
+  for (const auto& [off, b] : blocks_)
+    if (!b.free) out.emplace_back(off, b.size);
+  return out;
+}
+
+void CachingAllocator::end_iteration() {
+  last_arena_ = stats_.peak_reserved;
+  last_lower_bound_ = stats_.peak_allocated;
+  last_fragmentation_ = stats_.fragmentation();
+  max_arena_ = std::max(max_arena_, last_arena_);
+  ++iterations_;
+}
+
+nlohmann::json CachingAllocator::report() const {
+  if (iterations_ == 0) return nullptr;
+  // The lower bound is the largest sum of live bytes at one instant, which is the peak of
+  // allocated bytes; the arena is the highest address in use at any instant (peak reserved).
+  return {{"allocator", "caching"},
+          {"arena_bytes", last_arena_},
+          {"lower_bound_bytes", last_lower_bound_},
+          {"arena_over_lower_bound",
+           last_lower_bound_ ? static_cast<double>(last_arena_) / static_cast<double>(last_lower_bound_) : 0.0},
+          {"fragmentation_at_peak",
+           last_arena_ ? 1.0 - static_cast<double>(last_lower_bound_) / static_cast<double>(last_arena_) : 0.0},
+          {"external_fragmentation_at_end", last_fragmentation_},
+          {"peak_reserved_bytes_all_iterations", max_arena_}};
+}
+
 size_t CachingAllocator::block_size(size_t offset) const {
   auto it = blocks_.find(offset);
   if (it == blocks_.end() || it->second.free) {

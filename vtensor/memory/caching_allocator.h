@@ -30,6 +30,14 @@ class CachingAllocator final : public DeviceAllocator {
   const AllocatorStats& stats() const override { return stats_; }
   void reset_peak() override;
   std::vector<std::pair<size_t, size_t>> compact(const std::function<bool(size_t)>& movable) override;
+  // Takes the exact range [offset, offset + bytes) as one live block when it lies inside one free
+  // block (the planned pool reserves its region this way). False, and nothing changes, otherwise.
+  bool reserve(size_t offset, size_t bytes, int64_t tag = -1);
+  // (offset, size) of every live block, ascending.
+  std::vector<std::pair<size_t, size_t>> live_blocks() const;
+  // Per iteration: arena (peak reserved) against the lower bound (peak live bytes).
+  void end_iteration() override;
+  nlohmann::json report() const override;
 
   // Throws std::logic_error describing the first violated structural or statistical invariant.
   void check_invariants() const;
@@ -52,6 +60,9 @@ class CachingAllocator final : public DeviceAllocator {
   BlockMap blocks_;
   std::set<FreeKey> free_set_;
   AllocatorStats stats_;
+  size_t last_arena_ = 0, last_lower_bound_ = 0, max_arena_ = 0;
+  double last_fragmentation_ = 0;
+  int iterations_ = 0;
 };
 
 }  // namespace vtensor

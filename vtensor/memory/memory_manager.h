@@ -5,7 +5,8 @@
 // active policy's actions, and runs the OOM ladder when an allocation does not fit:
 //   1. the allocator reuses a cached free block;
 //   2. wait for in-flight swap-outs, whose blocks are freed once their copies complete;
-//   3. ask the policy for victims and evict them (swap out or drop), then retry;
+//   3. ask the policy for victims and evict them (swap out or drop), then retry; when it has
+//      none, wait for in-flight prefetches, which makes them evictable, and ask again;
 //   4. if enough bytes are free but scattered, compact: slide tensors down the arena;
 //   5. throw OutOfMemoryError{requested, in use, budget}.
 // Pointers to tensors are valid until the next allocation (compaction moves them): the
@@ -105,6 +106,11 @@ class MemoryManager final : public MemoryView {
   bool can_recompute(TensorId id) const override;
   size_t budget() const override { return backend_.arena_bytes(); }
   size_t allocated() const override { return allocator_->stats().allocated; }
+  // Measured once with calibration copies (device to host): kCalibrationBytes for the
+  // bandwidth, one alignment unit for the latency.
+  double copy_ms_per_byte() const override;
+  double copy_latency_ms() const override;
+  static constexpr size_t kCalibrationBytes = size_t{4} << 20;
 
   Residency residency(TensorId id) const { return st(storage_of(id)).residency; }
   // The tensor that owns id's storage: id itself, or the base of a view (chains resolved).
@@ -144,7 +150,7 @@ class MemoryManager final : public MemoryView {
   bool can_recompute(TensorId id, std::vector<int8_t>& memo) const;
   bool can_recompute_uncached(TensorId id, std::vector<int8_t>& memo) const;
   bool finish_oldest_swap_out();           // waits for it, frees its block
-  bool finish_a_swap_in();                 // waits for an unlocked one: resident, so evictable
+  bool finish_prefetches();                // swapping_in -> resident for unlocked tensors
   void complete_swap_out(TensorId id);
   void cancel_swap_out(TensorId id);             // swapping_out -> resident
   void finish_swap_outs_before(uint64_t op_seq);
@@ -155,7 +161,6 @@ class MemoryManager final : public MemoryView {
   void evict(const Victim& v);
   void sample_timeline(int op_index);
   bool compact();
-  double measure_swap_rate();              // ns per byte of a host<->device copy (0: unknown)
 
   Backend& backend_;
   const Graph& graph_;
@@ -174,6 +179,8 @@ class MemoryManager final : public MemoryView {
   bool timeline_enabled_ = false;
   std::vector<TimelinePoint> timeline_;
   std::vector<ConvAlgo> conv_algos_;  // the policy's choice for this iteration
+  void calibrate_copies() const;
+  mutable double copy_ms_per_byte_ = -1, copy_latency_ms_ = -1;  // not measured yet
 };
 
 }  // namespace vtensor

@@ -41,6 +41,10 @@ class MemoryView {
   virtual bool can_recompute(TensorId id) const = 0;
   virtual size_t budget() const = 0;
   virtual size_t allocated() const = 0;
+  // Host<->device copy time on the backend's clock: per byte, and the fixed cost of one copy
+  // (issue to completion seen by the host) (0: unknown).
+  virtual double copy_ms_per_byte() const { return 0.0; }
+  virtual double copy_latency_ms() const { return 0.0; }
 };
 
 enum class EvictAction { kSwap, kDrop };

@@ -6,6 +6,7 @@
 #include "vtensor/policy/lru.h"
 #include "vtensor/policy/none.h"
 #include "vtensor/policy/vdnn.h"
+#include "vtensor/policy/zero_overhead_swap.h"
 
 namespace vtensor {
 
@@ -31,6 +32,10 @@ const std::vector<PolicyInfo>& policy_registry() {
        [] { return std::make_unique<CapuchinPolicy>(CapuchinMode::kHybrid); }},
       {"dtr", "DTR: on OOM drop the smallest cost / (bytes x staleness), recompute on access; no planning",
        [] { return std::make_unique<DtrPolicy>(); }},
+      {"zero-overhead-swap", "Zhang et al.: after one measured iteration, swap only blocks whose copies hide in their absence across the peak; reports the peak reached",
+       [] { return std::make_unique<ZeroOverheadSwapPolicy>(false); }},
+      {"zero-overhead-swap-limit", "Zhang et al., stick-to-limit: planned swaps until the predicted peak meets the budget, stalling where copies cannot hide",
+       [] { return std::make_unique<ZeroOverheadSwapPolicy>(true); }},
   };
   return registry;
 }

@@ -26,7 +26,9 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
     graph_ = build_model(cfg_.model);
     build_backward(graph_, cfg_.optimizer);
   }
-  auto allocator = make_allocator(cfg_.allocator, cfg_.budget);
+  if (!cfg_.planner.empty() && cfg_.allocator != "planned")
+    throw std::invalid_argument("--planner applies to --allocator planned only, got --allocator " + cfg_.allocator);
+  auto allocator = make_allocator(cfg_.allocator, cfg_.budget, cfg_.planner);
   backend_ = make_backend(cfg_.backend, {.arena_bytes = cfg_.budget, .gpu = cfg_.gpu});
   mm_ = std::make_unique<MemoryManager>(*backend_, graph_, std::move(allocator), std::move(policy));
   mm_->set_timeline_enabled(cfg_.timeline);
@@ -131,6 +133,7 @@ std::string report_json(const TrainResult& r) {
         {"backend", c.backend},
         {"gpu", c.gpu.empty() ? json(nullptr) : json(c.gpu)},
         {"allocator", c.allocator},
+        {"planner", c.planner},
         {"budget_bytes", c.budget},
         {"iters", c.iters},
         {"seed", c.seed},

@@ -21,6 +21,7 @@ struct TrainConfig {
   std::string backend = "cpu";
   std::string allocator = "caching";
   std::string gpu;    // sim: the GPU to model (gpu_specs.h)
+  std::string planner;  // --allocator planned: the planner (empty: greedy-size)
   size_t budget = 0;  // 0: the backend's default (kDefaultCpuBudget on cpu, the GPU's memory on sim)
   int iters = 10;
   uint64_t seed = 1;  // weight init

@@ -1,0 +1,278 @@
+// Planners (property tests on random lifetime sets) and the planned pool's serving and fallback.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <stdexcept>
+
+#include "vtensor/memory/planned_allocator.h"
+#include "vtensor/memory/planners.h"
+
+namespace vtensor {
+namespace {
+
+constexpr size_t kA = kAllocAlignment;
+
+// Random lifetimes over `events` instants; about one block in eight is pre-placed (fixed) in a
+// band of its own at the bottom, alive the whole time, like a persistent tensor.
+std::vector<BlockLifetime> random_blocks(std::mt19937_64& rng, size_t n, bool with_fixed) {
+  std::uniform_int_distribution<int> units(1, 64), when(0, 200), len(1, 60), coin(0, 7);
+  std::vector<BlockLifetime> out;
+  size_t fixed_top = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const size_t size = static_cast<size_t>(units(rng)) * kA;
+    if (with_fixed && coin(rng) == 0) {
+      out.push_back({size, -1, 1000, static_cast<int64_t>(fixed_top)});
+      fixed_top += size;
+      continue;
+    }
+    const int64_t s = when(rng);
+    out.push_back({size, s, s + len(rng)});
+  }
+  return out;
+}
+
+void expect_valid(const std::vector<BlockLifetime>& b, const PlanResult& p, const std::string& planner) {
+  ASSERT_EQ(p.offsets.size(), b.size()) << planner;
+  size_t top = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    top = std::max(top, p.offsets[i] + b[i].size);
+    if (b[i].fixed_offset >= 0) {
+      EXPECT_EQ(p.offsets[i], static_cast<size_t>(b[i].fixed_offset)) << planner;
+    }
+    for (size_t j = i + 1; j < b.size(); ++j) {
+      const bool in_time = b[i].start < b[j].end && b[j].start < b[i].end;
+      const bool in_space = p.offsets[i] < p.offsets[j] + b[j].size && p.offsets[j] < p.offsets[i] + b[i].size;
+      EXPECT_FALSE(in_time && in_space) << planner << ": blocks " << i << " and " << j << " overlap";
+    }
+  }
+  EXPECT_EQ(p.arena, top) << planner;
+  EXPECT_GE(p.arena, lifetime_lower_bound(b)) << planner;
+}
+
+TEST(Planners, RandomLifetimeSetsArePlannedWithoutOverlapAboveTheLowerBound) {
+  std::mt19937_64 rng(7);
+  for (int round = 0; round < 60; ++round) {
+    const auto blocks = random_blocks(rng, 5 + static_cast<size_t>(round) * 2, round % 2 == 1);
+    for (const auto& name : planner_names()) {
+      SCOPED_TRACE("round " + std::to_string(round));
+      const PlannerFn plan = find_planner(name);
+      const PlanResult a = plan(blocks), b = plan(blocks);
+      expect_valid(blocks, a, name);
+      EXPECT_EQ(a.offsets, b.offsets) << name << ": same input, different plan";
+      EXPECT_EQ(a.arena, b.arena);
+    }
+  }
+}
+
+TEST(Planners, BestIsTheSmallestOfTheOthers) {
+  std::mt19937_64 rng(11);
+  for (int round = 0; round < 20; ++round) {
+    const auto blocks = random_blocks(rng, 40, false);
+    const PlanResult best = plan_best(blocks);
+    size_t smallest = SIZE_MAX;
+    for (const auto& name : planner_names())
+      if (name != "best") smallest = std::min(smallest, find_planner(name)(blocks).arena);
+    EXPECT_EQ(best.arena, smallest);
+    EXPECT_NE(best.planner, "best");
+  }
+}
+
+TEST(Planners, LowerBoundIsTheLargestLiveSum) {
+  // [0,10) 1 unit, [5,15) 2 units, [10,20) 4 units: live sums 1, 3, 6, 4 -> 6 units.
+  std::vector<BlockLifetime> b = {{kA, 0, 10}, {2 * kA, 5, 15}, {4 * kA, 10, 20}};
+  EXPECT_EQ(lifetime_lower_bound(b), 6 * kA);
+  EXPECT_EQ(plan_greedy_size(b).arena, 6 * kA);  // reachable here
+  EXPECT_EQ(lifetime_lower_bound({}), 0u);
+}
+
+TEST(Planners, UnknownNameNamesTheAccepted) {
+  try {
+    find_planner("tetris");
+    FAIL() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("--planner"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("greedy-size, greedy-breadth, greedy-area, best"), std::string::npos) << msg;
+  }
+}
+
+// ---- the planned pool ----
+
+// One iteration's requests: allocate sizes[i] at step i, free it at frees_at[i] (or never).
+struct Op {
+  bool alloc;
+  size_t index;
+};
+
+// Runs `ops` as an iteration and checks that no two live blocks overlap; returns offsets.
+std::vector<size_t> run_iteration(PlannedAllocator& a, int it, const std::vector<size_t>& sizes, const std::vector<Op>& ops) {
+  a.begin_iteration(it);
+  std::vector<size_t> off(sizes.size(), SIZE_MAX);
+  std::map<size_t, size_t> live;  // offset -> end
+  for (const Op& op : ops) {
+    if (op.alloc) {
+      auto o = a.allocate(sizes[op.index], static_cast<int64_t>(op.index));
+      EXPECT_TRUE(o.has_value());
+      if (!o) continue;
+      off[op.index] = *o;
+      const size_t end = *o + align_up(sizes[op.index]);
+      auto next = live.lower_bound(*o);
+      if (next != live.end()) {
+        EXPECT_LE(end, next->first) << "overlaps the block above";
+      }
+      if (next != live.begin()) {
+        EXPECT_LE(std::prev(next)->second, *o) << "overlaps the block below";
+      }
+      live[*o] = end;
+    } else if (off[op.index] != SIZE_MAX) {
+      a.free(off[op.index]);
+      live.erase(off[op.index]);
+    }
+  }
+  a.end_iteration();
+  return off;
+}
+
+std::vector<Op> random_sequence(std::mt19937_64& rng, size_t n) {
+  // Allocate 0..n-1 in order; each is freed a random number of steps later.
+  std::vector<std::pair<size_t, size_t>> frees;  // (after alloc #, index)
+  std::uniform_int_distribution<size_t> d(1, 8);  // freed after the next d allocations
+  for (size_t i = 0; i < n; ++i) frees.emplace_back(std::min(n, i + d(rng)), i);
+  std::sort(frees.begin(), frees.end());
+  std::vector<Op> ops;
+  size_t f = 0;
+  for (size_t i = 0; i <= n; ++i) {
+    while (f < frees.size() && frees[f].first == i) ops.push_back({false, frees[f++].second});
+    if (i < n) ops.push_back({true, i});
+  }
+  return ops;
+}
+
+TEST(PlannedAllocator, LaterIterationsAreServedFromThePlanWithinTheLowerBound) {
+  std::mt19937_64 rng(3);
+  std::uniform_int_distribution<size_t> sz(1, 40 * kA);
+  std::vector<size_t> sizes(80);
+  for (auto& s : sizes) s = sz(rng);
+  const auto ops = random_sequence(rng, sizes.size());
+  PlannedAllocator a(64 << 20);
+  auto persistent = a.allocate(3 * kA, -1);  // before the first iteration, like the parameters
+  ASSERT_TRUE(persistent.has_value());
+  run_iteration(a, 0, sizes, ops);
+  ASSERT_TRUE(a.has_plan());
+  const auto first = a.stats().peak_reserved;
+  EXPECT_EQ(a.planned_requests(), 0u);
+  const auto o1 = run_iteration(a, 1, sizes, ops);
+  const auto o2 = run_iteration(a, 2, sizes, ops);
+  EXPECT_EQ(o1, o2) << "the plan serves the same offsets every iteration";
+  EXPECT_EQ(a.planned_requests(), 2 * sizes.size());
+  EXPECT_EQ(a.fallback_requests(), 0u);
+  EXPECT_LE(a.stats().peak_reserved, first);
+  EXPECT_GE(a.plan_arena(), a.lower_bound());
+  const auto r = a.report();
+  EXPECT_EQ(r["allocator"], "planned");
+  EXPECT_EQ(r["lower_bound_bytes"].get<size_t>(), a.lower_bound());
+  EXPECT_GE(r["arena_over_lower_bound"].get<double>(), 1.0);
+}
+
+TEST(PlannedAllocator, MismatchedRequestsFallBackWithoutOverlappingLiveBlocks) {
+  std::mt19937_64 rng(5);
+  std::uniform_int_distribution<size_t> sz(1, 40 * kA);
+  std::vector<size_t> sizes(60);
+  for (auto& s : sizes) s = sz(rng);
+  const auto ops = random_sequence(rng, sizes.size());
+  PlannedAllocator a(64 << 20);
+  run_iteration(a, 0, sizes, ops);
+  ASSERT_TRUE(a.has_plan());
+  // Other shapes, another free order: every live block is checked against every other.
+  for (int it = 1; it < 6; ++it) {
+    std::vector<size_t> other = sizes;
+    for (size_t i = 0; i < other.size(); i += static_cast<size_t>(it) + 1) other[i] = sz(rng);
+    run_iteration(a, it, other, random_sequence(rng, other.size()));
+  }
+  EXPECT_GT(a.fallback_requests(), 0u);
+  EXPECT_GT(a.planned_requests(), 0u);
+  EXPECT_EQ(a.stats().allocated, 0u);
+}
+
+TEST(PlannedAllocator, FreeOfUnknownOffsetThrows) {
+  PlannedAllocator a(1 << 20);
+  EXPECT_THROW(a.free(4 * kA), std::logic_error);
+  EXPECT_THROW(PlannedAllocator(1 << 20, "tetris"), std::invalid_argument);
+  EXPECT_EQ(make_allocator("planned", 1 << 20, "best")->name(), "planned");
+}
+
+}  // namespace
+}  // namespace vtensor
+
+namespace vtensor {
+namespace {
+
+TEST(CachingAllocatorReserve, TakesAnExactRangeInsideOneFreeBlock) {
+  CachingAllocator a(16 * kA);
+  const size_t x = a.allocate(2 * kA).value();  // [0, 2)
+  EXPECT_TRUE(a.reserve(5 * kA, 3 * kA));        // [5, 8) from the middle of [2, 16)
+  a.check_invariants();
+  EXPECT_EQ(a.block_size(5 * kA), 3 * kA);
+  EXPECT_EQ(a.stats().allocated, 5 * kA);
+  EXPECT_FALSE(a.reserve(kA, kA));               // overlaps the live block at 0
+  EXPECT_FALSE(a.reserve(7 * kA, 2 * kA));       // overlaps the reservation
+  EXPECT_FALSE(a.reserve(15 * kA, 2 * kA));      // runs past the capacity
+  EXPECT_FALSE(a.reserve(3 * kA + 1, kA));       // misaligned
+  EXPECT_TRUE(a.reserve(2 * kA, 3 * kA));        // exactly the gap [2, 5)
+  a.check_invariants();
+  const auto live = a.live_blocks();
+  ASSERT_EQ(live.size(), 3u);
+  EXPECT_EQ(live[0], std::make_pair(x, 2 * kA));
+  EXPECT_EQ(live[1], std::make_pair(2 * kA, 3 * kA));
+  EXPECT_EQ(live[2], std::make_pair(5 * kA, 3 * kA));
+  a.free(2 * kA);
+  a.free(5 * kA);
+  a.check_invariants();
+  EXPECT_EQ(a.stats().largest_free_block, 14 * kA);
+}
+
+}  // namespace
+}  // namespace vtensor
+
+namespace vtensor {
+namespace {
+
+TEST(PlannedAllocator, CompactionGivesThePlanUpAndKeepsLiveBlocks) {
+  PlannedAllocator a(64 * kA);
+  auto once = [&](int it, bool check_plan) {
+    a.begin_iteration(it);
+    const size_t x = a.allocate(8 * kA, 1).value();
+    const size_t y = a.allocate(4 * kA, 2).value();
+    a.free(x);
+    const size_t z = a.allocate(2 * kA, 3).value();
+    if (check_plan) {
+      EXPECT_TRUE(a.has_plan());
+      // Mid-iteration compaction: the plan is dissolved, live blocks stay readable and movable.
+      auto moves = a.compact([](size_t) { return true; });
+      EXPECT_FALSE(a.has_plan());
+      size_t ny = y, nz = z;
+      for (const auto& [from, to] : moves) {
+        if (from == y) ny = to;
+        if (from == z) nz = to;
+      }
+      EXPECT_EQ(a.block_size(ny), 4 * kA);
+      EXPECT_EQ(a.block_size(nz), 2 * kA);
+      a.free(ny);
+      a.free(nz);
+    } else {
+      a.free(y);
+      a.free(z);
+    }
+    a.end_iteration();
+  };
+  once(0, false);
+  once(1, true);
+  EXPECT_TRUE(a.has_plan()) << "made again at the iteration's end";
+  EXPECT_EQ(a.stats().allocated, 0u);
+  EXPECT_EQ(a.report()["plans_given_up"].get<uint64_t>(), 1u);
+}
+
+}  // namespace
+}  // namespace vtensor

@@ -1,0 +1,175 @@
+#include "vtensor/memory/planners.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <stdexcept>
+
+namespace vtensor {
+
+namespace {
+
+bool overlap_in_time(const BlockLifetime& a, const BlockLifetime& b) { return a.start < b.end && b.start < a.end; }
+
+// Places blocks in `order`: each goes into the smallest gap (between blocks already placed that
+// overlap it in time) that holds it, the lowest such gap on ties; above them all when none does.
+PlanResult place_best_fit(const std::vector<BlockLifetime>& blocks, const std::vector<size_t>& order,
+                          const char* name) {
+  constexpr size_t kUnplaced = std::numeric_limits<size_t>::max();
+  PlanResult r;
+  r.planner = name;
+  r.offsets.assign(blocks.size(), kUnplaced);
+  std::vector<size_t> placed;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (blocks[i].fixed_offset < 0) continue;
+    r.offsets[i] = static_cast<size_t>(blocks[i].fixed_offset);
+    r.arena = std::max(r.arena, r.offsets[i] + blocks[i].size);
+    placed.push_back(i);
+  }
+  std::vector<std::pair<size_t, size_t>> busy;  // (offset, end) of time-overlapping placed blocks
+  for (size_t i : order) {
+    if (blocks[i].fixed_offset >= 0) continue;
+    const BlockLifetime& b = blocks[i];
+    busy.clear();
+    for (size_t j : placed)
+      if (overlap_in_time(b, blocks[j])) busy.emplace_back(r.offsets[j], r.offsets[j] + blocks[j].size);
+    std::sort(busy.begin(), busy.end());
+    size_t best = kUnplaced, best_gap = kUnplaced, cursor = 0;
+    for (const auto& [off, end] : busy) {
+      if (off > cursor) {
+        const size_t gap = off - cursor;
+        if (gap >= b.size && gap < best_gap) {
+          best = cursor;
+          best_gap = gap;
+        }
+      }
+      cursor = std::max(cursor, end);
+    }
+    r.offsets[i] = best != kUnplaced ? best : cursor;
+    r.arena = std::max(r.arena, r.offsets[i] + b.size);
+    placed.push_back(i);
+  }
+  return r;
+}
+
+std::vector<size_t> identity(size_t n) {
+  std::vector<size_t> v(n);
+  std::iota(v.begin(), v.end(), size_t{0});
+  return v;
+}
+
+// Sum of live sizes at each block's start (the instants where the live total can rise).
+std::vector<size_t> live_at_starts(const std::vector<BlockLifetime>& blocks) {
+  std::map<int64_t, int64_t> delta;
+  for (const auto& b : blocks) {
+    delta[b.start] += static_cast<int64_t>(b.size);
+    delta[b.end] -= static_cast<int64_t>(b.size);
+  }
+  std::map<int64_t, size_t> live;
+  int64_t cur = 0;
+  for (const auto& [t, d] : delta) {
+    cur += d;
+    live[t] = static_cast<size_t>(cur);
+  }
+  std::vector<size_t> out;
+  out.reserve(blocks.size());
+  for (const auto& b : blocks) out.push_back(live[b.start]);
+  return out;
+}
+
+}  // namespace
+
+size_t lifetime_lower_bound(const std::vector<BlockLifetime>& blocks) {
+  size_t best = 0;
+  for (size_t v : live_at_starts(blocks)) best = std::max(best, v);
+  return best;
+}
+
+PlanResult plan_greedy_size(const std::vector<BlockLifetime>& blocks) {
+  std::vector<size_t> order = identity(blocks.size());
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const auto &x = blocks[a], &y = blocks[b];
+    if (x.size != y.size) return x.size > y.size;
+    // Equal sizes in order of allocation: for blocks of one size this is interval-graph colouring
+    // in start order, which is optimal.
+    if (x.start != y.start) return x.start < y.start;
+    return x.end - x.start > y.end - y.start;
+  });
+  return place_best_fit(blocks, order, "greedy-size");
+}
+
+PlanResult plan_greedy_breadth(const std::vector<BlockLifetime>& blocks) {
+  // A block's breadth: the largest live total at any instant of its lifetime. The live total
+  // only rises at block starts, so the instants to look at are the starts inside the lifetime.
+  std::vector<size_t> at_start = live_at_starts(blocks);
+  std::vector<std::pair<int64_t, size_t>> starts;  // (start, live there), sorted by time
+  for (size_t i = 0; i < blocks.size(); ++i) starts.emplace_back(blocks[i].start, at_start[i]);
+  std::sort(starts.begin(), starts.end());
+  std::vector<size_t> breadth(blocks.size(), 0);
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    auto it = std::lower_bound(starts.begin(), starts.end(), std::make_pair(blocks[i].start, size_t{0}));
+    for (; it != starts.end() && it->first < blocks[i].end; ++it) breadth[i] = std::max(breadth[i], it->second);
+  }
+  std::vector<size_t> order = identity(blocks.size());
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    if (breadth[a] != breadth[b]) return breadth[a] > breadth[b];
+    if (blocks[a].size != blocks[b].size) return blocks[a].size > blocks[b].size;
+    return blocks[a].start < blocks[b].start;
+  });
+  return place_best_fit(blocks, order, "greedy-breadth");
+}
+
+PlanResult plan_greedy_area(const std::vector<BlockLifetime>& blocks) {
+  std::vector<size_t> order = identity(blocks.size());
+  auto area = [&](size_t i) {
+    return static_cast<long double>(blocks[i].size) * static_cast<long double>(blocks[i].end - blocks[i].start);
+  };
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    if (area(a) != area(b)) return area(a) > area(b);
+    if (blocks[a].size != blocks[b].size) return blocks[a].size > blocks[b].size;
+    return blocks[a].start < blocks[b].start;
+  });
+  return place_best_fit(blocks, order, "greedy-area");
+}
+
+namespace {
+struct NamedPlanner {
+  const char* name;
+  PlannerFn fn;
+};
+constexpr NamedPlanner kPlanners[] = {
+    {"greedy-size", plan_greedy_size},
+    {"greedy-breadth", plan_greedy_breadth},
+    {"greedy-area", plan_greedy_area},
+    {"best", plan_best},
+};
+}  // namespace
+
+PlanResult plan_best(const std::vector<BlockLifetime>& blocks) {
+  PlanResult best;
+  bool have = false;
+  for (const auto& p : kPlanners) {
+    if (p.fn == plan_best) continue;
+    PlanResult r = p.fn(blocks);
+    if (!have || r.arena < best.arena) best = std::move(r);
+    have = true;
+  }
+  return best;
+}
+
+PlannerFn find_planner(const std::string& name) {
+  for (const auto& p : kPlanners)
+    if (name == p.name) return p.fn;
+  std::string accepted;
+  for (const auto& n : planner_names()) accepted += (accepted.empty() ? "" : ", ") + n;
+  throw std::invalid_argument("unknown --planner '" + name + "'; accepted: " + accepted);
+}
+
+std::vector<std::string> planner_names() {
+  std::vector<std::string> out;
+  for (const auto& p : kPlanners) out.push_back(p.name);
+  return out;
+}
+
+}  // namespace vtensor

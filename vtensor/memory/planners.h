@@ -1,0 +1,52 @@
+// Offline memory planners for the planned pool (Zhang et al., arXiv 1903.06631, section 3.1; the
+// planner-as-free-function shape follows TVM's memory planners). Input: the blocks of one
+// iteration with their lifetimes; output: an offset per block such that no two blocks alive at
+// the same instant overlap, and the arena that holds them all.
+//   greedy-size:    largest block first, into the best-fitting gap among the blocks it overlaps in
+//                   time (Zhang et al.'s choice; TF-Lite's "greedy by size"). The default.
+//   greedy-breadth: blocks of the busiest instants first (by the largest live total over the
+//                   block's lifetime, then size), the same best-fit placement.
+//   greedy-area:    largest size x lifetime first (long, large blocks settle at the bottom).
+//   best:           runs every planner above and keeps the smallest arena (ties: registry order).
+// Fixed blocks are placed first, where they are.
+// The lower bound on any plan's arena is the largest sum of live bytes at one instant.
+// Planners are O(n^2) in blocks: enough for graphs of a few thousand tensors, run once.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace vtensor {
+
+// A block alive over the half-open event interval [start, end). A block with fixed_offset >= 0
+// is already placed (a tensor alive across the iteration boundary): planners keep it there and
+// place the others around it.
+struct BlockLifetime {
+  size_t size;
+  int64_t start, end;
+  int64_t fixed_offset = -1;
+};
+
+struct PlanResult {
+  std::vector<size_t> offsets;  // one per block, in input order
+  size_t arena = 0;             // max(offset + size)
+  std::string planner;          // which planner made it (for `best`: the winner)
+};
+
+using PlannerFn = PlanResult (*)(const std::vector<BlockLifetime>&);
+
+PlanResult plan_greedy_size(const std::vector<BlockLifetime>& blocks);
+PlanResult plan_greedy_breadth(const std::vector<BlockLifetime>& blocks);
+PlanResult plan_greedy_area(const std::vector<BlockLifetime>& blocks);
+PlanResult plan_best(const std::vector<BlockLifetime>& blocks);
+
+// Largest sum of sizes of blocks alive at one instant.
+size_t lifetime_lower_bound(const std::vector<BlockLifetime>& blocks);
+
+// Planners by name ("greedy-size", "greedy-breadth", "greedy-area", "best"). Unknown names throw
+// std::invalid_argument naming the accepted ones.
+PlannerFn find_planner(const std::string& name);
+std::vector<std::string> planner_names();
+
+}  // namespace vtensor

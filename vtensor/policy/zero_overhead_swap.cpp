@@ -1,0 +1,217 @@
+#include "vtensor/policy/zero_overhead_swap.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+
+#include "vtensor/core/errors.h"
+#include "vtensor/memory/allocator.h"
+#include "vtensor/policy/lru.h"
+
+namespace vtensor {
+
+namespace {
+
+struct Candidate {
+  SwapChoice c;
+  double score[3] = {0, 0, 0};
+  size_t rank_sum = 0;
+};
+
+}  // namespace
+
+ZeroOverheadSwapPlan plan_zero_overhead_swap(const Graph& g, const AccessTrace& trace, const ZeroOverheadSwapConfig& cfg) {
+  ZeroOverheadSwapPlan out;
+  const int n = static_cast<int>(g.num_ops());
+  if (n == 0) return out;
+  // Op start times (ms) from the first access of each op; ops without one take the next op's.
+  std::vector<double> start(static_cast<size_t>(n) + 1, -1);
+  std::vector<std::vector<int>> uses(g.num_tensors());
+  double t_end = 0;
+  for (const auto& a : trace.accesses) {
+    if (a.kind != AccessKind::kRead && a.kind != AccessKind::kWrite) continue;  // recomputations replay old ops
+    if (a.op_index < 0 || a.op_index >= n) continue;
+    const double t = static_cast<double>(a.time_ns) * 1e-6;
+    double& s = start[static_cast<size_t>(a.op_index)];
+    if (s < 0 || t < s) s = t;
+    t_end = std::max(t_end, t);
+    auto& u = uses[static_cast<size_t>(a.id)];
+    if (u.empty() || u.back() != a.op_index) u.push_back(a.op_index);
+  }
+  start[static_cast<size_t>(n)] = t_end;
+  for (int k = n - 1; k >= 0; --k)
+    if (start[static_cast<size_t>(k)] < 0) start[static_cast<size_t>(k)] = start[static_cast<size_t>(k) + 1];
+  auto op_start = [&](int k) { return start[static_cast<size_t>(k)]; };
+  auto op_end = [&](int k) { return start[static_cast<size_t>(k) + 1]; };
+
+  // Predicted device bytes per op: persistent + tensors live at the op + its workspace.
+  std::vector<int64_t> mem(static_cast<size_t>(n), 0);
+  int64_t persistent = 0;
+  for (const auto& t : g.tensors()) {
+    const auto bytes = static_cast<int64_t>(align_up(std::max<size_t>(t.bytes(), 1)));
+    if (t.persistent()) {
+      persistent += bytes;
+      continue;
+    }
+    const auto& u = uses[static_cast<size_t>(t.id)];
+    if (u.empty()) continue;
+    for (int k = u.front(); k <= u.back(); ++k) mem[static_cast<size_t>(k)] += bytes;
+  }
+  for (const auto& op : g.ops())
+    if (op.workspace_bytes) mem[static_cast<size_t>(op.index)] += static_cast<int64_t>(align_up(op.workspace_bytes));
+  for (auto& m : mem) m += persistent;
+  auto peak_op = [&] { return static_cast<int>(std::max_element(mem.begin(), mem.end()) - mem.begin()); };
+  out.peak_before = static_cast<size_t>(mem[static_cast<size_t>(peak_op())]);
+
+  const double mean = static_cast<double>(std::accumulate(mem.begin(), mem.end(), int64_t{0})) / n;
+  const double limit = cfg.stick_to_limit ? static_cast<double>(cfg.budget) : mean;
+
+  // Candidates: one per absence interval between consecutive accesses.
+  std::vector<Candidate> cands;
+  for (const auto& t : g.tensors()) {
+    if (t.persistent()) continue;
+    const auto& u = uses[static_cast<size_t>(t.id)];
+    const size_t bytes = align_up(std::max<size_t>(t.bytes(), 1));
+    const double copy_ms = cfg.latency_ms + static_cast<double>(bytes) * cfg.ms_per_byte;
+    for (size_t i = 0; i + 1 < u.size(); ++i) {
+      const int first = u[i], next = u[i + 1];
+      if (next - first < 4) continue;  // no op where the block could be absent
+      // Swap-out after the earliest op whose next two ops hide the copy; prefetch after the latest
+      // op that leaves a copy's time before the next access.
+      int s = -1, p = -1;
+      for (int k = first; k + 3 <= next - 1; ++k)
+        if (op_end(k + 2) - op_end(k) >= copy_ms) {
+          s = k;
+          break;
+        }
+      for (int k = next - 1; k >= first + 3; --k)
+        if (op_start(next) - op_end(k) >= copy_ms) {
+          p = k;
+          break;
+        }
+      const bool hidden = s >= 0 && p >= s + 3;
+      if (!hidden) {
+        // Stick-to-limit only: a copy that cannot hide stalls; swap out at once and bring it
+        // back as late as possible so that the block is absent as long as it can be.
+        if (!cfg.stick_to_limit) continue;
+        if (s < 0) s = first;
+        if (p < s + 3) p = next - 1;
+      }
+      Candidate c;
+      c.c = {t.id, bytes, s, p, next, op_start(next) - op_end(first), hidden};
+      double load = 0;
+      for (int k = s + 3; k <= p; ++k) load += std::max(0.0, static_cast<double>(mem[static_cast<size_t>(k)]) - limit);
+      c.score[0] = c.c.absence_ms;
+      c.score[1] = c.c.absence_ms * static_cast<double>(bytes);
+      c.score[2] = load;
+      cands.push_back(c);
+      ++out.candidates;
+      out.hidden_candidates += hidden;
+    }
+  }
+  // Rank each score (largest first, ties by tensor then op), sum the ranks.
+  for (int s = 0; s < 3; ++s) {
+    std::vector<size_t> idx(cands.size());
+    std::iota(idx.begin(), idx.end(), size_t{0});
+    std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return cands[a].score[s] > cands[b].score[s]; });
+    for (size_t r = 0; r < idx.size(); ++r) cands[idx[r]].rank_sum += r;
+  }
+  std::stable_sort(cands.begin(), cands.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.c.hidden != b.c.hidden) return a.c.hidden;  // stalls only when hidden copies are not enough
+    if (a.rank_sum != b.rank_sum) return a.rank_sum < b.rank_sum;
+    if (a.c.tensor != b.c.tensor) return a.c.tensor < b.c.tensor;
+    return a.c.swap_out_after < b.c.swap_out_after;
+  });
+
+  // Take candidates covering the peak until it fits the target.
+  const int64_t target =
+      cfg.stick_to_limit ? static_cast<int64_t>(static_cast<double>(cfg.budget) * kZeroOverheadHeadroom) : 0;
+  std::vector<bool> taken(cands.size(), false);
+  for (;;) {
+    const int pk = peak_op();
+    if (mem[static_cast<size_t>(pk)] <= target) break;
+    size_t pick = cands.size();
+    for (size_t i = 0; i < cands.size(); ++i) {
+      const auto& c = cands[i].c;
+      if (!taken[i] && c.swap_out_after + 3 <= pk && pk <= c.prefetch_after) {
+        pick = i;
+        break;
+      }
+    }
+    if (pick == cands.size()) break;
+    taken[pick] = true;
+    const auto& c = cands[pick].c;
+    for (int k = c.swap_out_after + 3; k <= c.prefetch_after; ++k) mem[static_cast<size_t>(k)] -= static_cast<int64_t>(c.bytes);
+    out.chosen.push_back(c);
+  }
+  out.peak_after = static_cast<size_t>(mem[static_cast<size_t>(peak_op())]);
+  std::sort(out.chosen.begin(), out.chosen.end(), [](const SwapChoice& a, const SwapChoice& b) {
+    return a.swap_out_after != b.swap_out_after ? a.swap_out_after < b.swap_out_after : a.tensor < b.tensor;
+  });
+  for (const auto& c : out.chosen) {
+    out.plan.actions.push_back({ActionKind::kSwapOut, c.tensor, c.swap_out_after});
+    out.plan.actions.push_back({ActionKind::kPrefetch, c.tensor, c.prefetch_after});
+  }
+  return out;
+}
+
+std::vector<Action> ZeroOverheadSwapPolicy::after_op(int op_index) {
+  auto it = by_op_.find(op_index);
+  return it == by_op_.end() ? std::vector<Action>{} : it->second;
+}
+
+std::vector<Victim> ZeroOverheadSwapPolicy::choose_victims(size_t bytes, const MemoryView& view) {
+  std::vector<Victim> out;
+  for (TensorId id : least_recently_used(view, bytes, false)) out.push_back({id, EvictAction::kSwap});
+  if (planned_) passive_evictions_ += out.size();
+  return out;
+}
+
+void ZeroOverheadSwapPolicy::end_iteration(const AccessTrace& trace) {
+  if (planned_ || view_ == nullptr) return;
+  ms_per_byte_ = view_->copy_ms_per_byte();
+  latency_ms_ = view_->copy_latency_ms();
+  plan_ = plan_zero_overhead_swap(view_->graph(), trace, {stick_to_limit_, view_->budget(), ms_per_byte_, latency_ms_});
+  for (const Action& a : plan_.plan.actions) by_op_[a.op].push_back(a);
+  planned_ = true;
+}
+
+nlohmann::json ZeroOverheadSwapPolicy::report() const {
+  nlohmann::json chosen = nlohmann::json::array();
+  if (view_ != nullptr)
+    for (const auto& c : plan_.chosen)
+      chosen.push_back({{"tensor", view_->graph().tensor(c.tensor).name},
+                        {"bytes", c.bytes},
+                        {"swap_out_after_op", c.swap_out_after},
+                        {"prefetch_after_op", c.prefetch_after},
+                        {"next_access_op", c.next_access},
+                        {"absence_ms", c.absence_ms},
+                        {"hidden", c.hidden}});
+  return {{"mode", stick_to_limit_ ? "stick-to-limit" : "no-overhead"},
+          {"planned", planned_},
+          {"copy_ms_per_byte", ms_per_byte_},
+          {"bandwidth_gb_per_s", ms_per_byte_ > 0 ? 1e-6 / ms_per_byte_ : 0.0},
+          {"copy_latency_ms", latency_ms_},
+          {"bandwidth_source", "calibration copies (device to host) by the memory manager"},
+          {"candidates", plan_.candidates},
+          {"hidden_candidates", plan_.hidden_candidates},
+          {"predicted_peak_before_bytes", plan_.peak_before},
+          {"predicted_peak_after_bytes", plan_.peak_after},
+          // no-overhead: the smallest budget it reaches (the guided iterations' peak, predicted).
+          {"smallest_budget_bytes", stick_to_limit_ ? nlohmann::json(nullptr) : nlohmann::json(plan_.peak_after)},
+          {"passive_evictions_after_planning", passive_evictions_},
+          {"chosen", chosen}};
+}
+
+std::string ZeroOverheadSwapPolicy::summary() const {
+  if (!planned_) return "not planned (one measured iteration is needed)";
+  size_t hidden = 0;
+  for (const auto& c : plan_.chosen) hidden += c.hidden;
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "%zu blocks swapped (%zu hidden) of %zu candidates; predicted peak %s -> %s; %llu passive evictions",
+                plan_.chosen.size(), hidden, plan_.candidates, format_bytes(plan_.peak_before).c_str(),
+                format_bytes(plan_.peak_after).c_str(), static_cast<unsigned long long>(passive_evictions_));
+  return buf;
+}
+
+}  // namespace vtensor
