@@ -74,11 +74,13 @@ int cmd_train(const TrainConfig& base, const std::string& budget_text, const std
   const auto loss_text = [](const IterationStats& s) {
     char b[32];
     std::snprintf(b, sizeof b, "%.5f", static_cast<double>(s.loss));
-    return s.has_loss ? std::string(b) : std::string("n/a (no values on this backend)");
+    return std::string(b);
   };
-  std::printf("done: loss %s -> %s, peak allocated %s, peak reserved %s (budget %s), mean iteration %.1f ms\n",
-              loss_text(r.iterations.front()).c_str(), loss_text(r.iterations.back()).c_str(),
-              format_bytes(peak_alloc).c_str(), format_bytes(peak_res).c_str(), format_bytes(c.budget).c_str(),
+  const std::string losses = r.iterations.front().has_loss
+                                 ? "loss " + loss_text(r.iterations.front()) + " -> " + loss_text(r.iterations.back())
+                                 : "loss n/a (the " + c.backend + " backend holds no values)";
+  std::printf("done: %s, peak allocated %s, peak reserved %s (budget %s), mean iteration %.1f ms\n",
+              losses.c_str(), format_bytes(peak_alloc).c_str(), format_bytes(peak_res).c_str(), format_bytes(c.budget).c_str(),
               ms / static_cast<double>(r.iterations.size()));
   if (!r.policy_summary.empty()) std::printf("policy %s: %s\n", c.policy.c_str(), r.policy_summary.c_str());
   if (const auto& a = r.allocator_report; a.is_object() && a.contains("lower_bound_bytes"))
@@ -379,7 +381,10 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (policies->parsed()) {
-      for (const auto& p : policy_registry()) std::printf("%-14s %s\n", p.name.c_str(), p.description.c_str());
+      size_t w = 0;
+      for (const auto& p : policy_registry()) w = std::max(w, p.name.size());
+      for (const auto& p : policy_registry())
+        std::printf("%-*s  %s\n", static_cast<int>(w), p.name.c_str(), p.description.c_str());
       return 0;
     }
     if (!gpu_file.empty()) load_gpu_file(gpu_file);
