@@ -141,17 +141,22 @@ int cmd_replay(ReplayArgs a) {
 struct ExperimentArgs {
   TrainConfig cfg;
   std::string budget_text, budgets_text = "100%,75%,50%,25%", batches_text, policies_text = "none,lru,lru-recompute";
-  std::string out, report, trace;
+  std::string out, report, trace, optimizer = "sgd";
   int max_limit = 1 << 20;
 };
+
+// --optimizer: the kind only (learning rates do not change memory or predicted time).
+void apply_optimizer(ExperimentArgs& a) { a.cfg.optimizer.kind = parse_optimizer(a.optimizer); }
 
 void add_experiment_model_options(CLI::App* c, ExperimentArgs& a, bool model_required = true) {
   auto* model = c->add_option("--model", a.cfg.model.name, "model: " + join(model_names()));
   if (model_required) model->required();
   c->add_option("--gpu", a.cfg.gpu, "the GPU to model: " + join(gpu_names()))->required();
   c->add_option("--image-size", a.cfg.model.image_size, "input height = width (features for mlp)");
+  c->add_option("--seq", a.cfg.model.image_size, "sequence length (gpt, bert; the same field as --image-size)");
   c->add_option("--width", a.cfg.model.width, "base channel count (hidden units for mlp)");
   c->add_option("--classes", a.cfg.model.classes, "number of classes");
+  c->add_option("--optimizer", a.optimizer, "optimizer: sgd, adam, adamw (default sgd)");
   c->add_option("--allocator", a.cfg.allocator, "device allocator: " + join(allocator_names()));
   c->add_option("--iters", a.cfg.iters, "iterations per run (default 3: policies that measure need more than one)");
 }
@@ -167,6 +172,7 @@ CLI::App* add_maxbatch(CLI::App& app, ExperimentArgs& a) {
 }
 
 int cmd_maxbatch(ExperimentArgs a) {
+  apply_optimizer(a);
   a.cfg.backend = "sim";
   if (!a.budget_text.empty()) a.cfg.budget = parse_bytes(a.budget_text, "--budget");
   check_output_path(a.report, "--report");
@@ -227,6 +233,7 @@ CLI::App* add_sweep(CLI::App& app, ExperimentArgs& a) {
 }
 
 int cmd_sweep(ExperimentArgs a) {
+  apply_optimizer(a);
   a.cfg.backend = "sim";
   check_output_path(a.out, "--out");
   if (a.out.size() < 5 || (a.out.substr(a.out.size() - 4) != ".csv" && a.out.substr(a.out.size() - 5) != ".json"))
@@ -271,6 +278,7 @@ CLI::App* add_costs(CLI::App& app, ExperimentArgs& a) {
 }
 
 int cmd_costs(ExperimentArgs a) {
+  apply_optimizer(a);
   check_output_path(a.out, "--out");
   const GpuSpec gpu = find_gpu(a.cfg.gpu);
   Graph g = build_model(resolve_model(a.cfg.model));

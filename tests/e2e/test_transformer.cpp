@@ -219,4 +219,44 @@ TEST(PaperScale, SeqAndBatchAreParameters) {
   EXPECT_THROW(build_model(m), std::invalid_argument);
 }
 
+// The saved activations of our graphs, counted tensor by tensor in docs/experiments.md
+// (Korthikanti et al.'s per-layer bytes in FP32 without dropout, plus layer-norm statistics and
+// the head), against the allocation after the last forward op. Where activations dominate, the
+// peak is the loss's backward: it adds the logits' gradient; at small shapes the end of backward
+// (every gradient alive) is higher. On the sim backend: paper-scale widths in milliseconds.
+TEST(PaperScale, SavedActivationsFollowTheAnalyticFormula) {
+  struct Case {
+    const char* name;
+    int seq, batch;
+    bool peak_at_loss;
+  };
+  for (const Case c : {Case{"gpt2-small", 1024, 1, true}, Case{"bert-base", 128, 8, true},
+                       Case{"gpt2-small", 256, 2, false}, Case{"bert-base", 128, 3, false}}) {
+    SCOPED_TRACE(std::string(c.name) + " seq " + std::to_string(c.seq) + " batch " + std::to_string(c.batch));
+    TrainConfig cfg;
+    cfg.model = {.name = c.name, .batch = c.batch, .image_size = c.seq};
+    cfg.backend = "sim";
+    cfg.gpu = "a100-80g";
+    cfg.iters = 2;
+    cfg.timeline = true;
+    cfg.optimizer.kind = OptimizerKind::kAdam;
+    Trainer t(cfg);
+    TrainResult r = t.run();
+    const Graph& g = t.graph();
+    int last_fwd = 0;
+    while (!g.op(last_fwd + 1).backward) ++last_fwd;
+    const bool gpt = std::string(c.name).starts_with("gpt");
+    const size_t s = c.seq, b = c.batch, h = 768, a = 12, L = 12, V = gpt ? 50257 : 30522;
+    const size_t head = gpt ? 4 * (2 * s * b * h + 4 * s * b + s * b * V) : 4 * (5 * s * b * h + 6 * s * b + s * b * V);
+    const size_t expected = L * (64 * s * b * h + 4 * a * s * s * b + 16 * s * b) + head;
+    ASSERT_EQ(r.timeline.size(), g.num_ops());
+    // After op 0: persistent tensors as allocated, plus the ids and targets (8 sb, in `head`).
+    const size_t saved = r.timeline[last_fwd].allocated - (r.timeline[0].allocated - 8 * s * b);
+    EXPECT_EQ(saved, expected);
+    const size_t backward_adds = r.iterations.back().peak_allocated - r.timeline[last_fwd].allocated;
+    if (c.peak_at_loss) EXPECT_EQ(backward_adds, 4 * s * b * V);
+    else EXPECT_GT(backward_adds, 4 * s * b * V);
+  }
+}
+
 }  // namespace

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "vtensor/backend/sim/cost_model.h"
 #include "vtensor/backend/sim/gpu_specs.h"
@@ -73,6 +74,71 @@ TEST(CostModel, ConvIsComputeBoundReluIsMemoryBound) {
   // A faster card predicts less time for the same op.
   const Op& conv = g.op(1);
   EXPECT_LT(predict_op(find_gpu("a100-40g"), g, conv).total_ms, predict_op(find_gpu("titan-x-12g"), g, conv).total_ms);
+}
+
+// Transformer kinds: views are free, a gather reads its rows (not the table), attention's bmm is
+// a GEMM, and layer norm / softmax / GELU / transpose / Adam are costed by the bytes they move.
+TEST(CostModel, TransformerOpsAreCostedByWhatTheyMove) {
+  const GpuSpec& gpu = find_gpu("v100-32g");
+  auto graph = [](int vocab) {
+    Graph g = build_model({.name = "gpt2-small", .batch = 1, .image_size = 1024, .classes = vocab});
+    build_backward(g, {.kind = OptimizerKind::kAdam});
+    return g;
+  };
+  Graph g = graph(50257);
+  std::map<OpKind, int> seen;
+  for (const Op& op : g.ops()) {
+    const OpCost c = predict_op(gpu, g, op);
+    ++seen[op.kind];
+    if (op.kind == OpKind::kReshape) {
+      EXPECT_EQ(c.total_ms, 0.0) << op.name;
+      EXPECT_EQ(c.bytes, 0.0) << op.name;
+      EXPECT_STREQ(c.bound(), "none") << op.name;
+      continue;
+    }
+    EXPECT_GT(c.total_ms, c.launch_ms) << op.name;
+    switch (op.kind) {
+      case OpKind::kEmbedding:
+        EXPECT_DOUBLE_EQ(c.bytes, 2.0 * static_cast<double>(g.tensor(op.outputs[0]).bytes()) +
+                                      (op.inputs.size() > 1 ? static_cast<double>(g.tensor(op.inputs[1]).bytes()) : 0.0))
+            << op.name;
+        break;
+      case OpKind::kBatchedMatmul:
+      case OpKind::kBatchedMatmulBwd:
+        EXPECT_EQ(efficiency(op.kind).compute, efficiency(OpKind::kLinear).compute);
+        EXPECT_STREQ(c.bound(), "compute") << op.name;  // head dim 64, seq 1024
+        break;
+      case OpKind::kAdam: {
+        const double w = static_cast<double>(g.tensor(op.inputs[0]).bytes());
+        EXPECT_DOUBLE_EQ(c.bytes, 7.0 * w) << op.name;  // w, m, v read and written; g read
+        EXPECT_STREQ(c.bound(), "memory") << op.name;
+        break;
+      }
+      case OpKind::kLayerNorm:
+      case OpKind::kLayerNormBwd:
+      case OpKind::kSoftmax:
+      case OpKind::kSoftmaxBwd:
+      case OpKind::kGelu:
+      case OpKind::kGeluBwd:
+      case OpKind::kTranspose:
+      case OpKind::kEmbeddingBwd:
+        EXPECT_STREQ(c.bound(), "memory") << op.name;
+        break;
+      default: break;
+    }
+  }
+  for (OpKind k : {OpKind::kEmbedding, OpKind::kEmbeddingBwd, OpKind::kLayerNorm, OpKind::kLayerNormBwd, OpKind::kGelu,
+                   OpKind::kGeluBwd, OpKind::kBatchedMatmul, OpKind::kBatchedMatmulBwd, OpKind::kSoftmax,
+                   OpKind::kSoftmaxBwd, OpKind::kReshape, OpKind::kTranspose, OpKind::kAdam})
+    EXPECT_GT(seen[k], 0) << to_string(k);
+  // The token gather costs the same whatever the vocabulary (the table is not read whole).
+  Graph small = graph(1000);
+  auto first_embedding = [&](const Graph& gr) {
+    for (const Op& op : gr.ops())
+      if (op.kind == OpKind::kEmbedding) return predict_op(gpu, gr, op).total_ms;
+    return -1.0;
+  };
+  EXPECT_DOUBLE_EQ(first_embedding(g), first_embedding(small));
 }
 
 TEST(SimStreams, ALatePrefetchStallsCompute) {

@@ -12,12 +12,26 @@ KindEfficiency efficiency(OpKind k) {
     case OpKind::kConv2dBwdData: return {0.60, 0.80};
     case OpKind::kConv2dBwdFilter: return {0.50, 0.80};
     case OpKind::kLinear:
-    case OpKind::kLinearBwd: return {0.70, 0.80};
+    case OpKind::kLinearBwd:
+    case OpKind::kBatchedMatmul:     // cuBLAS strided-batched GEMM: attention's QK^T and PV
+    case OpKind::kBatchedMatmulBwd: return {0.70, 0.80};
     // Reductions over the batch read their input more than once.
     case OpKind::kBatchNorm:
     case OpKind::kBatchNormBwd: return {0.50, 0.60};
     case OpKind::kSoftmaxCE:
     case OpKind::kSoftmaxCEBwd: return {0.50, 0.50};
+    // Row-wise kernels (one row per block, the row stays on chip) and gathers / scatters read
+    // their input once: memory bound like element-wise ops. Listed so a new kind is a choice.
+    case OpKind::kLayerNorm:
+    case OpKind::kLayerNormBwd:
+    case OpKind::kSoftmax:
+    case OpKind::kSoftmaxBwd:
+    case OpKind::kEmbedding:
+    case OpKind::kEmbeddingBwd:
+    case OpKind::kGelu:
+    case OpKind::kGeluBwd:
+    case OpKind::kTranspose:
+    case OpKind::kAdam: return {0.50, 0.80};
     default: return {0.50, 0.80};  // element-wise, pooling, copies, optimizer: memory bound
   }
 }
@@ -29,9 +43,16 @@ OpCost predict_op(const GpuSpec& gpu, const Graph& g, const Op& op) {
     c.total_ms = op.recorded_ms;
     return c;
   }
-  for (TensorId in : op.inputs) c.bytes += static_cast<double>(g.tensor(in).bytes());
-  for (TensorId w : op.inplace) c.bytes += static_cast<double>(g.tensor(w).bytes());  // written back
-  for (TensorId out : op.outputs) c.bytes += static_cast<double>(g.tensor(out).bytes());
+  if (op.kind == OpKind::kReshape) return c;  // a view: no kernel, no bytes, no launch
+  if (op.kind == OpKind::kEmbedding) {
+    // A gather reads the rows it copies (and the ids), not the whole table.
+    c.bytes = 2.0 * static_cast<double>(g.tensor(op.outputs[0]).bytes());
+    if (op.inputs.size() > 1) c.bytes += static_cast<double>(g.tensor(op.inputs[1]).bytes());
+  } else {
+    for (TensorId in : op.inputs) c.bytes += static_cast<double>(g.tensor(in).bytes());
+    for (TensorId w : op.inplace) c.bytes += static_cast<double>(g.tensor(w).bytes());  // written back
+    for (TensorId out : op.outputs) c.bytes += static_cast<double>(g.tensor(out).bytes());
+  }
   c.flops = op.flops;
   const KindEfficiency e = efficiency(op.kind);
   c.compute_ms = c.flops / (gpu.fp32_tflops * 1e12 * e.compute) * 1e3;

@@ -2,7 +2,8 @@
 //   launch overhead + max(FLOPs / (peak FLOP/s x compute efficiency), bytes / (HBM bandwidth x memory efficiency))
 // with efficiencies per op kind (cuDNN convolutions and cuBLAS GEMMs reach a fraction of peak;
 // element-wise kernels a fraction of bandwidth). Bytes are the op's input and output tensors
-// (in-place inputs read and written). Copies over the host link take bytes / (link bandwidth x
+// (in-place inputs read and written); a view (reshape) costs nothing, an embedding gather reads
+// only the rows it copies. Copies over the host link take bytes / (link bandwidth x
 // link efficiency). Replayed ops (OpKind::kReplay) take their recorded time.
 // Not validated on hardware yet: the efficiencies are typical figures, not measured ones.
 #pragma once
@@ -21,7 +22,9 @@ struct OpCost {
   double launch_ms = 0;
   double total_ms = 0;
   bool recorded = false;  // a replayed op: total_ms is its recorded time
-  const char* bound() const { return recorded ? "recorded" : compute_ms >= memory_ms ? "compute" : "memory"; }
+  const char* bound() const {
+    return recorded ? "recorded" : total_ms == 0 ? "none" : compute_ms >= memory_ms ? "compute" : "memory";  // none: a view
+  }
 };
 
 struct KindEfficiency {
