@@ -152,6 +152,7 @@ void add_experiment_model_options(CLI::App* c, ExperimentArgs& a, bool model_req
   c->add_option("--classes", a.cfg.model.classes, "number of classes");
   c->add_option("--allocator", a.cfg.allocator, "device allocator: " + join(allocator_names()));
   c->add_option("--iters", a.cfg.iters, "iterations per run (default 3: policies that measure need more than one)");
+  c->add_flag("--inplace-relu-grad", a.cfg.inplace_relu_grad, "relu backward writes dx over dy where dy dies");
 }
 
 CLI::App* add_maxbatch(CLI::App& app, ExperimentArgs& a) {
@@ -330,6 +331,7 @@ int main(int argc, char** argv) {
   auto* lr = train->add_option("--lr", cfg.optimizer.lr, "learning rate (default 0.05 for sgd, 0.001 for adam / adamw)");
   train->add_option("--optimizer", optimizer, "optimizer: sgd, adam, adamw (default sgd)");
   train->add_option("--momentum", cfg.optimizer.momentum, "SGD momentum");
+  train->add_flag("--inplace-relu-grad", cfg.inplace_relu_grad, "relu backward writes dx over dy where dy dies (cuDNN's in-place ReLU, as in vDNN)");
   train->add_option("--weight-decay", cfg.optimizer.weight_decay, "weight decay (L2 for sgd and adam, decoupled for adamw)");
   train->add_option("--report", report, "write a JSON report to this file");
   train->add_option("--trace", cfg.trace_path, "write the access trace (JSON lines) to this file");
