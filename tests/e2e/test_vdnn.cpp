@@ -15,6 +15,7 @@
 #include "vtensor/core/errors.h"
 #include "vtensor/memory/allocator.h"
 #include "vtensor/models/models.h"
+#include "vtensor/train/experiments.h"
 #include "vtensor/train/trainer.h"
 
 using namespace vtensor;
@@ -173,6 +174,30 @@ TEST_P(Vdnn, SimCountsTheSameBytesAsCpu) {
       EXPECT_EQ(its[0][i].counters.swapped_out_bytes, its[1][i].counters.swapped_out_bytes);
       EXPECT_EQ(its[0][i].counters.swapped_in_bytes, its[1][i].counters.swapped_in_bytes);
       EXPECT_GT(its[1][i].counters.swapped_out_bytes, 0u);
+    }
+  }
+}
+
+// A trace recorded with the in-place relu backward carries its views: the replay counts the same bytes.
+TEST_P(Vdnn, ATraceWithSharedReluGradientsReplaysToTheSamePeak) {
+  for (const std::string policy : {"none", "lru"}) {
+    SCOPED_TRACE(policy);
+    const std::string trace =
+        (std::filesystem::temp_directory_path() / ("vtensor_vdnn_" + std::to_string(getpid()) + "_" + policy + ".jsonl")).string();
+    TrainConfig cfg;
+    cfg.model.name = GetParam();
+    cfg.policy = policy;
+    cfg.iters = 2;
+    cfg.inplace_relu_grad = true;
+    cfg.trace_path = trace;
+    if (policy == "lru") cfg.budget = align_up(train(GetParam(), "none", 0, 1, 0, true).peak * 3 / 4);
+    const TrainResult cpu = Trainer(cfg).run();
+    const TrainResult sim = replay_trace({.trace = trace, .policy = policy, .gpu = "p100-16g", .budget = cfg.budget, .iters = 2});
+    std::filesystem::remove(trace);
+    ASSERT_EQ(cpu.iterations.size(), sim.iterations.size());
+    for (size_t i = 0; i < cpu.iterations.size(); ++i) {
+      EXPECT_EQ(cpu.iterations[i].peak_allocated, sim.iterations[i].peak_allocated) << "iteration " << i;
+      EXPECT_EQ(cpu.iterations[i].counters.swapped_out_bytes, sim.iterations[i].counters.swapped_out_bytes) << "iteration " << i;
     }
   }
 }
