@@ -238,6 +238,8 @@ int cmd_sweep(ExperimentArgs a) {
     throw std::invalid_argument("sweep: give either --model or --trace");
   if (!a.trace.empty()) {
     if (!batches.empty()) throw std::invalid_argument("--batches: a trace has a fixed batch");
+    if (a.cfg.inplace_relu_grad)
+      throw std::invalid_argument("--inplace-relu-grad applies to --model only: a trace keeps the views it was recorded with");
     a.cfg.graph = std::make_shared<const Graph>(load_trace(a.trace));
     a.cfg.model.name = a.trace;
   } else {
@@ -274,6 +276,7 @@ int cmd_costs(ExperimentArgs a) {
   const GpuSpec gpu = find_gpu(a.cfg.gpu);
   Graph g = build_model(resolve_model(a.cfg.model));
   build_backward(g, a.cfg.optimizer);
+  if (a.cfg.inplace_relu_grad) share_relu_gradients(g);
   std::string text = "op,name,kind,flops,bytes,compute_ms,memory_ms,launch_ms,total_ms,bound\n";
   double total = 0;
   for (const Op& op : g.ops()) {

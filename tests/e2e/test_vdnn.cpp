@@ -335,6 +335,11 @@ TEST(VdnnCli, DynPrintsAndReportsItsChoice) {
   EXPECT_EQ(offloaded, pr["offloaded_bytes_per_iteration"].get<size_t>());
   EXPECT_GT(offloaded, 0u);
 
+  auto [flag_code, flag_out] = run_cli("sweep --trace dtr:transformer --gpu p100-16g --budgets 100% --inplace-relu-grad --out " + report);
+  EXPECT_EQ(flag_code, 2) << flag_out;
+  EXPECT_NE(flag_out.find("--inplace-relu-grad applies to --model only"), std::string::npos) << flag_out;
+  EXPECT_FALSE(std::filesystem::exists(report));
+
   auto [oom_code, oom_out] = run_cli("train --model resnet-tiny --iters 1 --quiet --policy vdnn-all --budget 1MiB");
   EXPECT_EQ(oom_code, 3) << oom_out;
   EXPECT_NE(oom_out.find("vdnn-all with all offload, fast conv algorithms needs a budget of at least"), std::string::npos)
