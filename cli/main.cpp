@@ -159,6 +159,7 @@ void add_experiment_model_options(CLI::App* c, ExperimentArgs& a, bool model_req
   c->add_option("--optimizer", a.optimizer, "optimizer: sgd, adam, adamw (default sgd)");
   c->add_option("--allocator", a.cfg.allocator, "device allocator: " + join(allocator_names()));
   c->add_option("--iters", a.cfg.iters, "iterations per run (default 3: policies that measure need more than one)");
+  c->add_flag("--inplace-relu-grad", a.cfg.inplace_relu_grad, "relu backward writes dx over dy where dy dies");
 }
 
 CLI::App* add_maxbatch(CLI::App& app, ExperimentArgs& a) {
@@ -246,6 +247,8 @@ int cmd_sweep(ExperimentArgs a) {
     throw std::invalid_argument("sweep: give either --model or --trace");
   if (!a.trace.empty()) {
     if (!batches.empty()) throw std::invalid_argument("--batches: a trace has a fixed batch");
+    if (a.cfg.inplace_relu_grad)
+      throw std::invalid_argument("--inplace-relu-grad applies to --model only: a trace keeps the views it was recorded with");
     a.cfg.graph = std::make_shared<const Graph>(load_trace(a.trace));
     a.cfg.model.name = a.trace;
   } else {
@@ -283,6 +286,7 @@ int cmd_costs(ExperimentArgs a) {
   const GpuSpec gpu = find_gpu(a.cfg.gpu);
   Graph g = build_model(resolve_model(a.cfg.model));
   build_backward(g, a.cfg.optimizer);
+  if (a.cfg.inplace_relu_grad) share_relu_gradients(g);
   std::string text = "op,name,kind,flops,bytes,compute_ms,memory_ms,launch_ms,total_ms,bound\n";
   double total = 0;
   for (const Op& op : g.ops()) {
@@ -340,6 +344,7 @@ int main(int argc, char** argv) {
   auto* lr = train->add_option("--lr", cfg.optimizer.lr, "learning rate (default 0.05 for sgd, 0.001 for adam / adamw)");
   train->add_option("--optimizer", optimizer, "optimizer: sgd, adam, adamw (default sgd)");
   train->add_option("--momentum", cfg.optimizer.momentum, "SGD momentum");
+  train->add_flag("--inplace-relu-grad", cfg.inplace_relu_grad, "relu backward writes dx over dy where dy dies (cuDNN's in-place ReLU, as in vDNN)");
   train->add_option("--weight-decay", cfg.optimizer.weight_decay, "weight decay (L2 for sgd and adam, decoupled for adamw)");
   train->add_option("--report", report, "write a JSON report to this file");
   train->add_option("--trace", cfg.trace_path, "write the access trace (JSON lines) to this file");

@@ -1,6 +1,7 @@
 // Reverse-mode autodiff over the static graph: walks the forward ops backwards and appends
 // one backward op (or two for conv) per forward op whose output has a gradient, then the
 // optimizer step. Gradients reaching a tensor twice (residual connections) are summed.
+#include <algorithm>
 #include <map>
 #include <stdexcept>
 
@@ -300,6 +301,36 @@ void build_backward(Graph& graph, const OptimizerConfig& opt) {
   if (graph.loss == kNoTensor) throw std::logic_error("build_backward: graph has no loss");
   Autodiff(graph).run(opt);
   graph.validate();
+}
+
+int share_relu_gradients(Graph& graph) {
+  auto base = [&](TensorId t) {
+    while (graph.tensor(t).view_of != kNoTensor) t = graph.tensor(t).view_of;
+    return t;
+  };
+  // Last op that reads or writes each storage (a base and all its views).
+  std::vector<int> last_use(graph.num_tensors(), -1);
+  auto touch = [&](TensorId t, int op) { last_use[static_cast<size_t>(base(t))] = std::max(last_use[static_cast<size_t>(base(t))], op); };
+  for (const Op& op : graph.ops()) {
+    for (TensorId t : op.inputs) touch(t, op.index);
+    for (TensorId t : op.outputs) touch(t, op.index);
+  }
+  int changed = 0;
+  for (const Op& op : graph.ops()) {
+    if (op.kind != OpKind::kReluBwd) continue;
+    const TensorId dy = op.inputs[0], y = op.inputs[1], dx = op.outputs[0];
+    const TensorId b = base(dy);
+    const TensorInfo& bt = graph.tensor(b);
+    if (bt.persistent() || bt.release_after > op.index || last_use[static_cast<size_t>(b)] != op.index ||
+        base(y) == b || graph.tensor(dx).view_of != kNoTensor || graph.tensor(dx).bytes() != graph.tensor(dy).bytes())
+      continue;
+    graph.tensor(dx).view_of = dy;  // the kernel reads dy[i] before writing dx[i]: safe in place
+    const size_t lb = static_cast<size_t>(b), ld = static_cast<size_t>(dx);
+    last_use[lb] = std::max(last_use[lb], last_use[ld]);  // the storage now lives as long as dx
+    ++changed;
+  }
+  graph.validate();
+  return changed;
 }
 
 }  // namespace vtensor

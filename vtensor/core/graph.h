@@ -93,5 +93,8 @@ struct OptimizerConfig {
 // Appends backward ops for `graph.loss` and one optimizer op per parameter (SGD with its
 // momentum tensor, or Adam with m and v). Gradients of tensors used twice are summed with add ops.
 void build_backward(Graph& graph, const OptimizerConfig& opt);
+// vDNN's in-place ReLU backward (cuDNN writes dX over dY): each relu backward whose dy storage
+// dies at that op writes dx over it (dx becomes a view of dy). Same bits; returns the ops changed.
+int share_relu_gradients(Graph& graph);
 
 }  // namespace vtensor

@@ -47,6 +47,7 @@ void AccessTracker::write_jsonl(const std::string& path, const Graph& g, const s
         for (TensorId in : g.op(t.producer).inputs) inputs.push_back(in);
       tensors.push_back({{"id", t.id}, {"name", t.name}, {"bytes", t.bytes()}, {"shape", t.shape.dims()},
                          {"kind", to_string(t.kind)}, {"producer", t.producer}, {"inputs", inputs}});
+      if (t.view_of != kNoTensor) tensors.back()["view_of"] = t.view_of;  // shares that tensor's storage
     }
     nlohmann::json ops = nlohmann::json::array();
     for (const auto& op : g.ops())

@@ -121,6 +121,12 @@ Graph load_vtensor_trace(const std::string& path) {
       }
       if (static_cast<int64_t>(info.bytes()) != bytes) fail(path, line, "tensor " + info.name + ": shape and bytes disagree");
     }
+    if (t.contains("view_of")) {  // a view: no storage of its own (reshape, shared relu gradients)
+      const int64_t v = int_field(path, line, t, "view_of");
+      if (v < 0 || v >= static_cast<int64_t>(i) || g.tensor(static_cast<TensorId>(v)).bytes() != info.bytes())
+        fail(path, line, "tensor " + info.name + ": 'view_of' must name an earlier tensor of the same size");
+      info.view_of = static_cast<TensorId>(v);
+    }
     g.add_tensor(info);
   }
   std::vector<Op> parsed;  // added to the graph once their times are known

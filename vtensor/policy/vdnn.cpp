@@ -164,14 +164,20 @@ PlannedMemory predict_memory(const Graph& g, const Plan& plan, const std::vector
       alloc(size_of(t.id));
       st[static_cast<size_t>(t.id)] = S::kResident;
     }
+  // Views (share_relu_gradients, reshape) have no block: they act on their base, which lives
+  // until the last use of the base and of all its views.
+  auto base = [&](TensorId t) {
+    while (g.tensor(t).view_of != kNoTensor) t = g.tensor(t).view_of;
+    return t;
+  };
   std::vector<int> last_use(nt, -1);
   for (const Op& op : g.ops()) {
-    for (TensorId in : op.inputs) last_use[static_cast<size_t>(in)] = op.index;
-    for (TensorId o : op.outputs) last_use[static_cast<size_t>(o)] = std::max(last_use[static_cast<size_t>(o)], op.index);
+    for (TensorId in : op.inputs) last_use[static_cast<size_t>(base(in))] = op.index;
+    for (TensorId o : op.outputs) last_use[static_cast<size_t>(base(o))] = std::max(last_use[static_cast<size_t>(base(o))], op.index);
   }
   std::vector<std::vector<TensorId>> release_after(g.num_ops());
   for (const TensorInfo& t : g.tensors())
-    if (!t.persistent() && last_use[static_cast<size_t>(t.id)] >= 0)
+    if (!t.persistent() && t.view_of == kNoTensor && last_use[static_cast<size_t>(t.id)] >= 0)
       release_after[static_cast<size_t>(last_use[static_cast<size_t>(t.id)])].push_back(t.id);
   std::vector<std::vector<Action>> actions(g.num_ops());
   for (const Action& a : plan.actions) actions.at(static_cast<size_t>(a.op)).push_back(a);
@@ -189,12 +195,14 @@ PlannedMemory predict_memory(const Graph& g, const Plan& plan, const std::vector
   for (const Op& op : g.ops()) {
     op_index = op.index;
     for (TensorId in : op.inputs) {
+      in = base(in);
       S& s = st[static_cast<size_t>(in)];
       if (s == S::kSwappingOut) cancel(in);
       else if (s == S::kOnHost) alloc(size_of(in));
       if (s != S::kNone) s = S::kResident;
     }
     for (TensorId o : op.outputs) {
+      if (g.tensor(o).view_of != kNoTensor) continue;
       alloc(size_of(o));
       st[static_cast<size_t>(o)] = S::kResident;
     }
@@ -214,7 +222,8 @@ PlannedMemory predict_memory(const Graph& g, const Plan& plan, const std::vector
       swapping_out.pop_front();
     }
     ++seq;
-    for (const Action& a : actions[static_cast<size_t>(op.index)]) {
+    for (Action a : actions[static_cast<size_t>(op.index)]) {
+      a.tensor = base(a.tensor);
       S& s = st[static_cast<size_t>(a.tensor)];
       if (a.kind == ActionKind::kSwapOut && s == S::kResident) {
         s = S::kSwappingOut;

@@ -25,6 +25,7 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
   } else {
     graph_ = build_model(cfg_.model);
     build_backward(graph_, cfg_.optimizer);
+    if (cfg_.inplace_relu_grad) share_relu_gradients(graph_);
   }
   if (!cfg_.planner.empty() && cfg_.allocator != "planned")
     throw std::invalid_argument("--planner applies to --allocator planned only, got --allocator " + cfg_.allocator);
@@ -140,7 +141,8 @@ std::string report_json(const TrainResult& r) {
         {"optimizer", to_string(c.optimizer.kind)},
         {"lr", c.optimizer.lr},
         {"weight_decay", c.optimizer.weight_decay},
-        {"momentum", c.optimizer.momentum}}},
+        {"momentum", c.optimizer.momentum},
+        {"inplace_relu_grad", c.inplace_relu_grad}}},
       {"device", r.device},
       {"graph", {{"ops", r.num_ops}, {"tensors", r.num_tensors}, {"param_bytes", r.param_bytes},
                  {"persistent_bytes", r.persistent_bytes}}},
