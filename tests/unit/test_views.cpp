@@ -155,7 +155,9 @@ TEST(Views, ShareStorageAndKeepTheirBaseAlive) {
   run(*rig);
   EXPECT_GT(checks, 0);
   for (const auto& t : g.tensors())
-    if (!t.persistent()) EXPECT_EQ(mm.residency(t.id), Residency::kUnallocated) << t.name;
+    if (!t.persistent()) {
+      EXPECT_EQ(mm.residency(t.id), Residency::kUnallocated) << t.name;
+    }
 }
 
 // Drop the base between its own last use and its view's: the view's reader recomputes the base.
