@@ -12,33 +12,28 @@ namespace {
 
 int idx(ConvAlgo a) { return a == ConvAlgo::kLean ? 1 : 0; }
 
-// The first supported candidate (heuristic order) for kFast, or the preferred algorithm for
-// kLean, falling back to the candidate with the smallest workspace. ws(algo) returns false
-// when the algorithm is not supported for this shape.
+// kFast: the first supported candidate in the heuristic's order. kLean: the candidate with the
+// smallest workspace, the preferred lean algorithm first among equals, so a lean choice never
+// needs more workspace than the fast one. ws(algo, bytes) is false when the algorithm is not
+// supported for this shape (or not under FMA math).
 template <typename Perf, typename WsFn>
 void pick(const std::vector<Perf>& perf, bool deterministic, bool lean, int preferred_lean, WsFn ws, int& algo,
           size_t& bytes, const char* what) {
-  size_t b = 0;
-  if (lean && ws(preferred_lean, b)) {
-    algo = preferred_lean;
-    bytes = b;
-    return;
-  }
   int best = -1;
-  size_t best_bytes = 0;
+  size_t best_bytes = 0, b = 0;
+  if (lean && ws(preferred_lean, b)) best = preferred_lean, best_bytes = b;
   for (const Perf& p : perf) {
     if (p.status != CUDNN_STATUS_SUCCESS) continue;
     if (deterministic && p.determinism != CUDNN_DETERMINISTIC) continue;
+    // Tensor-core math on fp32 means TF32: not ours (the descriptor says CUDNN_FMA_MATH).
+    if (p.mathType == CUDNN_TENSOR_OP_MATH || p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
     if (!ws(static_cast<int>(p.algo), b)) continue;
     if (!lean) {
       algo = static_cast<int>(p.algo);
       bytes = b;
       return;
     }
-    if (best < 0 || b < best_bytes) {
-      best = static_cast<int>(p.algo);
-      best_bytes = b;
-    }
+    if (best < 0 || b < best_bytes) best = static_cast<int>(p.algo), best_bytes = b;
   }
   if (best < 0)
     throw std::runtime_error(std::string("cuDNN: no supported ") + (deterministic ? "deterministic " : "") + what +

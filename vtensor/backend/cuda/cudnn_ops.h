@@ -2,8 +2,9 @@
 // cuBLAS. Convolution algorithms (vDNN's choice between fast and memory-lean):
 //   ConvAlgo::kFast: cuDNN's heuristic (the _v7 query, no trial runs), the first algorithm it
 //     ranks that is supported here; in deterministic mode the first deterministic one.
-//   ConvAlgo::kLean: IMPLICIT_GEMM forward (no workspace), ALGO_1 for backward data and filter
-//     (deterministic, small workspace).
+//   ConvAlgo::kLean: the supported candidate with the smallest workspace, preferring
+//     IMPLICIT_GEMM forward (no workspace) and ALGO_1 for backward data and filter
+//     (deterministic, small workspace); never more workspace than kFast.
 // Workspace sizes come from cuDNN's own query for the chosen algorithm; plans (descriptors and
 // choices) are cached per shape. Math is strict fp32 (CUDNN_FMA_MATH: no TF32).
 #pragma once
