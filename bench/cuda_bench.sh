@@ -16,7 +16,7 @@ cmake --build build -j"$(nproc)" --target vtensor vtensor_cuda_tests vtensor_swa
 
 ctest --test-dir build -L cuda --output-on-failure | tee "$OUT_DIR/cuda_tests.txt"
 
-./build/vtensor_swap_bandwidth 20 | tee "$OUT_DIR/swap_bandwidth.csv"
+./build/bench/vtensor_swap_bandwidth 20 | tee "$OUT_DIR/swap_bandwidth.csv"
 
 python3 bench/cuda_vs_pytorch.py --vtensor build/vtensor --iters "$ITERS" --out "$OUT_DIR/cuda_vs_pytorch"
 
