@@ -1,6 +1,7 @@
 // The cuda backend's own kernels (device code only). Built with --fmad=false so that float
 // expressions round as the cpu kernels' do (no contraction into FMA), and with IEEE division
 // and square root (no fast math). See kernels.h for what each mirrors.
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
@@ -282,13 +283,25 @@ __global__ void embedding_forward_k(size_t n, int C, const float* ids, int perio
     y[i] = table[size_t(idx) * C + i % C];
   }
 }
-// One thread per column c: rows of dy added in order, as on the cpu.
+// Token ids: one thread per column c, rows of dy added in order, as on the cpu (only C-way
+// parallel: ids may repeat, and a fixed order without atomics needs one adder per column).
 __global__ void embedding_backward_k(int N, int C, const float* dy, const float* ids, int period, float* dtable) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
   for (int n = 0; n < N; ++n) {
     const int idx = ids ? int(ids[n]) : n % period;
     dtable[size_t(idx) * C + c] += dy[size_t(n) * C + c];
+  }
+}
+
+// Positions (no ids): row p gets rows p, p + period, ... of dy, in that order (the cpu's),
+// one thread per (p, c): parallel over period x C and still the cpu's bits.
+__global__ void embedding_backward_positions_k(size_t n, int N, int C, int period, const float* dy, float* dtable) {
+  VT_GRID_STRIDE(i, n) {
+    const int p = static_cast<int>(i / C), c = static_cast<int>(i % C);
+    float acc = dtable[i];
+    for (int r = p; r < N; r += period) acc += dy[size_t(r) * C + c];
+    dtable[i] = acc;
   }
 }
 
@@ -514,6 +527,10 @@ void embedding_forward(cudaStream_t s, int N, int V, int C, const float* ids, in
 void embedding_backward_add(cudaStream_t s, int N, int V, int C, const float* dy, const float* ids, int period,
                             float* dtable) {
   if (C <= 0) return;
+  if (!ids) {
+    VT_ELEMENTWISE(embedding_backward_positions_k, size_t(std::min(period, N)) * C, N, C, period, dy, dtable);
+    return;
+  }
   embedding_backward_k<<<(C + kThreads - 1) / kThreads, kThreads, 0, s>>>(N, C, dy, ids, period, dtable);
   VT_CHECK_LAUNCH("embedding_backward_k");
 }
