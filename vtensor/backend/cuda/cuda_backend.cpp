@@ -24,7 +24,7 @@ class CudaEvent final : public EventImpl {
     VT_CHECK(cudaEventCreateWithFlags(&e_, cudaEventDisableTiming));
     VT_CHECK(cudaEventRecord(e_, s));
   }
-  ~CudaEvent() override { cudaEventDestroy(e_); }
+  ~CudaEvent() override { VT_CHECK_NOTHROW(cudaEventDestroy(e_)); }
   bool query() override {
     const cudaError_t r = cudaEventQuery(e_);
     if (r == cudaErrorNotReady) return false;
@@ -111,17 +111,19 @@ CudaBackend::CudaBackend(const BackendOptions& opts) : deterministic_(opts.deter
 CudaBackend::~CudaBackend() { release(); }
 
 void CudaBackend::release() noexcept {
-  // No throwing here: errors while tearing down are ignored.
+  // Destructors do not throw: failures are reported on stderr.
   for (auto s : streams_)
-    if (s) cudaStreamSynchronize(s);
+    if (s) VT_CHECK_NOTHROW(cudaStreamSynchronize(s));
   conv_.reset();
-  if (cudnn_) cudnnDestroy(cudnn_);
-  if (cublas_) cublasDestroy(cublas_);
-  for (auto& s : streams_)
-    if (s) cudaStreamDestroy(s), s = nullptr;
-  if (cublas_ws_) cudaFree(cublas_ws_);
-  if (staging_) cudaFree(staging_);
-  if (arena_) cudaFree(arena_);
+  if (cudnn_) VT_CHECK_NOTHROW(cudnnDestroy(cudnn_));
+  if (cublas_) VT_CHECK_NOTHROW(cublasDestroy(cublas_));
+  for (auto& s : streams_) {
+    if (s) VT_CHECK_NOTHROW(cudaStreamDestroy(s));
+    s = nullptr;
+  }
+  if (cublas_ws_) VT_CHECK_NOTHROW(cudaFree(cublas_ws_));
+  if (staging_) VT_CHECK_NOTHROW(cudaFree(staging_));
+  if (arena_) VT_CHECK_NOTHROW(cudaFree(arena_));
   cudnn_ = nullptr;
   cublas_ = nullptr;
   cublas_ws_ = staging_ = arena_ = nullptr;

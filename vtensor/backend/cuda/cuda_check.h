@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 
@@ -25,9 +26,20 @@ inline void check(cudnnStatus_t s, const char* call, const char* file, int line)
   if (s != CUDNN_STATUS_SUCCESS) fail("cuDNN", call, file, line, std::string(cudnnGetErrorString(s)));
 }
 
+// In destructors, which must not throw: a failure is reported on stderr, naming the call.
+template <typename Status>
+void check_nothrow(Status s, const char* call, const char* file, int line) noexcept {
+  try {
+    check(s, call, file, line);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "vtensor: while releasing: %s\n", e.what());
+  }
+}
+
 }  // namespace vtensor::cuda
 
 // VT_CHECK(cudaMemcpyAsync(...)): the call's text is the message.
 #define VT_CHECK(call) ::vtensor::cuda::check((call), #call, __FILE__, __LINE__)
 // After a kernel launch: a bad configuration shows up here, named by the kernel.
 #define VT_CHECK_LAUNCH(name) ::vtensor::cuda::check(cudaGetLastError(), name, __FILE__, __LINE__)
+#define VT_CHECK_NOTHROW(call) ::vtensor::cuda::check_nothrow((call), #call, __FILE__, __LINE__)

@@ -45,11 +45,11 @@ void pick(const std::vector<Perf>& perf, bool deterministic, bool lean, int pref
 }  // namespace
 
 ConvPlans::~ConvPlans() {
-  for (auto& [s, p] : plans_) {  // destructors do not throw: errors here are ignored
-    cudnnDestroyTensorDescriptor(p.x);
-    cudnnDestroyTensorDescriptor(p.y);
-    cudnnDestroyFilterDescriptor(p.w);
-    cudnnDestroyConvolutionDescriptor(p.conv);
+  for (auto& [s, p] : plans_) {
+    VT_CHECK_NOTHROW(cudnnDestroyTensorDescriptor(p.x));
+    VT_CHECK_NOTHROW(cudnnDestroyTensorDescriptor(p.y));
+    VT_CHECK_NOTHROW(cudnnDestroyFilterDescriptor(p.w));
+    VT_CHECK_NOTHROW(cudnnDestroyConvolutionDescriptor(p.conv));
   }
 }
 
@@ -184,8 +184,8 @@ struct BnDescs {
     VT_CHECK(cudnnDeriveBNTensorDescriptor(p, x, CUDNN_BATCHNORM_SPATIAL));
   }
   ~BnDescs() {
-    cudnnDestroyTensorDescriptor(x);
-    cudnnDestroyTensorDescriptor(p);
+    VT_CHECK_NOTHROW(cudnnDestroyTensorDescriptor(x));
+    VT_CHECK_NOTHROW(cudnnDestroyTensorDescriptor(p));
   }
 };
 }  // namespace
