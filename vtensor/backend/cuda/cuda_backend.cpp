@@ -228,6 +228,8 @@ void CudaBackend::init_tensor(const TensorInfo& t, void* dev, uint64_t seed) {
 
 size_t CudaBackend::workspace_bytes(const Graph& g, const Op& op, ConvAlgo algo) {
   if (op.kind == OpKind::kSoftmaxCE) return static_cast<size_t>(dim(g.tensor(op.inputs[0]).shape, 0)) * sizeof(double);
+  // A recomputation hands cuDNN throw-away running statistics here (see launch).
+  if (op.kind == OpKind::kBatchNorm) return 2 * static_cast<size_t>(dim(g.tensor(op.inputs[0]).shape, 1)) * sizeof(float);
   auto [x, w] = conv_operands(g, op);
   if (!x) return 0;
   return conv_->workspace_bytes(op.kind, conv_shape(*x, *w, op), algo);
@@ -274,9 +276,14 @@ void CudaBackend::launch(const Graph& g, const Op& op, const KernelArgs& a) {
     }
     case OpKind::kBatchNorm: {
       const Shape& x = in_shape(0);
+      // A recomputation must not update the running statistics again: cuDNN updates a
+      // throw-away pair in the workspace instead.
+      float* scratch = static_cast<float*>(a.workspace);
+      if (a.recompute && (!scratch || ws_bytes < 2 * size_t(dim(x, 1)) * sizeof(float)))
+        throw std::logic_error("cuda batch norm: no workspace for a recomputation's running statistics");
       cuda::batchnorm_forward(cudnn_, dim(x, 0), dim(x, 1), spatial(x), a.inputs[0], a.inputs[1], a.inputs[2],
-                              a.outputs[0], a.outputs[1], a.outputs[2], a.recompute ? nullptr : a.inputs[3],
-                              a.recompute ? nullptr : a.inputs[4], op.attrs.momentum, op.attrs.eps);
+                              a.outputs[0], a.outputs[1], a.outputs[2], a.recompute ? scratch : a.inputs[3],
+                              a.recompute ? scratch + dim(x, 1) : a.inputs[4], op.attrs.momentum, op.attrs.eps);
       break;
     }
     case OpKind::kBatchNormBwd: {

@@ -56,8 +56,8 @@ class ConvPlans {
   std::map<ConvShape, Plan> plans_;
 };
 
-// Batch norm, training mode, spatial, over x[N, C, HW]: saves mean and 1/sqrt(var + eps);
-// running statistics are updated only when running_mean / running_var are non-null.
+// Batch norm, training mode, spatial, over x[N, C, HW]: saves mean and 1/sqrt(var + eps) and
+// updates running_mean / running_var (unbiased variance, factor momentum).
 void batchnorm_forward(cudnnHandle_t h, int N, int C, int HW, const float* x, const float* gamma, const float* beta,
                        float* y, float* save_mean, float* save_invstd, float* running_mean, float* running_var,
                        float momentum, float eps);
