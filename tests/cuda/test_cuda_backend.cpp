@@ -14,11 +14,20 @@
 // Every test skips, with the reason, when this build has no CUDA or the machine no GPU.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <random>
+
+#include <nlohmann/json.hpp>
 
 #include "vtensor/backend/backend.h"
 #include "vtensor/backend/cpu/kernels.h"
@@ -544,6 +553,36 @@ TEST_P(CudaTraining, LruAtHalfThePeakMatchesNoneBitForBit) {
   for (size_t i = 0; i < base.params.size(); ++i)
     EXPECT_EQ(0, std::memcmp(base.params[i].data(), lru.params[i].data(), base.params[i].size() * sizeof(float)))
         << "parameter " << i;
+}
+
+// The command line: with a GPU a cuda run trains and says so in its report; without one it
+// exits 2 (bad input) with the reason.
+TEST(CudaCli, TrainOnCudaOrExitWithTheReason) {
+  const std::string report =
+      (std::filesystem::temp_directory_path() / ("vtensor_cuda_cli_" + std::to_string(getpid()) + ".json")).string();
+  const std::string cmd = std::string(VTENSOR_BINARY) +
+                          " train --model resnet-tiny --backend cuda --budget 64MiB --iters 3 --deterministic --quiet"
+                          " --report " + report + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  std::array<char, 4096> buf;
+  while (size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
+  const int status = pclose(p);
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (!cuda_available()) {
+    EXPECT_EQ(code, 2) << out;
+    EXPECT_NE(out.find("cuda"), std::string::npos) << out;
+    GTEST_SKIP() << "no GPU: the CLI refuses --backend cuda with exit 2 and the reason, as it must";
+  }
+  ASSERT_EQ(code, 0) << out;
+  std::ifstream in(report);
+  const auto j = nlohmann::json::parse(in);
+  std::filesystem::remove(report);
+  EXPECT_EQ(j["config"]["backend"], "cuda");
+  EXPECT_NE(j["device"].get<std::string>().find("cuda"), std::string::npos);
+  ASSERT_EQ(j["iterations"].size(), 3u);
+  for (const auto& it : j["iterations"]) EXPECT_TRUE(std::isfinite(it["loss"].get<double>())) << it.dump();
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, CudaTraining, ::testing::Values("resnet-tiny", "vgg-tiny", "gpt-tiny"));
