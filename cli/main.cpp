@@ -330,7 +330,7 @@ int main(int argc, char** argv) {
   train->add_option("--seq", cfg.model.image_size, "sequence length (gpt, bert; the same field as --image-size)");
   train->add_option("--width", cfg.model.width, "base channel count (hidden units for mlp)");
   train->add_option("--classes", cfg.model.classes, "number of classes");
-  train->add_option("--budget", budget_text, "device memory budget, e.g. 512MiB (default: 8GiB on cpu)");
+  train->add_option("--budget", budget_text, "device memory budget, e.g. 512MiB (default: 8GiB on cpu, the free memory less a margin on cuda)");
   train->add_option("--policy", cfg.policy, "memory policy: " + join(policy_names()));
   train->add_option("--backend", cfg.backend, "backend: " + join(backend_names()));
   std::string gpu_file;
@@ -348,6 +348,7 @@ int main(int argc, char** argv) {
   train->add_option("--weight-decay", cfg.optimizer.weight_decay, "weight decay (L2 for sgd and adam, decoupled for adamw)");
   train->add_option("--report", report, "write a JSON report to this file");
   train->add_option("--trace", cfg.trace_path, "write the access trace (JSON lines) to this file");
+  train->add_flag("--deterministic", cfg.deterministic, "cuda: deterministic cuDNN algorithms only (bit-identical reruns)");
   train->add_flag("--timeline", cfg.timeline, "put the last iteration's per-op memory timeline in the report");
   train->add_flag("--quiet", quiet, "no per-iteration lines");
 

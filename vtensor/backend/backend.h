@@ -38,6 +38,7 @@ struct KernelArgs {
 struct BackendOptions {
   size_t arena_bytes = 0;  // the device budget
   std::string gpu;         // sim: which GPU to model; cuda: unused
+  bool deterministic = false;  // cuda: deterministic cuDNN algorithms only (bit-identical reruns)
 };
 
 class Backend {
@@ -70,6 +71,11 @@ class Backend {
 
   // Runs one op's kernel on the compute stream.
   virtual void launch(const Graph& g, const Op& op, const KernelArgs& args) = 0;
+  // Scratch bytes the kernel of `op` needs under `algo`. The default is the cpu kernels' figure
+  // (Op::workspace_bytes / workspace_lean_bytes); cuda asks cuDNN.
+  virtual size_t workspace_bytes(const Graph& g, const Op& op, ConvAlgo algo) {
+    return algo == ConvAlgo::kLean ? op.workspace_lean_bytes : op.workspace_bytes;
+  }
   // Fills a persistent tensor with its initial values (deterministic in seed).
   virtual void init_tensor(const TensorInfo& t, void* dev, uint64_t seed) = 0;
 

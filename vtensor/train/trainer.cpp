@@ -17,8 +17,8 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
   auto policy = make_policy(cfg_.policy);  // validate names before any work
   if (!cfg_.gpu.empty() && cfg_.backend != "sim")
     throw std::invalid_argument("--gpu applies to --backend sim only (backend is '" + cfg_.backend + "')");
-  if (cfg_.budget == 0) cfg_.budget = cfg_.backend == "sim" && !cfg_.gpu.empty() ? find_gpu(cfg_.gpu).memory_bytes
-                                                                                 : kDefaultCpuBudget;
+  if (cfg_.budget == 0 && cfg_.backend != "cuda")  // cuda: the backend takes the free memory less a margin
+    cfg_.budget = cfg_.backend == "sim" && !cfg_.gpu.empty() ? find_gpu(cfg_.gpu).memory_bytes : kDefaultCpuBudget;
   cfg_.budget = align_up(cfg_.budget);
   if (cfg_.graph) {
     graph_ = *cfg_.graph;
@@ -29,8 +29,9 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
   }
   if (!cfg_.planner.empty() && cfg_.allocator != "planned")
     throw std::invalid_argument("--planner applies to --allocator planned only, got --allocator " + cfg_.allocator);
+  backend_ = make_backend(cfg_.backend, {.arena_bytes = cfg_.budget, .gpu = cfg_.gpu, .deterministic = cfg_.deterministic});
+  cfg_.budget = backend_->arena_bytes();
   auto allocator = make_allocator(cfg_.allocator, cfg_.budget, cfg_.planner);
-  backend_ = make_backend(cfg_.backend, {.arena_bytes = cfg_.budget, .gpu = cfg_.gpu});
   mm_ = std::make_unique<MemoryManager>(*backend_, graph_, std::move(allocator), std::move(policy));
   mm_->set_timeline_enabled(cfg_.timeline);
   exec_ = std::make_unique<Executor>(graph_, *backend_, *mm_);

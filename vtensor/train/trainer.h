@@ -22,7 +22,8 @@ struct TrainConfig {
   std::string allocator = "caching";
   std::string gpu;    // sim: the GPU to model (gpu_specs.h)
   std::string planner;  // --allocator planned: the planner (empty: greedy-size)
-  size_t budget = 0;  // 0: the backend's default (kDefaultCpuBudget on cpu, the GPU's memory on sim)
+  size_t budget = 0;  // 0: the backend's default (kDefaultCpuBudget on cpu, the GPU's memory on sim, free memory on cuda)
+  bool deterministic = false;  // cuda: deterministic cuDNN algorithms only
   int iters = 10;
   uint64_t seed = 1;  // weight init
   OptimizerConfig optimizer;

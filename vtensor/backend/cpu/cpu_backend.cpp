@@ -138,8 +138,7 @@ double CpuBackend::now_ms() {
   return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
 }
 
-void CpuBackend::init_tensor(const TensorInfo& t, void* dev, uint64_t seed) {
-  float* p = static_cast<float*>(dev);
+void cpu::init_tensor_values(const TensorInfo& t, float* p, uint64_t seed) {
   const size_t n = static_cast<size_t>(t.shape.numel());
   const uint64_t s = cpu::mix64(seed ^ (static_cast<uint64_t>(t.id) * 0x9e3779b97f4a7c15ull));
   int64_t fan_in = 1;
@@ -161,6 +160,10 @@ void CpuBackend::init_tensor(const TensorInfo& t, void* dev, uint64_t seed) {
       break;
     }
   }
+}
+
+void CpuBackend::init_tensor(const TensorInfo& t, void* dev, uint64_t seed) {
+  cpu::init_tensor_values(t, static_cast<float*>(dev), seed);
 }
 
 namespace {

@@ -12,6 +12,12 @@
 
 namespace vtensor {
 
+namespace cpu {
+// A persistent tensor's initial values (by its Init and id, deterministic in seed), into host
+// memory; every backend with data starts from these bits.
+void init_tensor_values(const TensorInfo& t, float* p, uint64_t seed);
+}  // namespace cpu
+
 class CpuEvent final : public EventImpl {
  public:
   bool query() override;

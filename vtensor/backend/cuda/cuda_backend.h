@@ -1,0 +1,70 @@
+// The cuda backend. Device memory is one arena from a single cudaMalloc of exactly the budget
+// (or, with no budget, the free memory less kArenaMargin), sub-allocated by the same allocators
+// as on the cpu. Three non-blocking streams (compute, h2d, d2h) ordered with CUDA events, so
+// swaps overlap compute. Pinned host buffers (cudaHostAlloc) are cached and reused by the
+// HostPool. GEMMs on cuBLAS, convolution and batch norm on cuDNN (cudnn_ops.h), the rest on
+// our own kernels (kernels.h). Outside the arena, allocated once at start: cuBLAS's workspace
+// (kCublasWorkspace, set explicitly so cuBLAS never allocates behind our back) and, on first
+// need, a staging buffer for overlapping moves in compaction.
+// Host-side waits: stream_wait(kCompute, e) blocks the host until e completes (as on the cpu),
+// so a host buffer released after a swap-in is never still being read by the copy engine.
+// Timing: now_ms is the host's steady clock; per-op times are launch times unless
+// VTENSOR_CUDA_SYNC_TIMING=1, which synchronizes the compute stream at each reading.
+#pragma once
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include <memory>
+
+#include "vtensor/backend/backend.h"
+#include "vtensor/backend/cuda/cudnn_ops.h"
+
+namespace vtensor {
+
+class CudaBackend final : public Backend {
+ public:
+  static constexpr size_t kArenaMargin = size_t{1} << 30;      // left free when no budget is given
+  static constexpr size_t kCublasWorkspace = size_t{32} << 20;  // cuBLAS's recommendation for Hopper
+  static constexpr size_t kStagingBytes = size_t{16} << 20;
+  static constexpr size_t kMinDirectChunk = size_t{1} << 20;  // overlapping moves by this much copy directly
+
+  explicit CudaBackend(const BackendOptions& opts);
+  ~CudaBackend() override;
+
+  std::string name() const override { return "cuda"; }
+  std::string device_description() const override;
+  void* arena_base() override { return arena_; }
+  size_t arena_bytes() const override { return arena_bytes_; }
+  void* host_alloc(size_t bytes) override;
+  void host_free(void* p, size_t bytes) override;
+  void copy_async(Stream s, void* dst, const void* src, size_t bytes) override;
+  void copy_to_host(void* host_dst, const void* dev_src, size_t bytes) override;
+  void copy_to_device(void* dev_dst, const void* host_src, size_t bytes) override;
+  void move_device(void* dst, const void* src, size_t bytes) override;
+  Event record(Stream s) override;
+  void stream_wait(Stream s, const Event& e) override;
+  void synchronize() override;
+  void launch(const Graph& g, const Op& op, const KernelArgs& args) override;
+  void init_tensor(const TensorInfo& t, void* dev, uint64_t seed) override;
+  double now_ms() override;
+  size_t workspace_bytes(const Graph& g, const Op& op, ConvAlgo algo) override;
+
+  cudaStream_t stream(Stream s) const { return streams_[static_cast<int>(s)]; }
+  bool deterministic() const { return deterministic_; }
+
+ private:
+  void release() noexcept;
+  int device_ = 0;
+  void* arena_ = nullptr;
+  size_t arena_bytes_ = 0;
+  cudaStream_t streams_[kNumStreams] = {};
+  cublasHandle_t cublas_ = nullptr;
+  void* cublas_ws_ = nullptr;
+  cudnnHandle_t cudnn_ = nullptr;
+  std::unique_ptr<cuda::ConvPlans> conv_;
+  void* staging_ = nullptr;
+  bool deterministic_ = false, sync_timing_ = false;
+};
+
+}  // namespace vtensor
