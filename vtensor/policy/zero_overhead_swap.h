@@ -9,7 +9,9 @@
 //   Scores (each ranked, ranks summed, smallest first): absence time, absence x size, and the
 //     load above the limit (bytes above it summed over the ops of the absence).
 //   Selection: while the predicted peak (persistent + live tensors + workspace per op) is above
-//     the target, take the best-ranked candidate whose absence covers the peak op.
+//     the target, take the best-ranked candidate whose absence covers the peak op and whose copies,
+//     queued with those already chosen on one copy stream per direction (issue order), still
+//     leave every hidden copy on time: hiding each copy alone is not enough once they queue.
 //   no-overhead (`zero-overhead-swap`): only hidden copies; the target is 0, so it takes blocks
 //     while any covers the peak: the smallest budget it reaches is the peak it achieves.
 //   stick-to-limit (`zero-overhead-swap-limit`): the target is 95% of the budget; when hidden copies
