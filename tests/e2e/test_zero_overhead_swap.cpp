@@ -113,6 +113,22 @@ TEST(ZeroOverheadSwap, LimitModeMeetsABudgetBelowNonesPeak) {
   EXPECT_LT(last.counters.evictions, first.counters.evictions);
 }
 
+// On the sim clock (deterministic) resnet-tiny at 80% of its peak: the first plan leaves the
+// caching allocator short of room, the policy plans again for less and then evicts nothing.
+TEST(ZeroOverheadSwap, LimitModePlansAgainWhenTheAllocatorStillEvicts) {
+  const int iters = 5;
+  SwapRun none = train("none", 0, 1, "caching", "resnet-tiny", "sim");
+  const size_t budget = align_up(none.result.iterations[0].peak_allocated * 8 / 10);
+  SwapRun lim = train("zero-overhead-swap-limit", budget, iters, "caching", "resnet-tiny", "sim");
+  const auto& rep = lim.result.policy_report;
+  const auto& it = lim.result.iterations;
+  ASSERT_GT(it[1].counters.evictions, 0u) << "the first plan no longer leaves evictions: pick another budget";
+  EXPECT_GE(rep["replans"].get<int>(), 1);
+  EXPECT_LT(rep["planned_for_budget_bytes"].get<size_t>(), budget);
+  EXPECT_EQ(it.back().counters.evictions, 0u);
+  for (const auto& s : it) EXPECT_LE(s.peak_reserved, budget);
+}
+
 TEST(ZeroOverheadSwap, WithThePlannedPool) {
   const int iters = 4;
   SwapRun none = train("none", 0, iters);

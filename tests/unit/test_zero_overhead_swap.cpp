@@ -28,6 +28,7 @@ Recorded record() {
   r.peak = r.trainer->step().peak_allocated;
   r.trace = r.trainer->memory().tracker().current();
   for (auto& a : r.trace.accesses) a.time_ns = static_cast<int64_t>(a.op_index) * 1000000;
+  r.trace.op_ms.assign(r.trainer->graph().num_ops(), 1.0);
   return r;
 }
 
@@ -84,6 +85,24 @@ TEST(ZeroOverheadSwapPlan, ChosenCopiesMeetTheirDeadlinesWhenQueued) {
   };
   check(true);
   check(false);
+}
+
+// A measured iteration that stalled (stick-to-limit's passive first one) has gaps between its
+// accesses; with the kernels' times the plan ignores them, instead of hiding copies in stalls.
+TEST(ZeroOverheadSwapPlan, StallsInTheMeasuredIterationDoNotWidenWindows) {
+  Recorded r = record();
+  const Graph& g = r.trainer->graph();
+  const double ms_per_byte = 4.0 / (256.0 * 1024);  // a 256 KiB copy outlasts two 1 ms ops
+  const ZeroOverheadSwapConfig cfg{true, align_up(r.peak * 7 / 10), ms_per_byte, 0.0};
+  ZeroOverheadSwapPlan clean = plan_zero_overhead_swap(g, r.trace, cfg);
+  AccessTrace stalled = r.trace;
+  for (auto& a : stalled.accesses)  // every fifth op waited 5 ms before it started
+    a.time_ns += static_cast<int64_t>(a.op_index / 5) * 5000000;
+  EXPECT_EQ(plan_zero_overhead_swap(g, stalled, cfg).plan.actions, clean.plan.actions);
+  stalled.op_ms.clear();  // access times only: the stalls look like compute that hides copies
+  ZeroOverheadSwapPlan widened = plan_zero_overhead_swap(g, stalled, cfg);
+  EXPECT_GT(widened.hidden_candidates, clean.hidden_candidates);
+  EXPECT_NE(widened.plan.actions, clean.plan.actions);
 }
 
 TEST(ZeroOverheadSwapPlan, StickToLimitStopsAtTheBudgetAndMayStall) {

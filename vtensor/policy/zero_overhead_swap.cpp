@@ -42,6 +42,16 @@ ZeroOverheadSwapPlan plan_zero_overhead_swap(const Graph& g, const AccessTrace& 
   start[static_cast<size_t>(n)] = t_end;
   for (int k = n - 1; k >= 0; --k)
     if (start[static_cast<size_t>(k)] < 0) start[static_cast<size_t>(k)] = start[static_cast<size_t>(k) + 1];
+  // With the kernels' own times, ops start back to back: a measured iteration that stalled (the
+  // passive first iteration of stick-to-limit) must not make windows look longer than they are.
+  if (trace.op_ms.size() >= static_cast<size_t>(n)) {
+    double t = 0;
+    for (int k = 0; k < n; ++k) {
+      start[static_cast<size_t>(k)] = t;
+      t += trace.op_ms[static_cast<size_t>(k)];
+    }
+    start[static_cast<size_t>(n)] = t;
+  }
   auto op_start = [&](int k) { return start[static_cast<size_t>(k)]; };
   auto op_end = [&](int k) { return start[static_cast<size_t>(k) + 1]; };
 
@@ -208,17 +218,40 @@ std::vector<Action> ZeroOverheadSwapPolicy::after_op(int op_index) {
 std::vector<Victim> ZeroOverheadSwapPolicy::choose_victims(size_t bytes, const MemoryView& view) {
   std::vector<Victim> out;
   for (TensorId id : least_recently_used(view, bytes, false)) out.push_back({id, EvictAction::kSwap});
-  if (planned_) passive_evictions_ += out.size();
+  if (planned_) {
+    passive_evictions_ += out.size();
+    iteration_evictions_ += out.size();
+    // Space the budget has but the allocator could not use (fragmentation).
+    const size_t need = view.allocated() + bytes;
+    if (need < view.budget()) unusable_ = std::max(unusable_, view.budget() - need);
+  }
   return out;
 }
 
-void ZeroOverheadSwapPolicy::end_iteration(const AccessTrace& trace) {
-  if (planned_ || view_ == nullptr) return;
-  ms_per_byte_ = view_->copy_ms_per_byte();
-  latency_ms_ = view_->copy_latency_ms();
-  plan_ = plan_zero_overhead_swap(view_->graph(), trace, {stick_to_limit_, view_->budget(), ms_per_byte_, latency_ms_});
+void ZeroOverheadSwapPolicy::plan(size_t target_budget) {
+  plan_ = plan_zero_overhead_swap(view_->graph(), measured_, {stick_to_limit_, target_budget, ms_per_byte_, latency_ms_});
+  by_op_.clear();
   for (const Action& a : plan_.plan.actions) by_op_[a.op].push_back(a);
-  planned_ = true;
+  target_budget_ = target_budget;
+}
+
+void ZeroOverheadSwapPolicy::end_iteration(const AccessTrace& trace) {
+  if (view_ == nullptr) return;
+  if (!planned_) {
+    ms_per_byte_ = view_->copy_ms_per_byte();
+    latency_ms_ = view_->copy_latency_ms();
+    measured_ = trace;
+    plan(view_->budget());
+    planned_ = true;
+  } else if (stick_to_limit_ && iteration_evictions_ > 0 && replans_ < kZeroOverheadReplans) {
+    // The allocator's fragmentation exceeded the headroom: plan again for less, by what it could
+    // not use, 5% to 10% of the budget at a time.
+    const size_t cut = std::clamp(unusable_, target_budget_ / 20, target_budget_ / 10);
+    plan(target_budget_ - cut);
+    ++replans_;
+  }
+  iteration_evictions_ = 0;
+  unusable_ = 0;
 }
 
 nlohmann::json ZeroOverheadSwapPolicy::report() const {
@@ -245,6 +278,8 @@ nlohmann::json ZeroOverheadSwapPolicy::report() const {
           // no-overhead: the smallest budget it reaches (the guided iterations' peak, predicted).
           {"smallest_budget_bytes", stick_to_limit_ ? nlohmann::json(nullptr) : nlohmann::json(plan_.peak_after)},
           {"passive_evictions_after_planning", passive_evictions_},
+          {"replans", replans_},
+          {"planned_for_budget_bytes", target_budget_},
           {"chosen", chosen}};
 }
 
