@@ -3,11 +3,23 @@
 # arena / lower bound for the caching and the planned allocator, and the peak that
 # zero-overhead-swap reaches with its measured overhead. Prints a markdown table.
 # Usage: [MODELS="resnet-tiny vgg-tiny"] [BATCHES="8 16"] [ITERS=4] bench/planned.sh [vtensor train args...]
-#   e.g. MODELS="vgg16 resnet50" BATCHES="64 128" bench/planned.sh --backend sim --gpu p100
+#   e.g. MODELS="vgg16 resnet50" BATCHES="64 128" bench/planned.sh --backend sim --gpu p100-16g
 # A batch of 0 means the model's preset. Extra arguments go to every `vtensor train` unchanged.
+#
+# Paper scale, end to end on the sim backend: bench/planned.sh paper OUTDIR
+#   [GPU=p100-16g] [POOL="model:batch,batch ..."] [ZOS="model:batch,batch ..."] [FRACTIONS="0.9 0.8 0.7"]
+# writes OUTDIR/pool.csv (arena / lower bound, every model of the zoo at several batches),
+# OUTDIR/zos.csv (zero-overhead-swap and -limit against none with an unlimited budget, and lru at
+# the same budgets), OUTDIR/zos_gpus.csv (zero-overhead-swap on several GPUs, GPUS="..."),
+# OUTDIR/json/ (every run's report) and prints them as markdown tables. ITERS (default 5): the
+# last iteration is reported (the first is the measured one; stick-to-limit may plan twice more).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${VTENSOR:-build/vtensor}
+if [ "${1:-}" = paper ]; then
+  out=${2:?usage: bench/planned.sh paper OUTDIR}
+  exec python3 bench/planned_paper.py "$bin" "$out"
+fi
 models=${MODELS:-"mlp-tiny vgg-tiny resnet-tiny"}
 batches=${BATCHES:-0}
 iters=${ITERS:-4}

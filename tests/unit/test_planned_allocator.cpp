@@ -66,6 +66,32 @@ TEST(Planners, RandomLifetimeSetsArePlannedWithoutOverlapAboveTheLowerBound) {
   }
 }
 
+// After placement every planner settles its blocks: no planned block could sit lower without
+// overlapping a block alive with it (best-fit alone leaves blocks in higher, tighter gaps).
+TEST(Planners, NoPlannedBlockCanMoveDown) {
+  std::mt19937_64 rng(13);
+  for (int round = 0; round < 30; ++round) {
+    const auto blocks = random_blocks(rng, 10 + static_cast<size_t>(round) * 3, round % 2 == 1);
+    for (const auto& name : planner_names()) {
+      const PlanResult p = find_planner(name)(blocks);
+      for (size_t i = 0; i < blocks.size(); ++i) {
+        if (blocks[i].fixed_offset >= 0) continue;
+        std::vector<std::pair<size_t, size_t>> busy;
+        for (size_t j = 0; j < blocks.size(); ++j)
+          if (j != i && blocks[i].start < blocks[j].end && blocks[j].start < blocks[i].end)
+            busy.emplace_back(p.offsets[j], p.offsets[j] + blocks[j].size);
+        std::sort(busy.begin(), busy.end());
+        size_t lowest = 0;
+        for (const auto& [off, end] : busy) {
+          if (off >= lowest + blocks[i].size) break;
+          lowest = std::max(lowest, end);
+        }
+        EXPECT_EQ(p.offsets[i], lowest) << name << ", round " << round << ", block " << i;
+      }
+    }
+  }
+}
+
 TEST(Planners, BestIsTheSmallestOfTheOthers) {
   std::mt19937_64 rng(11);
   for (int round = 0; round < 20; ++round) {

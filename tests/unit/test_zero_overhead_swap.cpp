@@ -2,6 +2,9 @@
 // the hiding conditions, the selection and the predicted peak.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <tuple>
+
 #include "vtensor/memory/allocator.h"
 #include "vtensor/policy/zero_overhead_swap.h"
 #include "vtensor/train/trainer.h"
@@ -25,6 +28,7 @@ Recorded record() {
   r.peak = r.trainer->step().peak_allocated;
   r.trace = r.trainer->memory().tracker().current();
   for (auto& a : r.trace.accesses) a.time_ns = static_cast<int64_t>(a.op_index) * 1000000;
+  r.trace.op_ms.assign(r.trainer->graph().num_ops(), 1.0);
   return r;
 }
 
@@ -53,6 +57,52 @@ TEST(ZeroOverheadSwapPlan, PredictsThePeakAndHidesEveryChosenCopy) {
   ZeroOverheadSwapPlan slow = plan_zero_overhead_swap(g, r.trace, {false, 0, ms_per_byte * 40, 0.0});
   EXPECT_LT(slow.hidden_candidates, p.hidden_candidates);
   EXPECT_GE(slow.peak_after, p.peak_after);
+}
+
+// Copies run one at a time per direction in issue order (the backends' copy streams): with a
+// link slow enough that copies queue, every chosen copy must still end by its deadline.
+TEST(ZeroOverheadSwapPlan, ChosenCopiesMeetTheirDeadlinesWhenQueued) {
+  Recorded r = record();
+  const Graph& g = r.trainer->graph();
+  const double ms_per_byte = 1.9 / (256.0 * 1024);  // a 256 KiB copy nearly fills its two ops
+  ZeroOverheadSwapPlan p = plan_zero_overhead_swap(g, r.trace, {false, 0, ms_per_byte, 0.0});
+  ASSERT_GT(p.chosen.size(), 1u);
+  EXPECT_LT(p.peak_after, p.peak_before);
+  // Op k runs from time k to k+1 (ms); copies are issued at the end of their op.
+  auto check = [&](bool out) {
+    std::vector<SwapChoice> q = p.chosen;
+    std::stable_sort(q.begin(), q.end(), [&](const SwapChoice& a, const SwapChoice& b) {
+      return out ? std::tie(a.swap_out_after, a.tensor) < std::tie(b.swap_out_after, b.tensor)
+                 : std::tie(a.prefetch_after, a.swap_out_after, a.tensor) < std::tie(b.prefetch_after, b.swap_out_after, b.tensor);
+    });
+    double free_at = 0;
+    for (const auto& c : q) {
+      const int issue = out ? c.swap_out_after : c.prefetch_after;
+      free_at = std::max(free_at, static_cast<double>(issue + 1)) + static_cast<double>(c.bytes) * ms_per_byte;
+      const double deadline = out ? c.swap_out_after + 3 : c.next_access;
+      EXPECT_LE(free_at, deadline + 1e-3) << (out ? "swap-out" : "prefetch") << " of tensor " << c.tensor;
+    }
+  };
+  check(true);
+  check(false);
+}
+
+// A measured iteration that stalled (stick-to-limit's passive first one) has gaps between its
+// accesses; with the kernels' times the plan ignores them, instead of hiding copies in stalls.
+TEST(ZeroOverheadSwapPlan, StallsInTheMeasuredIterationDoNotWidenWindows) {
+  Recorded r = record();
+  const Graph& g = r.trainer->graph();
+  const double ms_per_byte = 4.0 / (256.0 * 1024);  // a 256 KiB copy outlasts two 1 ms ops
+  const ZeroOverheadSwapConfig cfg{true, align_up(r.peak * 7 / 10), ms_per_byte, 0.0};
+  ZeroOverheadSwapPlan clean = plan_zero_overhead_swap(g, r.trace, cfg);
+  AccessTrace stalled = r.trace;
+  for (auto& a : stalled.accesses)  // every fifth op waited 5 ms before it started
+    a.time_ns += static_cast<int64_t>(a.op_index / 5) * 5000000;
+  EXPECT_EQ(plan_zero_overhead_swap(g, stalled, cfg).plan.actions, clean.plan.actions);
+  stalled.op_ms.clear();  // access times only: the stalls look like compute that hides copies
+  ZeroOverheadSwapPlan widened = plan_zero_overhead_swap(g, stalled, cfg);
+  EXPECT_GT(widened.hidden_candidates, clean.hidden_candidates);
+  EXPECT_NE(widened.plan.actions, clean.plan.actions);
 }
 
 TEST(ZeroOverheadSwapPlan, StickToLimitStopsAtTheBudgetAndMayStall) {

@@ -12,6 +12,37 @@ namespace {
 
 bool overlap_in_time(const BlockLifetime& a, const BlockLifetime& b) { return a.start < b.end && b.start < a.end; }
 
+// Lowers every planned block, lowest first, to the lowest offset where it overlaps no block alive
+// with it, until none moves: offsets only go down, so the arena never grows. Greedy placement
+// leaves holes under blocks placed above a gap that later blocks did not fill.
+void settle(const std::vector<BlockLifetime>& blocks, PlanResult& r) {
+  std::vector<size_t> order;
+  for (size_t i = 0; i < blocks.size(); ++i)
+    if (blocks[i].fixed_offset < 0) order.push_back(i);
+  std::vector<std::pair<size_t, size_t>> busy;
+  for (bool moved = true; moved;) {
+    moved = false;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return r.offsets[a] < r.offsets[b]; });
+    for (size_t i : order) {
+      busy.clear();
+      for (size_t j = 0; j < blocks.size(); ++j)
+        if (j != i && overlap_in_time(blocks[i], blocks[j])) busy.emplace_back(r.offsets[j], r.offsets[j] + blocks[j].size);
+      std::sort(busy.begin(), busy.end());
+      size_t cursor = 0;
+      for (const auto& [off, end] : busy) {
+        if (off >= cursor + blocks[i].size) break;
+        cursor = std::max(cursor, end);
+      }
+      if (cursor < r.offsets[i]) {
+        r.offsets[i] = cursor;
+        moved = true;
+      }
+    }
+  }
+  r.arena = 0;
+  for (size_t i = 0; i < blocks.size(); ++i) r.arena = std::max(r.arena, r.offsets[i] + blocks[i].size);
+}
+
 // Places blocks in `order`: each goes into the smallest gap (between blocks already placed that
 // overlap it in time) that holds it, the lowest such gap on ties; above them all when none does.
 PlanResult place_best_fit(const std::vector<BlockLifetime>& blocks, const std::vector<size_t>& order,
@@ -50,6 +81,7 @@ PlanResult place_best_fit(const std::vector<BlockLifetime>& blocks, const std::v
     r.arena = std::max(r.arena, r.offsets[i] + b.size);
     placed.push_back(i);
   }
+  settle(blocks, r);
   return r;
 }
 

@@ -8,7 +8,10 @@
 //                   block's lifetime, then size), the same best-fit placement.
 //   greedy-area:    largest size x lifetime first (long, large blocks settle at the bottom).
 //   best:           runs every planner above and keeps the smallest arena (ties: registry order).
-// Fixed blocks are placed first, where they are.
+// Fixed blocks are placed first, where they are. After placement every planner settles: each
+// block, lowest first, moves down to the lowest offset free over its lifetime, until none moves
+// (best-fit can leave a block in a high, tight gap above a lower one that a later block never
+// used; on vgg-tiny at batch 8 greedy-size went from 3.7% to 1.8% above the lower bound).
 // The lower bound on any plan's arena is the largest sum of live bytes at one instant.
 // Planners are O(n^2) in blocks: enough for graphs of a few thousand tensors, run once.
 #pragma once

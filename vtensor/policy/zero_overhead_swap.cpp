@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <tuple>
 #include <numeric>
 
 #include "vtensor/core/errors.h"
@@ -41,6 +42,16 @@ ZeroOverheadSwapPlan plan_zero_overhead_swap(const Graph& g, const AccessTrace& 
   start[static_cast<size_t>(n)] = t_end;
   for (int k = n - 1; k >= 0; --k)
     if (start[static_cast<size_t>(k)] < 0) start[static_cast<size_t>(k)] = start[static_cast<size_t>(k) + 1];
+  // With the kernels' own times, ops start back to back: a measured iteration that stalled (the
+  // passive first iteration of stick-to-limit) must not make windows look longer than they are.
+  if (trace.op_ms.size() >= static_cast<size_t>(n)) {
+    double t = 0;
+    for (int k = 0; k < n; ++k) {
+      start[static_cast<size_t>(k)] = t;
+      t += trace.op_ms[static_cast<size_t>(k)];
+    }
+    start[static_cast<size_t>(n)] = t;
+  }
   auto op_start = [&](int k) { return start[static_cast<size_t>(k)]; };
   auto op_end = [&](int k) { return start[static_cast<size_t>(k) + 1]; };
 
@@ -123,26 +134,70 @@ ZeroOverheadSwapPlan plan_zero_overhead_swap(const Graph& g, const AccessTrace& 
     return a.c.swap_out_after < b.c.swap_out_after;
   });
 
-  // Take candidates covering the peak until it fits the target.
+  // Take candidates covering the peak until it fits the target. Copies run one at a time per
+  // direction, in issue order: a candidate is hidden only if, queued behind (and in front of) the
+  // copies already chosen, every hidden copy still ends by its deadline. Adding a copy never makes
+  // another earlier, so a candidate that fails once is rejected for good.
   const int64_t target =
       cfg.stick_to_limit ? static_cast<int64_t>(static_cast<double>(cfg.budget) * kZeroOverheadHeadroom) : 0;
-  std::vector<bool> taken(cands.size(), false);
+  std::vector<char> taken(cands.size(), 0), queued_fail(cands.size(), 0);
+  std::vector<size_t> outs, ins;  // chosen candidates, in each direction's issue order
+  auto out_before = [&](size_t a, size_t b) {
+    const auto &x = cands[a].c, &y = cands[b].c;
+    return std::tie(x.swap_out_after, x.tensor) < std::tie(y.swap_out_after, y.tensor);
+  };
+  auto in_before = [&](size_t a, size_t b) {
+    const auto &x = cands[a].c, &y = cands[b].c;
+    return std::tie(x.prefetch_after, x.swap_out_after, x.tensor) < std::tie(y.prefetch_after, y.swap_out_after, y.tensor);
+  };
+  constexpr double kMarginMs = 1e-6;  // trace times are whole nanoseconds
+  // Every hidden copy of `queue` (plus `extra`) meets its deadline when run in issue order.
+  auto fifo_ok = [&](const std::vector<size_t>& queue, size_t extra, bool out_dir, auto before) {
+    std::vector<size_t> q = queue;
+    q.insert(std::upper_bound(q.begin(), q.end(), extra, before), extra);
+    double free_at = 0;
+    for (size_t i : q) {
+      const auto& c = cands[i].c;
+      const double copy_ms = cfg.latency_ms + static_cast<double>(c.bytes) * cfg.ms_per_byte;
+      const int issue = out_dir ? c.swap_out_after : c.prefetch_after;
+      const double end = std::max(op_end(issue), free_at) + copy_ms;
+      free_at = end;
+      const double deadline = out_dir ? op_end(c.swap_out_after + 2) : op_start(c.next_access);
+      if (c.hidden && end > deadline - kMarginMs) return false;
+    }
+    return true;
+  };
+  auto take = [&](size_t i) {
+    taken[i] = 1;
+    auto& c = cands[i].c;
+    outs.insert(std::upper_bound(outs.begin(), outs.end(), i, out_before), i);
+    ins.insert(std::upper_bound(ins.begin(), ins.end(), i, in_before), i);
+    for (int k = c.swap_out_after + 3; k <= c.prefetch_after; ++k) mem[static_cast<size_t>(k)] -= static_cast<int64_t>(c.bytes);
+  };
   for (;;) {
     const int pk = peak_op();
     if (mem[static_cast<size_t>(pk)] <= target) break;
-    size_t pick = cands.size();
-    for (size_t i = 0; i < cands.size(); ++i) {
+    auto covers = [&](size_t i) {
       const auto& c = cands[i].c;
-      if (!taken[i] && c.swap_out_after + 3 <= pk && pk <= c.prefetch_after) {
+      return !taken[i] && c.swap_out_after + 3 <= pk && pk <= c.prefetch_after;
+    };
+    size_t pick = cands.size();
+    for (size_t i = 0; i < cands.size() && pick == cands.size(); ++i) {
+      if (!cands[i].c.hidden || queued_fail[i] || !covers(i)) continue;
+      if (fifo_ok(outs, i, true, out_before) && fifo_ok(ins, i, false, in_before)) {
         pick = i;
-        break;
+      } else {
+        queued_fail[i] = 1;
       }
     }
+    // Stick-to-limit: when no copy hides, take the best-ranked one that stalls.
+    if (pick == cands.size() && cfg.stick_to_limit)
+      for (size_t i = 0; i < cands.size() && pick == cands.size(); ++i)
+        if (covers(i)) pick = i;
     if (pick == cands.size()) break;
-    taken[pick] = true;
-    const auto& c = cands[pick].c;
-    for (int k = c.swap_out_after + 3; k <= c.prefetch_after; ++k) mem[static_cast<size_t>(k)] -= static_cast<int64_t>(c.bytes);
-    out.chosen.push_back(c);
+    if (queued_fail[pick] || !cands[pick].c.hidden) cands[pick].c.hidden = false;
+    take(pick);
+    out.chosen.push_back(cands[pick].c);
   }
   out.peak_after = static_cast<size_t>(mem[static_cast<size_t>(peak_op())]);
   std::sort(out.chosen.begin(), out.chosen.end(), [](const SwapChoice& a, const SwapChoice& b) {
@@ -163,17 +218,40 @@ std::vector<Action> ZeroOverheadSwapPolicy::after_op(int op_index) {
 std::vector<Victim> ZeroOverheadSwapPolicy::choose_victims(size_t bytes, const MemoryView& view) {
   std::vector<Victim> out;
   for (TensorId id : least_recently_used(view, bytes, false)) out.push_back({id, EvictAction::kSwap});
-  if (planned_) passive_evictions_ += out.size();
+  if (planned_) {
+    passive_evictions_ += out.size();
+    iteration_evictions_ += out.size();
+    // Space the budget has but the allocator could not use (fragmentation).
+    const size_t need = view.allocated() + bytes;
+    if (need < view.budget()) unusable_ = std::max(unusable_, view.budget() - need);
+  }
   return out;
 }
 
-void ZeroOverheadSwapPolicy::end_iteration(const AccessTrace& trace) {
-  if (planned_ || view_ == nullptr) return;
-  ms_per_byte_ = view_->copy_ms_per_byte();
-  latency_ms_ = view_->copy_latency_ms();
-  plan_ = plan_zero_overhead_swap(view_->graph(), trace, {stick_to_limit_, view_->budget(), ms_per_byte_, latency_ms_});
+void ZeroOverheadSwapPolicy::plan(size_t target_budget) {
+  plan_ = plan_zero_overhead_swap(view_->graph(), measured_, {stick_to_limit_, target_budget, ms_per_byte_, latency_ms_});
+  by_op_.clear();
   for (const Action& a : plan_.plan.actions) by_op_[a.op].push_back(a);
-  planned_ = true;
+  target_budget_ = target_budget;
+}
+
+void ZeroOverheadSwapPolicy::end_iteration(const AccessTrace& trace) {
+  if (view_ == nullptr) return;
+  if (!planned_) {
+    ms_per_byte_ = view_->copy_ms_per_byte();
+    latency_ms_ = view_->copy_latency_ms();
+    measured_ = trace;
+    plan(view_->budget());
+    planned_ = true;
+  } else if (stick_to_limit_ && iteration_evictions_ > 0 && replans_ < kZeroOverheadReplans) {
+    // The allocator's fragmentation exceeded the headroom: plan again for less, by what it could
+    // not use, 5% to 10% of the budget at a time.
+    const size_t cut = std::clamp(unusable_, target_budget_ / 20, target_budget_ / 10);
+    plan(target_budget_ - cut);
+    ++replans_;
+  }
+  iteration_evictions_ = 0;
+  unusable_ = 0;
 }
 
 nlohmann::json ZeroOverheadSwapPolicy::report() const {
@@ -200,6 +278,8 @@ nlohmann::json ZeroOverheadSwapPolicy::report() const {
           // no-overhead: the smallest budget it reaches (the guided iterations' peak, predicted).
           {"smallest_budget_bytes", stick_to_limit_ ? nlohmann::json(nullptr) : nlohmann::json(plan_.peak_after)},
           {"passive_evictions_after_planning", passive_evictions_},
+          {"replans", replans_},
+          {"planned_for_budget_bytes", target_budget_},
           {"chosen", chosen}};
 }
 

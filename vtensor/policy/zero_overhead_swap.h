@@ -9,12 +9,18 @@
 //   Scores (each ranked, ranks summed, smallest first): absence time, absence x size, and the
 //     load above the limit (bytes above it summed over the ops of the absence).
 //   Selection: while the predicted peak (persistent + live tensors + workspace per op) is above
-//     the target, take the best-ranked candidate whose absence covers the peak op.
+//     the target, take the best-ranked candidate whose absence covers the peak op and whose copies,
+//     queued with those already chosen on one copy stream per direction (issue order), still
+//     leave every hidden copy on time: hiding each copy alone is not enough once they queue.
 //   no-overhead (`zero-overhead-swap`): only hidden copies; the target is 0, so it takes blocks
 //     while any covers the peak: the smallest budget it reaches is the peak it achieves.
 //   stick-to-limit (`zero-overhead-swap-limit`): the target is 95% of the budget; when hidden copies
 //     are not enough, copies that cannot be hidden are taken too (they stall), and anything still
-//     above the budget is evicted passively (LRU swap), as in iteration 1.
+//     above the budget is evicted passively (LRU swap), as in iteration 1. A guided iteration that
+//     still evicts (the allocator fragmented beyond the headroom) makes it plan again from the
+//     measured iteration for a lower target, at most kZeroOverheadReplans times.
+// Op times: the kernels' own times from the trace, back to back, so that the stalls of a passive
+// measured iteration do not widen the windows.
 // The plan depends on measured times: on the cpu backend which blocks hide can change from run
 // to run (memory figures of one run are still exact); on the sim backend's virtual clock it is
 // deterministic.
@@ -31,6 +37,9 @@ namespace vtensor {
 
 // stick-to-limit plans for this share of the budget: the rest absorbs the allocator's fragmentation.
 constexpr double kZeroOverheadHeadroom = 0.95;
+// stick-to-limit: when a guided iteration still evicts passively, plan again (from the measured
+// iteration) for the budget less the space the allocator could not use, at most this often.
+constexpr int kZeroOverheadReplans = 2;
 
 struct ZeroOverheadSwapConfig {
   bool stick_to_limit = false;
@@ -76,8 +85,15 @@ class ZeroOverheadSwapPolicy final : public Policy {
   bool planned_ = false;
   double ms_per_byte_ = 0, latency_ms_ = 0;
   ZeroOverheadSwapPlan plan_;
+  void plan(size_t target_budget);
+
   std::map<int, std::vector<Action>> by_op_;
+  AccessTrace measured_;
+  size_t target_budget_ = 0;
+  int replans_ = 0;
   uint64_t passive_evictions_ = 0;  // after planning: what the plan did not cover
+  uint64_t iteration_evictions_ = 0;
+  size_t unusable_ = 0;  // this iteration: the largest budget share the allocator failed to use
 };
 
 }  // namespace vtensor
