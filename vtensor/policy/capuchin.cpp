@@ -77,7 +77,7 @@ class Planner {
  private:
   struct SwapEval {
     bool ok = false;
-    int trigger = -1;
+    int trigger = -1, freed_from = -1;
     double stall = 0, out_start = 0, in_start = 0;
   };
 
@@ -182,7 +182,11 @@ class Planner {
     r.trigger = p;
     r.in_start = in_start(p);
     r.stall = std::max(0.0, r.in_start + c.swap_ns - start_[static_cast<size_t>(b)]);
-    r.ok = p >= e + 2 && hits_over(e + 2, p);  // the block is freed once the copy completes, after op e+1
+    // The block is freed once the copy completes, after op e+1 at the earliest; a copy queued
+    // behind others on the lane frees it later: counted from the first op after the copy starts.
+    r.freed_from = e + 2;
+    while (r.freed_from < in_.num_ops && start_[static_cast<size_t>(r.freed_from)] + kEpsNs < r.out_start) ++r.freed_from;
+    r.ok = p >= r.freed_from && hits_over(r.freed_from, p);
     return r;
   }
 
@@ -233,7 +237,7 @@ class Planner {
     c.swap_stall_ns = s.stall;
     c.prefetch_start_ns = s.in_start;
     c.order = order_++;
-    add_mem(c.evict_op + 2, s.trigger, -static_cast<long long>(c.bytes));
+    add_mem(s.freed_from, s.trigger, -static_cast<long long>(c.bytes));
     d2h_.add(s.out_start, c.swap_ns);
     h2d_.add(s.in_start, c.swap_ns);
     out_.plan.actions.push_back({ActionKind::kSwapOut, c.id, c.evict_op});
