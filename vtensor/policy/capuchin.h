@@ -19,8 +19,11 @@
 // each access gap of a tensor is a candidate of its own, and parameters are swap
 // candidates too; MSPS counts memory net of the inputs a drop keeps alive; re-ranking after a
 // choice is lazy (the top candidate is re-evaluated before it is taken: scores only fall as
-// chains grow and copy lanes fill). The predicted memory curve counts tensors only (op working
-// sets and workspaces are left to the passive fallback, which stays on in guided iterations).
+// chains grow and copy lanes fill); a chain counts each tensor once (a shared ancestor is
+// recomputed once). The predicted memory curve counts tensors only (op working sets and
+// workspaces are left to the passive fallback, which stays on in guided iterations), and frees
+// a swapped block from the first op after its copy starts (queued copies free later), not
+// after the copy ends: the gap shows as stalls in the OOM ladder.
 // Recomputation happens on access, not pre-triggered. Measured times make the plan, and with
 // it the memory figures, vary from run to run on a wall-clock backend.
 #pragma once
