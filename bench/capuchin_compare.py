@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """Capuchin / DTR / vDNN comparison: for each model and each budget (a fraction of the
-unmanaged peak at the model's default batch), every policy's overhead against `none` at that
-batch and its maximum batch under that budget (doubling, then bisection).
+unmanaged peak at the reference batch: the model's preset batch, or MODEL:BATCH), every
+policy's overhead against `none` at that batch and its maximum batch under that budget
+(doubling or halving from the reference batch, then bisection to within --precision of it).
 
-Usage: bench/capuchin_compare.py [--models resnet-tiny,vgg-tiny] [--fractions 0.5,0.25]
-           [--backend cpu] [--gpu NAME] [--iters 6] [--policies ...] [--max-batch-limit 4096] > out.csv
+Usage: bench/capuchin_compare.py [--models resnet-tiny,vgg-tiny|resnet50:32,...] [--fractions 0.5,0.25]
+           [--backend cpu] [--gpu NAME] [--iters 6] [--policies ...] [--max-batch-limit 4096]
+           [--precision 0] [--timeout 300] > out.csv
+Paper scale (sim): bench/capuchin_compare.py --models resnet50,vgg16,gpt2-small --backend sim --gpu p100-16g --iters 4 --precision 0.02
 Needs build/vtensor. Policies the binary does not list (e.g. vdnn-conv before its branch is
 merged) are skipped with a note on stderr. The first iteration is left out of the timings: it
 is Capuchin's measured (passive) iteration and warms caches for everyone else. Times are the
@@ -18,6 +21,8 @@ BIN = os.path.join(ROOT, "build", "vtensor")
 
 def run(args, model, policy, batch, budget, iters, tmp):
     report = os.path.join(tmp, "r.json")
+    if os.path.exists(report):
+        os.remove(report)
     cmd = [BIN, "train", "--model", model, "--policy", policy, "--iters", str(iters), "--quiet",
            "--backend", args.backend, "--report", report]
     if args.gpu:
@@ -26,8 +31,14 @@ def run(args, model, policy, batch, budget, iters, tmp):
         cmd += ["--batch", str(batch)]
     if budget:
         cmd += ["--budget", str(budget)]
-    p = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        print(f"timeout: {' '.join(cmd)}", file=sys.stderr)
+        return None
     if p.returncode != 0:
+        if "out of device memory" not in (p.stderr + p.stdout).lower():
+            print(f"failed (rc {p.returncode}): {' '.join(cmd)}\n{p.stderr[-400:]}", file=sys.stderr)
         return None
     with open(report) as f:
         return json.load(f)
@@ -44,15 +55,23 @@ def steady(rep, key):
 
 
 def max_batch(args, model, policy, budget, start, tmp):
-    fits = lambda b: run(args, model, policy, b, budget, 2, tmp) is not None
-    if not fits(1):
-        return 0
-    lo, hi = 1, max(2, start)
-    while hi <= args.max_batch_limit and fits(hi):
-        lo, hi = hi, hi * 2
-    if hi > args.max_batch_limit:
-        return lo
-    while hi - lo > 1:
+    # From the reference batch: double while it trains, or halve until it does; then bisect until
+    # hi - lo <= max(1, precision * lo). Iterations per probe: enough for Capuchin's guided one.
+    fits = lambda b: run(args, model, policy, b, budget, min(args.iters, 3), tmp) is not None
+    start = max(1, start)
+    if fits(start):
+        lo, hi = start, start * 2
+        while hi <= args.max_batch_limit and fits(hi):
+            lo, hi = hi, hi * 2
+        if hi > args.max_batch_limit:
+            return lo
+    else:
+        hi, lo = start, start // 2
+        while lo >= 1 and not fits(lo):
+            hi, lo = lo, lo // 2
+        if lo < 1:
+            return 0
+    while hi - lo > max(1, int(args.precision * lo)):
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if fits(mid) else (lo, mid)
     return lo
@@ -67,6 +86,8 @@ def main():
     ap.add_argument("--iters", type=int, default=6)
     ap.add_argument("--policies", default="none,capuchin-swap,capuchin-recompute,capuchin,dtr,vdnn-conv,lru,lru-recompute")
     ap.add_argument("--max-batch-limit", type=int, default=4096)
+    ap.add_argument("--precision", type=float, default=0.0, help="relative precision of the maximum batch (0: exact)")
+    ap.add_argument("--timeout", type=float, default=300, help="seconds per run; a run past it counts as failed")
     args = ap.parse_args()
     listed = subprocess.run([BIN, "policies"], capture_output=True, text=True).stdout
     policies = []
@@ -78,8 +99,9 @@ def main():
     print("model,backend,gpu,fraction,budget_bytes,policy,batch,peak_allocated_bytes,best_iteration_ms,none_best_iteration_ms,"
           "overhead_vs_none,swapped_out_bytes_per_iter,recomputed_ops_per_iter,stall_ms_per_iter,max_batch,max_batch_vs_none")
     with tempfile.TemporaryDirectory() as tmp:
-        for model in args.models.split(","):
-            base = run(args, model, "none", 0, 0, args.iters, tmp)
+        for spec in args.models.split(","):
+            model, _, ref_batch = spec.partition(":")
+            base = run(args, model, "none", int(ref_batch or 0), 1 << 40 if args.backend == "sim" else 0, args.iters, tmp)
             if base is None:
                 print(f"skipping {model}: none fails unbounded", file=sys.stderr)
                 continue

@@ -1,15 +1,16 @@
 // Capuchin's planner on DTR's operator logs (../shared/external/dtr-logs): for each budget,
 // the plan each mode makes and the overhead it predicts, (logged time + predicted stalls +
 // recompute time) / logged time. A prediction from the log's own operator times and an assumed
-// PCIe bandwidth, not an execution: running the plan needs the sim backend.
-// Usage: vtensor_dtr_log_plan LOG [--gbps 12] [--fractions 0.9,0.7,0.5,0.3] [--budgets BYTES,...]
+// PCIe bandwidth, not an execution (`vtensor replay --trace dtr:NAME --policy capuchin` runs it
+// on the sim backend). The log is read by trace_io (the reader replay uses).
+// Usage: vtensor_dtr_log_plan LOG|dtr:NAME [--gbps 12] [--fractions 0.9,0.7,0.5,0.3] [--budgets BYTES,...]
 #include <cstdio>
 #include <cstring>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include "vtensor/memory/dtr_log.h"
+#include "vtensor/memory/trace_io.h"
 #include "vtensor/policy/capuchin.h"
 
 using namespace vtensor;
@@ -39,17 +40,12 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  const LoggedProgram prog = read_dtr_log(log);
-  PlannerInput in;
-  in.num_ops = static_cast<int>(prog.op_names.size());
-  in.accesses = prog.trace.accesses;
+  const Graph g = load_trace(log);
+  PlannerInput in = planner_input(g, recorded_access_trace(g), ~size_t{0});
   in.swap_ns_per_byte = 1.0 / gbps;
-  for (const auto& t : prog.tensors)
-    in.tensors.push_back({t.bytes, t.producer, t.inputs, t.persistent, t.recomputable});
-  in.budget = ~size_t{0};
   const size_t peak = plan_capuchin(in, CapuchinMode::kHybrid).peak_before;
   for (double f : fractions) budgets.push_back(static_cast<double>(peak) * f);
-  const double total_ms = static_cast<double>(prog.total_time_ns) * 1e-6;
+  const double total_ms = recorded_total_ms(g);
   std::printf("log,ops,storages,unmanaged_peak_bytes,mode,budget_bytes,budget_fraction,predicted_peak_bytes,fits,"
               "swap_bytes,recompute_bytes,predicted_stall_ms,predicted_recompute_ms,logged_ms,predicted_overhead\n");
   for (double b : budgets) {

@@ -244,3 +244,41 @@ TEST(CapuchinPlanner, NothingToDoWhenThePeakFits) {
 }
 
 }  // namespace
+
+namespace {
+
+// The measured iteration stalled 500 ns before op 8 (a passive swap-in): access times say there
+// is room to hide a 100 ns copy; the kernel times (10 ns per op) say there is not.
+TEST(CapuchinPlanner, MeasuredKernelTimesNotStallsMakeTheFreeTime) {
+  std::vector<double> start = {0, 10, 20, 30, 40, 50, 60, 70, 580, 590};
+  TraceBuilder b(10, start);
+  b.in.swap_ns_per_byte = 1;  // 100 bytes: 100 ns
+  const TensorId a = b.tensor(100, 0, {}, false);
+  b.accesses(a, {1, 9});
+  const TensorId big = b.tensor(1000, 0, {}, true);
+  b.live(big, 3, 5);
+  b.in.budget = 1050;
+  const CapuchinPlan from_accesses = plan_capuchin(b.in, CapuchinMode::kSwap);
+  EXPECT_DOUBLE_EQ(candidate(from_accesses, a).free_time_ns, (590 - 100) - (20 + 100));
+  EXPECT_DOUBLE_EQ(candidate(from_accesses, a).swap_stall_ns, 0);
+  b.in.op_ns.assign(10, 10.0);
+  const CapuchinPlan from_kernels = plan_capuchin(b.in, CapuchinMode::kSwap);
+  EXPECT_DOUBLE_EQ(candidate(from_kernels, a).free_time_ns, (90 - 100) - (20 + 100));
+  EXPECT_GT(candidate(from_kernels, a).swap_stall_ns, 0) << "the copy cannot hide in 70 ns of kernels";
+}
+
+// A replayed program may hold a tensor past its last access (DTR logs release names late): the
+// predicted memory curve keeps it until then.
+TEST(CapuchinPlanner, ATensorCountsUntilItsRelease) {
+  TraceBuilder b(10);
+  const TensorId a = b.tensor(100, 0, {}, true);
+  b.accesses(a, {1, 2});
+  b.in.budget = 1 << 20;
+  EXPECT_EQ(plan_capuchin(b.in, CapuchinMode::kHybrid).memory_before[6], 0u);
+  b.in.tensors[static_cast<size_t>(a)].release_after = 7;
+  const CapuchinPlan p = plan_capuchin(b.in, CapuchinMode::kHybrid);
+  EXPECT_EQ(p.memory_before[7], 100u);
+  EXPECT_EQ(p.memory_before[8], 0u);
+}
+
+}  // namespace

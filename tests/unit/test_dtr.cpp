@@ -99,3 +99,20 @@ TEST(Dtr, EvictsTheStalestCheapestFirstAndNeverDropsParameters) {
 }
 
 }  // namespace
+
+namespace {
+
+// A replayed op (a DTR log's CALL) costs its recorded time, whatever the sizes it touches.
+TEST(Dtr, AReplayedOpCostsItsRecordedTime) {
+  Graph g;
+  const TensorId t = g.add_tensor({.name = "t", .shape = Shape{1 << 20}, .kind = TensorKind::kActivation});
+  Op slow{.kind = OpKind::kReplay, .name = "slow"};
+  slow.outputs = {t};
+  slow.recorded_ms = 2.5;
+  Op fast = slow;
+  fast.recorded_ms = 0.5;
+  EXPECT_DOUBLE_EQ(dtr_op_cost(g, slow), 2.5e6 + 1);
+  EXPECT_DOUBLE_EQ(dtr_op_cost(g, fast), 0.5e6 + 1);
+}
+
+}  // namespace

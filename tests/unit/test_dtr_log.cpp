@@ -1,12 +1,14 @@
-// read_dtr_log on a small hand-written log: storages (COPY is a second name, ALIAS a view),
-// lineage, mutation, op times and the access trace.
+// A DTR log as Capuchin's planner sees it, read by trace_io (the reader replay uses): storages
+// (COPY is a second name, ALIAS a view), lineage, op times and the access trace the recorded
+// times imply (recorded_access_trace).
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <fstream>
 #include <tuple>
 
-#include "vtensor/memory/dtr_log.h"
+#include "vtensor/memory/trace_io.h"
+#include "vtensor/policy/capuchin.h"
 
 using namespace vtensor;
 
@@ -18,7 +20,7 @@ std::string write_log(const std::string& text) {
   return path;
 }
 
-TEST(DtrLog, StoragesLineageMutationAndTimes) {
+TEST(DtrLog, StoragesLineageTimesAndTheAccessTrace) {
   const std::string path = write_log(R"({"ANNOTATION":"START","INSTRUCTION":"ANNOTATE"}
 {"INSTRUCTION":"CONSTANT","NAME":"w0"}
 {"INSTRUCTION":"MEMORY","MEMORY":"64","NAME":"w0"}
@@ -37,26 +39,29 @@ TEST(DtrLog, StoragesLineageMutationAndTimes) {
 {"ALIAS":"-1","INSTRUCTION":"ALIAS","NAME":"z"}
 {"INSTRUCTION":"RELEASE","NAME":"y"}
 )");
-  const LoggedProgram p = read_dtr_log(path);
-  ASSERT_EQ(p.op_names.size(), 4u);
-  EXPECT_EQ(p.op_names[2], "add_");
-  EXPECT_EQ(p.op_time_ns, (std::vector<int64_t>{100, 5, 20, 7}));
-  EXPECT_EQ(p.total_time_ns, 132);
-  EXPECT_EQ(p.backward_start_op, 2);
-  ASSERT_EQ(p.tensors.size(), 4u);  // w, y, the view (no bytes), z
-  const LoggedTensor &w = p.tensors[0], &y = p.tensors[1], &v = p.tensors[2], &z = p.tensors[3];
+  const Graph g = load_dtr_log(path);
+  ASSERT_EQ(g.num_ops(), 4u);
+  EXPECT_EQ(g.op(2).name, "add_");
+  ASSERT_EQ(g.num_tensors(), 3u);  // w, y, z: the view v is y's storage under another name
+  const AccessTrace t = recorded_access_trace(g);
+  ASSERT_EQ(t.op_ms.size(), 4u);
+  EXPECT_DOUBLE_EQ(t.op_ms[0], 100e-6);
+  EXPECT_DOUBLE_EQ(t.op_ms[3], 7e-6);
+
+  const PlannerInput in = planner_input(g, t, 1000);
+  ASSERT_EQ(in.tensors.size(), 3u);
+  const PlannerTensor &w = in.tensors[0], &y = in.tensors[1], &z = in.tensors[2];
   EXPECT_TRUE(w.persistent);
   EXPECT_EQ(w.bytes, 64u);
   EXPECT_EQ(y.bytes, 256u);
   EXPECT_EQ(y.producer, 0);
   EXPECT_EQ(y.inputs, (std::vector<TensorId>{0}));
-  EXPECT_FALSE(y.recomputable) << "mutated in place through its view";
-  EXPECT_EQ(v.bytes, 0u);
-  EXPECT_TRUE(z.recomputable);
+  EXPECT_TRUE(y.recomputable) << "a forward op (its later in-place write is the documented deviation)";
   EXPECT_EQ(z.producer, 3);
-  // The MUTATE reads the view's storage (y) and w, and writes y; all at op 2's start (105 ns).
+  EXPECT_FALSE(z.recomputable) << "after ANNOTATE BACKWARD";
+  // The MUTATE (through the view) reads y and w and writes y, all at op 2's start (105 ns).
   std::vector<std::tuple<TensorId, int, AccessKind, int64_t>> at2;
-  for (const auto& a : p.trace.accesses)
+  for (const auto& a : in.accesses)
     if (a.op_index == 2) at2.emplace_back(a.id, a.op_index, a.kind, a.time_ns);
   const std::vector<std::tuple<TensorId, int, AccessKind, int64_t>> want = {
       {1, 2, AccessKind::kRead, 105}, {0, 2, AccessKind::kRead, 105}, {1, 2, AccessKind::kWrite, 105}};
@@ -68,14 +73,14 @@ TEST(DtrLog, UnknownTensorNamesTheLine) {
   const std::string path = write_log(R"({"ARGS":["nope"],"INSTRUCTION":"CALL","NAME":"relu","RESULT":["z"],"TIME":"7"}
 )");
   try {
-    read_dtr_log(path);
+    load_dtr_log(path);
     FAIL() << "expected std::invalid_argument";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("line 1"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("nope"), std::string::npos) << e.what();
   }
   std::remove(path.c_str());
-  EXPECT_THROW(read_dtr_log("/nonexistent/dtr.log"), std::invalid_argument);
+  EXPECT_THROW(load_dtr_log("/nonexistent/dtr.log"), std::invalid_argument);
 }
 
 }  // namespace

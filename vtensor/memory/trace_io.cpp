@@ -453,4 +453,22 @@ double recorded_total_ms(const Graph& g) {
   return t;
 }
 
+AccessTrace recorded_access_trace(const Graph& g) {
+  AccessTrace t;
+  auto base = [&](TensorId id) {
+    while (g.tensor(id).view_of != kNoTensor) id = g.tensor(id).view_of;
+    return id;
+  };
+  double now_ms = 0;
+  for (const Op& op : g.ops()) {
+    const auto at = static_cast<int64_t>(std::llround(now_ms * 1e6));
+    for (TensorId in : op.inputs) t.accesses.push_back({base(in), op.index, AccessKind::kRead, at});
+    for (TensorId out : op.outputs) t.accesses.push_back({base(out), op.index, AccessKind::kWrite, at});
+    for (TensorId w : op.inplace) t.accesses.push_back({base(w), op.index, AccessKind::kWrite, at});
+    t.op_ms.push_back(op.recorded_ms);
+    now_ms += op.recorded_ms;
+  }
+  return t;
+}
+
 }  // namespace vtensor

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "vtensor/core/graph.h"
+#include "vtensor/memory/access_tracker.h"
 
 namespace vtensor {
 
@@ -38,5 +39,10 @@ std::string dtr_log_path(const std::string& name);  // throws std::invalid_argum
 
 // Sum of the recorded op times of a replayed graph.
 double recorded_total_ms(const Graph& g);
+// The access trace the graph's recorded op times imply, ops laid end to end: at each op's start
+// a read of every input, then a write of every output and in-place input (views as their base).
+// For planners run on a log without executing it (bench/dtr_log_plan.cpp). op_ms is filled;
+// swap_ns_per_byte is left 0 (a log holds no copies).
+AccessTrace recorded_access_trace(const Graph& g);
 
 }  // namespace vtensor

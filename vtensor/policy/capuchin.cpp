@@ -77,7 +77,7 @@ class Planner {
  private:
   struct SwapEval {
     bool ok = false;
-    int trigger = -1;
+    int trigger = -1, freed_from = -1;
     double stall = 0, out_start = 0, in_start = 0;
   };
 
@@ -121,13 +121,19 @@ class Planner {
       if (start_[i] < 0) start_[i] = i == 0 ? 0 : start_[i - 1];
     start_[n] = std::max(t_end, n ? start_[n - 1] : 0);
     for (size_t i = 1; i <= n; ++i) start_[i] = std::max(start_[i], start_[i - 1]);  // monotone
+    if (in_.op_ns.size() == n) {
+      start_[0] = 0;
+      for (size_t i = 0; i < n; ++i) start_[i + 1] = start_[i] + in_.op_ns[i];
+    }
     size_t persistent = 0;
     for (const auto& t : in_.tensors)
       if (t.persistent) persistent += t.bytes;
     mem_.assign(n, persistent);
-    for (size_t id = 0; id < nt; ++id)
-      if (!in_.tensors[id].persistent && first_[id] >= 0)
-        add_mem(first_[id], last_[id], static_cast<long long>(in_.tensors[id].bytes));
+    for (size_t id = 0; id < nt; ++id) {
+      if (in_.tensors[id].persistent || first_[id] < 0) continue;
+      last_[id] = std::max(last_[id], std::min(in_.tensors[id].release_after, static_cast<int>(n) - 1));  // alive till then
+      add_mem(first_[id], last_[id], static_cast<long long>(in_.tensors[id].bytes));
+    }
     for (size_t i = 0; i < n; ++i)
       if (mem_[i] > in_.budget) {
         if (out_.peak_window_first < 0) out_.peak_window_first = static_cast<int>(i);
@@ -176,14 +182,27 @@ class Planner {
     r.trigger = p;
     r.in_start = in_start(p);
     r.stall = std::max(0.0, r.in_start + c.swap_ns - start_[static_cast<size_t>(b)]);
-    r.ok = p >= e + 2 && hits_over(e + 2, p);  // the block is freed once the copy completes, after op e+1
+    // The block is freed once the copy completes, after op e+1 at the earliest; a copy queued
+    // behind others on the lane frees it later: counted from the first op after the copy starts.
+    r.freed_from = e + 2;
+    while (r.freed_from < in_.num_ops && start_[static_cast<size_t>(r.freed_from)] + kEpsNs < r.out_start) ++r.freed_from;
+    r.ok = p >= r.freed_from && hits_over(r.freed_from, p);
     return r;
   }
 
   // Is `in` alive (no work to have it) at op b, for a tensor dropped after op e_ctx?
-  double chain_ns(TensorId x, int b, int e_ctx, int depth = 0) const {
+  // Recompute time of x's chain at back-access b. Each tensor of the chain counts once (a shared
+  // ancestor is recomputed once; without this, diamonds in the lineage made the walk exponential).
+  double chain_ns(TensorId x, int b, int e_ctx) const {
+    if (seen_.size() != in_.tensors.size()) seen_.assign(in_.tensors.size(), 0);
+    ++stamp_;
+    return chain_walk(x, b, e_ctx, 0);
+  }
+  double chain_walk(TensorId x, int b, int e_ctx, int depth) const {
     const auto& t = in_.tensors[static_cast<size_t>(x)];
     if (!t.recomputable || t.producer < 0 || depth > 10000) return -1;
+    if (seen_[static_cast<size_t>(x)] == stamp_) return 0;
+    seen_[static_cast<size_t>(x)] = stamp_;
     double cost = dur(t.producer);
     for (TensorId inp : t.inputs) {
       const auto i = static_cast<size_t>(inp);
@@ -192,7 +211,7 @@ class Planner {
       for (int ci : cands_of_[i]) {
         const auto& c = out_.candidates[static_cast<size_t>(ci)];
         if (c.decision == CapuchinDecision::kRecompute && c.evict_op < b && b < c.back_op) {
-          const double sub = chain_ns(inp, b, c.evict_op, depth + 1);
+          const double sub = chain_walk(inp, b, c.evict_op, depth + 1);
           if (sub < 0) return -1;
           cost += sub;
           handled = true;
@@ -205,7 +224,7 @@ class Planner {
       if (handled) continue;
       if (it.persistent || (first_[i] <= b && b <= last_[i])) continue;  // alive
       if (last_[i] >= 0 && last_[i] < b && last_[i] > e_ctx) continue;  // held by the lineage reference
-      const double sub = chain_ns(inp, b, e_ctx, depth + 1);  // released before the drop: recomputed too
+      const double sub = chain_walk(inp, b, e_ctx, depth + 1);  // released before the drop: recomputed too
       if (sub < 0) return -1;
       cost += sub;
     }
@@ -218,7 +237,7 @@ class Planner {
     c.swap_stall_ns = s.stall;
     c.prefetch_start_ns = s.in_start;
     c.order = order_++;
-    add_mem(c.evict_op + 2, s.trigger, -static_cast<long long>(c.bytes));
+    add_mem(s.freed_from, s.trigger, -static_cast<long long>(c.bytes));
     d2h_.add(s.out_start, c.swap_ns);
     h2d_.add(s.in_start, c.swap_ns);
     out_.plan.actions.push_back({ActionKind::kSwapOut, c.id, c.evict_op});
@@ -361,6 +380,8 @@ class Planner {
   }
 
   const PlannerInput& in_;
+  mutable std::vector<int> seen_;  // chain_walk: stamp_ when counted in the current chain
+  mutable int stamp_ = 0;
   CapuchinMode mode_;
   CapuchinPlan out_;
   std::vector<double> start_;
@@ -386,6 +407,8 @@ PlannerInput planner_input(const Graph& g, const AccessTrace& trace, size_t budg
   in.num_ops = static_cast<int>(g.num_ops());
   in.budget = budget;
   in.swap_ns_per_byte = trace.swap_ns_per_byte;
+  if (trace.op_ms.size() == g.num_ops())
+    for (double ms : trace.op_ms) in.op_ns.push_back(ms * 1e6);
   for (const auto& a : trace.accesses)
     if (traced(a.kind)) in.accesses.push_back(a);
   in.tensors.resize(g.num_tensors());
@@ -394,6 +417,7 @@ PlannerInput planner_input(const Graph& g, const AccessTrace& trace, size_t budg
     p.bytes = t.bytes();
     p.persistent = t.persistent();
     p.producer = t.producer;
+    p.release_after = t.release_after;
     if (t.producer >= 0) {
       p.inputs = g.op(t.producer).inputs;
       p.recomputable = !t.persistent() && is_recomputable(g.op(t.producer));

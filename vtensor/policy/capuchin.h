@@ -14,11 +14,16 @@
 //   Guided execution: the plan's actions run after their ops each iteration; a prefetch found
 //   late at its back-access moves its trigger one op earlier next iteration; a changed access
 //   sequence sends the policy back to passive mode to measure again.
-// Deviations: each access gap of a tensor is a candidate of its own, and parameters are swap
+// Deviations: op start times come from the measured kernel times laid end to end (the passive
+// iteration's stalls would otherwise look like free time and make every swap look hidden);
+// each access gap of a tensor is a candidate of its own, and parameters are swap
 // candidates too; MSPS counts memory net of the inputs a drop keeps alive; re-ranking after a
 // choice is lazy (the top candidate is re-evaluated before it is taken: scores only fall as
-// chains grow and copy lanes fill). The predicted memory curve counts tensors only (op working
-// sets and workspaces are left to the passive fallback, which stays on in guided iterations).
+// chains grow and copy lanes fill); a chain counts each tensor once (a shared ancestor is
+// recomputed once). The predicted memory curve counts tensors only (op working sets and
+// workspaces are left to the passive fallback, which stays on in guided iterations), and frees
+// a swapped block from the first op after its copy starts (queued copies free later), not
+// after the copy ends: the gap shows as stalls in the OOM ladder.
 // Recomputation happens on access, not pre-triggered. Measured times make the plan, and with
 // it the memory figures, vary from run to run on a wall-clock backend.
 #pragma once
@@ -40,12 +45,17 @@ struct PlannerTensor {
   std::vector<TensorId> inputs;    // the producer's inputs: the lineage
   bool persistent = false;
   bool recomputable = false;       // the producer may be re-run
+  int release_after = -1;          // freed after this op when later than its last access (replayed logs)
 };
 
 struct PlannerInput {
   std::vector<PlannerTensor> tensors;  // indexed by TensorId
   std::vector<TensorAccess> accesses;  // recompute accesses are ignored
   int num_ops = 0;
+  // Per op, its measured kernel time. When given (num_ops entries), ops are laid end to end by
+  // it, so the stalls and passive swaps of the measured iteration do not count as free time;
+  // otherwise op start times are the first access times.
+  std::vector<double> op_ns;
   double swap_ns_per_byte = 0;
   size_t budget = 0;
 };

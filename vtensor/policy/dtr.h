@@ -7,7 +7,8 @@
 // approximation). Dropped tensors are recomputed when accessed.
 // Deviations: op cost comes from a static cost model (FLOPs, or elements touched for
 // memory-bound ops) instead of measured kernel times, so that choices, and with them memory
-// figures, are identical on every backend; staleness uses the logical access clock.
+// figures, are identical on every backend (a replayed op's cost is its recorded time, which is
+// as fixed and is what DTR measures); staleness uses the logical access clock.
 // Parameters, gradients and optimizer state cannot be recomputed: when nothing droppable is
 // left they are swapped to host, least recently used first (as lru-recompute does).
 #pragma once
@@ -17,7 +18,8 @@
 
 namespace vtensor {
 
-// The cost model DTR ranks by: FLOPs, or the elements an op reads and writes when larger.
+// The cost model DTR ranks by: FLOPs, or the elements an op reads and writes when larger; a
+// replayed op's recorded time (ns).
 double dtr_op_cost(const Graph& g, const Op& op);
 
 class DtrPolicy final : public Policy {
