@@ -34,6 +34,8 @@
 #include "vtensor/memory/allocator.h"
 #include "vtensor/train/trainer.h"
 
+#include "tests/support/cli.h"
+
 using namespace vtensor;
 
 namespace {
@@ -560,16 +562,8 @@ TEST_P(CudaTraining, LruAtHalfThePeakMatchesNoneBitForBit) {
 TEST(CudaCli, TrainOnCudaOrExitWithTheReason) {
   const std::string report =
       (std::filesystem::temp_directory_path() / ("vtensor_cuda_cli_" + std::to_string(getpid()) + ".json")).string();
-  const std::string cmd = std::string(VTENSOR_BINARY) +
-                          " train --model resnet-tiny --backend cuda --budget 64MiB --iters 3 --deterministic --quiet"
-                          " --report " + report + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  std::array<char, 4096> buf;
-  while (size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
-  const int status = pclose(p);
-  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  const auto [code, out] = vtensor::test::run_cli(
+      "train --model resnet-tiny --backend cuda --budget 64MiB --iters 3 --deterministic --quiet --report " + report);
   if (!cuda_available()) {
     EXPECT_EQ(code, 2) << out;
     EXPECT_NE(out.find("cuda"), std::string::npos) << out;

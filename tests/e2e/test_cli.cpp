@@ -8,26 +8,14 @@
 #include <nlohmann/json.hpp>
 #include <sys/wait.h>
 
+#include "tests/support/cli.h"
+
 namespace {
 
-struct Result {
-  int code;
-  std::string output;
-};
+using Result = vtensor::test::CliResult;
+Result run(const std::string& args) { return vtensor::test::run_cli(args); }
 
-Result run(const std::string& args) {
-  const std::string cmd = std::string(VTENSOR_BINARY) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  while (size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
-
-std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("vtensor_cli_" + std::to_string(getpid()) + "_" + name)).string();
-}
+std::string temp_path(const std::string& name) { return vtensor::test::temp_path("cli", name); }
 
 TEST(Cli, TrainWritesAReport) {
   const std::string report = temp_path("report.json");

@@ -9,22 +9,12 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "tests/support/cli.h"
+
 namespace {
 
-struct CliResult {
-  int code;
-  std::string output;
-};
-
-CliResult run_cli(const std::string& args) {
-  const std::string cmd = std::string(VTENSOR_BINARY) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  while (size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+using vtensor::test::CliResult;
+using vtensor::test::run_cli;
 
 TEST(CliTransformer, SeqAndAdamwReachTheReport) {
   const std::string report =

@@ -10,6 +10,8 @@
 #include "vtensor/memory/allocator.h"
 #include "vtensor/train/experiments.h"
 
+#include "tests/support/cli.h"
+
 using namespace vtensor;
 
 namespace {
@@ -63,24 +65,10 @@ TEST(Sweep, OomIsARowNotAnAbort) {
   EXPECT_THROW(sweep(sim_config("resnet-tiny", "none", 0), {"nope"}, parse_budgets("50%", "b"), {}), std::invalid_argument);
 }
 
-struct Result {
-  int code;
-  std::string output;
-};
+using Result = vtensor::test::CliResult;
+Result run(const std::string& args) { return vtensor::test::run_cli(args); }
 
-Result run(const std::string& args) {
-  const std::string cmd = std::string(VTENSOR_BINARY) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  while (size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
-
-std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("vtensor_exp_" + std::to_string(getpid()) + "_" + name)).string();
-}
+std::string temp_path(const std::string& name) { return vtensor::test::temp_path("exp", name); }
 
 TEST(CliExperiments, SweepWritesCsvAndJson) {
   for (const std::string ext : {".csv", ".json"}) {

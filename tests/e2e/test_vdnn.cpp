@@ -18,6 +18,8 @@
 #include "vtensor/train/experiments.h"
 #include "vtensor/train/trainer.h"
 
+#include "tests/support/cli.h"
+
 using namespace vtensor;
 
 namespace {
@@ -303,13 +305,8 @@ TEST(VdnnBudget, BelowWhatVdnnAllNeedsIsOutOfMemory) {
 namespace {
 
 std::pair<int, std::string> run_cli(const std::string& args) {
-  const std::string cmd = std::string(VTENSOR_BINARY) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  auto r = vtensor::test::run_cli(args);
+  return {r.code, r.output};
 }
 
 // The chosen configuration is printed and in the report; a budget too small exits 3 with the need.
