@@ -122,9 +122,10 @@ class Autodiff {
         if (db != kNoTensor) accumulate(f.inputs[2], db, f.layer);
         break;
       }
-      case OpKind::kBatchNorm: {
+      case OpKind::kBatchNorm:
+      case OpKind::kLayerNorm: {  // both save (y, mean, rstd); backward reads dy, x, gamma and the statistics
         TensorId x = f.inputs[0], gamma = f.inputs[1], beta = f.inputs[2];
-        Op op = bwd(f, OpKind::kBatchNormBwd, ".bwd");
+        Op op = bwd(f, f.kind == OpKind::kBatchNorm ? OpKind::kBatchNormBwd : OpKind::kLayerNormBwd, ".bwd");
         TensorId dx = new_grad(x), dg = new_grad(gamma), db = new_grad(beta);
         op.inputs = {dy, x, gamma, f.outputs[1], f.outputs[2]};
         op.outputs = {dx, dg, db};
@@ -216,19 +217,6 @@ class Autodiff {
         g_.add_op(op);
         if (op.attrs.accumulate) grad_[table] = dt;
         else accumulate(table, dt, f.layer);
-        break;
-      }
-      case OpKind::kLayerNorm: {
-        TensorId x = f.inputs[0], gamma = f.inputs[1], beta = f.inputs[2];
-        Op op = bwd(f, OpKind::kLayerNormBwd, ".bwd");
-        TensorId dx = new_grad(x), dg = new_grad(gamma), db = new_grad(beta);
-        op.inputs = {dy, x, gamma, f.outputs[1], f.outputs[2]};
-        op.outputs = {dx, dg, db};
-        op.flops = 2 * f.flops;
-        g_.add_op(op);
-        accumulate(x, dx, f.layer);
-        accumulate(gamma, dg, f.layer);
-        accumulate(beta, db, f.layer);
         break;
       }
       case OpKind::kGelu: {
