@@ -9,14 +9,13 @@
 #include "vtensor/memory/allocator.h"
 #include "vtensor/train/trainer.h"
 
+#include "tests/support/training.h"
+
 using namespace vtensor;
 
 namespace {
 
-struct TrainRun {
-  std::vector<IterationStats> iters;
-  std::vector<std::vector<float>> params, buffers;
-};
+using TrainRun = test::RunOutcome;
 
 TrainRun train(const std::string& model, const std::string& policy, size_t budget, int iters) {
   TrainConfig cfg;
@@ -24,35 +23,12 @@ TrainRun train(const std::string& model, const std::string& policy, size_t budge
   cfg.policy = policy;
   cfg.budget = budget;
   cfg.iters = iters;
-  Trainer t(cfg);
-  TrainRun r;
-  r.iters = t.run().iterations;
-  r.params = t.read_params();
-  for (const auto& info : t.graph().tensors())
-    if (info.kind == TensorKind::kBuffer) r.buffers.push_back(t.read(info.id));
-  return r;
+  return test::run_training(cfg);
 }
 
-size_t max_peak(const TrainRun& r) {
-  size_t p = 0;
-  for (const auto& s : r.iters) p = std::max(p, s.peak_allocated);
-  return p;
-}
+size_t max_peak(const TrainRun& r) { return r.peak; }
 
-void expect_bit_identical(const TrainRun& a, const TrainRun& b) {
-  ASSERT_EQ(a.iters.size(), b.iters.size());
-  for (size_t i = 0; i < a.iters.size(); ++i)
-    EXPECT_EQ(0, std::memcmp(&a.iters[i].loss, &b.iters[i].loss, sizeof(float)))
-        << "iteration " << i << ": " << a.iters[i].loss << " vs " << b.iters[i].loss;
-  ASSERT_EQ(a.params.size(), b.params.size());
-  for (size_t i = 0; i < a.params.size(); ++i)
-    EXPECT_EQ(0, std::memcmp(a.params[i].data(), b.params[i].data(), a.params[i].size() * sizeof(float)))
-        << "parameter " << i;
-  ASSERT_EQ(a.buffers.size(), b.buffers.size());
-  for (size_t i = 0; i < a.buffers.size(); ++i)
-    EXPECT_EQ(0, std::memcmp(a.buffers[i].data(), b.buffers[i].data(), a.buffers[i].size() * sizeof(float)))
-        << "running statistics " << i;
-}
+using test::expect_bit_identical;
 
 class TinyModel : public ::testing::TestWithParam<std::string> {};
 

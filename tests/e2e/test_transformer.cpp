@@ -13,14 +13,13 @@
 #include "vtensor/policy/policy.h"
 #include "vtensor/train/trainer.h"
 
+#include "tests/support/training.h"
+
 using namespace vtensor;
 
 namespace {
 
-struct TfmRun {
-  std::vector<IterationStats> iters;
-  std::vector<std::vector<float>> params, state;  // state: optimizer tensors
-};
+using TfmRun = test::RunOutcome;
 
 TfmRun train(const std::string& model, const std::string& policy, size_t budget, int iters, OptimizerKind opt,
           float lr) {
@@ -31,35 +30,12 @@ TfmRun train(const std::string& model, const std::string& policy, size_t budget,
   cfg.iters = iters;
   cfg.optimizer.kind = opt;
   cfg.optimizer.lr = lr;
-  Trainer t(cfg);
-  TfmRun r;
-  r.iters = t.run().iterations;
-  r.params = t.read_params();
-  for (const auto& info : t.graph().tensors())
-    if (info.kind == TensorKind::kOptimizerState) r.state.push_back(t.read(info.id));
-  return r;
+  return test::run_training(cfg);
 }
 
-size_t max_peak(const TfmRun& r) {
-  size_t p = 0;
-  for (const auto& s : r.iters) p = std::max(p, s.peak_allocated);
-  return p;
-}
+size_t max_peak(const TfmRun& r) { return r.peak; }
 
-void expect_bit_identical(const TfmRun& a, const TfmRun& b) {
-  ASSERT_EQ(a.iters.size(), b.iters.size());
-  for (size_t i = 0; i < a.iters.size(); ++i)
-    EXPECT_EQ(0, std::memcmp(&a.iters[i].loss, &b.iters[i].loss, sizeof(float)))
-        << "iteration " << i << ": " << a.iters[i].loss << " vs " << b.iters[i].loss;
-  ASSERT_EQ(a.params.size(), b.params.size());
-  for (size_t i = 0; i < a.params.size(); ++i)
-    EXPECT_EQ(0, std::memcmp(a.params[i].data(), b.params[i].data(), a.params[i].size() * sizeof(float)))
-        << "parameter " << i;
-  ASSERT_EQ(a.state.size(), b.state.size());
-  for (size_t i = 0; i < a.state.size(); ++i)
-    EXPECT_EQ(0, std::memcmp(a.state[i].data(), b.state[i].data(), a.state[i].size() * sizeof(float)))
-        << "optimizer state " << i;
-}
+using test::expect_bit_identical;
 
 class TinyTransformer : public ::testing::TestWithParam<std::string> {};
 
@@ -76,7 +52,7 @@ TEST_P(TinyTransformer, LossFallsWithAdam) {
     const float first = r.iters.front().loss, last = r.iters.back().loss;
     EXPECT_TRUE(std::isfinite(last));
     EXPECT_LT(last, 0.5f * first) << GetParam() << " " << to_string(k) << ": loss " << first << " -> " << last;
-    EXPECT_EQ(r.state.size(), 2 * r.params.size()) << "Adam keeps m and v per parameter";
+    EXPECT_EQ(r.optimizer_state.size(), 2 * r.params.size()) << "Adam keeps m and v per parameter";
   }
 }
 

@@ -20,17 +20,13 @@
 
 #include "tests/support/cli.h"
 
+#include "tests/support/training.h"
+
 using namespace vtensor;
 
 namespace {
 
-struct VdnnRun {
-  std::vector<IterationStats> iters;
-  std::vector<std::vector<float>> params, buffers;
-  nlohmann::json report;
-  size_t peak = 0;
-  uint64_t swapped_out = 0, swapped_in = 0;
-};
+using VdnnRun = test::RunOutcome;
 
 VdnnRun train(const std::string& model, const std::string& policy, size_t budget, int iters, int batch = 0,
               bool inplace_relu_grad = false) {
@@ -41,33 +37,10 @@ VdnnRun train(const std::string& model, const std::string& policy, size_t budget
   cfg.policy = policy;
   cfg.budget = budget;
   cfg.iters = iters;
-  Trainer t(cfg);
-  VdnnRun r;
-  TrainResult res = t.run();
-  r.iters = res.iterations;
-  r.report = res.policy_report;
-  r.params = t.read_params();
-  for (const auto& info : t.graph().tensors())
-    if (info.kind == TensorKind::kBuffer) r.buffers.push_back(t.read(info.id));
-  for (const auto& s : r.iters) {
-    r.peak = std::max(r.peak, s.peak_allocated);
-    r.swapped_out += s.counters.swapped_out_bytes;
-    r.swapped_in += s.counters.swapped_in_bytes;
-  }
-  return r;
+  return test::run_training(cfg);
 }
 
-void expect_bit_identical(const VdnnRun& a, const VdnnRun& b) {
-  ASSERT_EQ(a.iters.size(), b.iters.size());
-  for (size_t i = 0; i < a.iters.size(); ++i)
-    EXPECT_EQ(0, std::memcmp(&a.iters[i].loss, &b.iters[i].loss, sizeof(float))) << "iteration " << i;
-  ASSERT_EQ(a.params.size(), b.params.size());
-  for (size_t i = 0; i < a.params.size(); ++i)
-    EXPECT_EQ(0, std::memcmp(a.params[i].data(), b.params[i].data(), a.params[i].size() * sizeof(float))) << "parameter " << i;
-  ASSERT_EQ(a.buffers.size(), b.buffers.size());
-  for (size_t i = 0; i < a.buffers.size(); ++i)
-    EXPECT_EQ(0, std::memcmp(a.buffers[i].data(), b.buffers[i].data(), a.buffers[i].size() * sizeof(float))) << "buffer " << i;
-}
+using test::expect_bit_identical;
 
 constexpr int kIters = 4;
 
@@ -85,9 +58,9 @@ TEST_P(Vdnn, AllAndConvOffloadBelowNonesPeakBitForBit) {
     EXPECT_EQ(r.swapped_in, r.swapped_out);  // everything offloaded comes back
     EXPECT_LT(r.peak, base.peak);
     EXPECT_LE(r.peak, budget);
-    EXPECT_EQ(r.peak, r.report["predicted_peak_bytes"].get<size_t>()) << "the plan's peak is the measured one";
+    EXPECT_EQ(r.peak, r.result.policy_report["predicted_peak_bytes"].get<size_t>()) << "the plan's peak is the measured one";
     size_t layers_offloaded = 0, bytes = 0;
-    for (const auto& l : r.report["layers"]) {
+    for (const auto& l : r.result.policy_report["layers"]) {
       layers_offloaded += l["offloaded"].get<bool>();
       bytes += l["offloaded_bytes"].get<size_t>();
     }
@@ -113,8 +86,8 @@ TEST_P(Vdnn, InplaceReluGradientIsBitIdenticalAndPlannedExactly) {
     EXPECT_GT(r.swapped_out, 0u);
     EXPECT_EQ(r.swapped_in, r.swapped_out);
     EXPECT_LE(r.peak, budget);
-    EXPECT_EQ(r.peak, r.report["predicted_peak_bytes"].get<size_t>()) << "the plan's peak is the measured one";
-    if (policy == "vdnn-dyn") EXPECT_EQ(r.report["configurations"][0]["predicted_peak_bytes"].get<size_t>(), shared.peak);
+    EXPECT_EQ(r.peak, r.result.policy_report["predicted_peak_bytes"].get<size_t>()) << "the plan's peak is the measured one";
+    if (policy == "vdnn-dyn") EXPECT_EQ(r.result.policy_report["configurations"][0]["predicted_peak_bytes"].get<size_t>(), shared.peak);
   }
 }
 
@@ -239,7 +212,7 @@ TEST(VdnnPaperScale, Vgg16At256FitsTwelveGiBWithTheInplaceReluBackward) {
 std::vector<size_t> walk_ladder(const std::string& model, int batch) {
   const VdnnRun base = train(model, "none", 0, kIters, batch);
   const VdnnRun probe = train(model, "vdnn-dyn", 0, 1, batch);
-  const auto& configs = probe.report["configurations"];
+  const auto& configs = probe.result.policy_report["configurations"];
   EXPECT_EQ(configs.size(), 5u);
   EXPECT_TRUE(configs[0]["chosen"].get<bool>());
   EXPECT_EQ(configs[0]["predicted_peak_bytes"].get<size_t>(), base.peak);
@@ -252,9 +225,9 @@ std::vector<size_t> walk_ladder(const std::string& model, int batch) {
     SCOPED_TRACE("rung " + std::to_string(k + 1));
     const VdnnRun r = train(model, "vdnn-dyn", budget, kIters, batch);
     expect_bit_identical(base, r);
-    EXPECT_TRUE(r.report["configurations"][k]["chosen"].get<bool>());
-    EXPECT_EQ(r.report["offload"], configs[k]["offload"]);
-    EXPECT_EQ(r.report["conv_algorithm"], configs[k]["conv_algorithm"]);
+    EXPECT_TRUE(r.result.policy_report["configurations"][k]["chosen"].get<bool>());
+    EXPECT_EQ(r.result.policy_report["offload"], configs[k]["offload"]);
+    EXPECT_EQ(r.result.policy_report["conv_algorithm"], configs[k]["conv_algorithm"]);
     EXPECT_EQ(r.peak, budget);  // the plan's peak is the measured one
     EXPECT_LT(r.peak, base.peak);
     EXPECT_GT(r.swapped_out, 0u);
@@ -279,7 +252,7 @@ TEST(VdnnDyn, TakesTheLeanConvAlgorithmsWhenOnlyTheyFit) {
 
 TEST(VdnnBudget, BelowWhatVdnnAllNeedsIsOutOfMemory) {
   const VdnnRun all = train("resnet-tiny", "vdnn-all", 0, 1);
-  const size_t need = all.report["predicted_peak_bytes"].get<size_t>();
+  const size_t need = all.result.policy_report["predicted_peak_bytes"].get<size_t>();
   const size_t budget = need - 4 * kAllocAlignment;
   for (const std::string policy : {"vdnn-all", "vdnn-conv", "vdnn-dyn"}) {
     SCOPED_TRACE(policy);

@@ -7,14 +7,13 @@
 #include "vtensor/memory/allocator.h"
 #include "vtensor/train/trainer.h"
 
+#include "tests/support/training.h"
+
 using namespace vtensor;
 
 namespace {
 
-struct SwapRun {
-  TrainResult result;
-  std::vector<std::vector<float>> params, buffers;
-};
+using SwapRun = test::RunOutcome;
 
 SwapRun train(const std::string& policy, size_t budget, int iters, const std::string& allocator = "caching",
               const std::string& model = "resnet-tiny", const std::string& backend = "cpu") {
@@ -26,27 +25,10 @@ SwapRun train(const std::string& policy, size_t budget, int iters, const std::st
   cfg.allocator = allocator;
   cfg.budget = budget;
   cfg.iters = iters;
-  Trainer t(cfg);
-  SwapRun r;
-  r.result = t.run();
-  if (backend == "sim") return r;  // no values on the sim backend
-  r.params = t.read_params();
-  for (const auto& info : t.graph().tensors())
-    if (info.kind == TensorKind::kBuffer) r.buffers.push_back(t.read(info.id));
-  return r;
+  return test::run_training(cfg);  // no values on the sim backend
 }
 
-void expect_bit_identical(const SwapRun& a, const SwapRun& b) {
-  ASSERT_EQ(a.result.iterations.size(), b.result.iterations.size());
-  for (size_t i = 0; i < a.result.iterations.size(); ++i)
-    EXPECT_EQ(0, std::memcmp(&a.result.iterations[i].loss, &b.result.iterations[i].loss, sizeof(float))) << "iteration " << i;
-  ASSERT_EQ(a.params.size(), b.params.size());
-  for (size_t i = 0; i < a.params.size(); ++i)
-    EXPECT_EQ(0, std::memcmp(a.params[i].data(), b.params[i].data(), a.params[i].size() * sizeof(float))) << "parameter " << i;
-  ASSERT_EQ(a.buffers.size(), b.buffers.size());
-  for (size_t i = 0; i < a.buffers.size(); ++i)
-    EXPECT_EQ(0, std::memcmp(a.buffers[i].data(), b.buffers[i].data(), a.buffers[i].size() * sizeof(float))) << "buffer " << i;
-}
+using test::expect_bit_identical;
 
 class NoOverhead : public ::testing::TestWithParam<std::string> {};
 
