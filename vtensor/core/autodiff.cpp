@@ -82,6 +82,17 @@ class Autodiff {
     return op;
   }
 
+  // A backward op whose one output is the gradient of f's first input.
+  void unary_bwd(const Op& f, OpKind kind, std::vector<TensorId> inputs, double flops) {
+    Op op = bwd(f, kind, ".bwd");
+    TensorId dx = new_grad(f.inputs[0]);
+    op.inputs = std::move(inputs);
+    op.outputs = {dx};
+    op.flops = flops;
+    g_.add_op(op);
+    accumulate(f.inputs[0], dx, f.layer);
+  }
+
   void backward_of(const Op& f) {
     if (f.kind == OpKind::kData || f.kind == OpKind::kTokenData || f.optimizer || f.backward) return;
     TensorId y = f.outputs.at(0);
@@ -137,23 +148,11 @@ class Autodiff {
         break;
       }
       case OpKind::kRelu: {
-        Op op = bwd(f, OpKind::kReluBwd, ".bwd");
-        TensorId dx = new_grad(f.inputs[0]);
-        op.inputs = {dy, y};
-        op.outputs = {dx};
-        op.flops = f.flops;
-        g_.add_op(op);
-        accumulate(f.inputs[0], dx, f.layer);
+        unary_bwd(f, OpKind::kReluBwd, {dy, y}, f.flops);
         break;
       }
       case OpKind::kMaxPool: {
-        Op op = bwd(f, OpKind::kMaxPoolBwd, ".bwd");
-        TensorId dx = new_grad(f.inputs[0]);
-        op.inputs = {dy, f.inputs[0]};
-        op.outputs = {dx};
-        op.flops = 2 * f.flops;
-        g_.add_op(op);
-        accumulate(f.inputs[0], dx, f.layer);
+        unary_bwd(f, OpKind::kMaxPoolBwd, {dy, f.inputs[0]}, 2 * f.flops);
         break;
       }
       case OpKind::kGlobalAvgPool:
@@ -220,13 +219,7 @@ class Autodiff {
         break;
       }
       case OpKind::kGelu: {
-        Op op = bwd(f, OpKind::kGeluBwd, ".bwd");
-        TensorId dx = new_grad(f.inputs[0]);
-        op.inputs = {dy, f.inputs[0]};
-        op.outputs = {dx};
-        op.flops = 2 * f.flops;
-        g_.add_op(op);
-        accumulate(f.inputs[0], dx, f.layer);
+        unary_bwd(f, OpKind::kGeluBwd, {dy, f.inputs[0]}, 2 * f.flops);
         break;
       }
       case OpKind::kBatchedMatmul: {
@@ -242,13 +235,7 @@ class Autodiff {
         break;
       }
       case OpKind::kSoftmax: {
-        Op op = bwd(f, OpKind::kSoftmaxBwd, ".bwd");
-        TensorId dx = new_grad(f.inputs[0]);
-        op.inputs = {dy, y};
-        op.outputs = {dx};
-        op.flops = f.flops;
-        g_.add_op(op);
-        accumulate(f.inputs[0], dx, f.layer);
+        unary_bwd(f, OpKind::kSoftmaxBwd, {dy, y}, f.flops);
         break;
       }
       case OpKind::kReshape: {
