@@ -235,9 +235,7 @@ void MemoryManager::restore(TensorId id) {
       --s.locks;
       [[fallthrough]];
     case Residency::kSwappingIn: {
-      const double stalled = counters_.stall_ms;
       wait_copy(s);
-      if (counters_.stall_ms > stalled) policy_->on_stall(id, counters_.stall_ms - stalled);
       free_host(s);
       s.residency = Residency::kResident;
       return;

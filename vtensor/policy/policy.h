@@ -64,15 +64,14 @@ class Policy {
   // Per-op conv algorithm for the coming iteration (indexed by op; empty: all ConvAlgo::kFast).
   // The memory manager sizes workspaces by it and the executor passes it to the kernels.
   virtual std::vector<ConvAlgo> conv_algorithms() const { return {}; }
-  // The compute stream waited `ms` for tensor `id` to come back from host (a late or missing prefetch).
-  virtual void on_stall(TensorId id, double ms) {}
   // Actions to carry out after op `op_index` has been launched.
   virtual std::vector<Action> after_op(int op_index) { return {}; }
   // An allocation of `bytes` did not fit: which tensors to evict (in order). Empty: give up (OOM).
   virtual std::vector<Victim> choose_victims(size_t bytes, const MemoryView& view) = 0;
   virtual void end_iteration(const AccessTrace& trace) {}
   // An access found `id` not resident (`from`: on host, swapping in, dropped) and waited
-  // `waited_ms` for its copy or recomputation (feedback for planned prefetches).
+  // `waited_ms` for its copy back from host or its recomputation: a late or missing prefetch
+  // (Capuchin's feedback, vDNN's per-layer stall time).
   virtual void on_restore(TensorId id, int op_index, Residency from, double waited_ms) {}
   // Lossless policies must give bit-identical training to `none`.
   virtual bool lossless() const { return true; }

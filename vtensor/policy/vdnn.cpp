@@ -301,7 +301,8 @@ std::vector<Victim> VdnnPolicy::choose_victims(size_t bytes, const MemoryView& v
                          chosen().predicted_peak);
 }
 
-void VdnnPolicy::on_stall(TensorId id, double ms) {
+void VdnnPolicy::on_restore(TensorId id, int op_index, Residency from, double ms) {
+  if (from == Residency::kDropped || ms <= 0) return;  // only waits for copies back from host
   const int k = static_cast<size_t>(id) < layer_of_input_.size() ? layer_of_input_[static_cast<size_t>(id)] : -1;
   if (k < 0) return;
   plan_.layers[static_cast<size_t>(k)].stall_ms += ms;

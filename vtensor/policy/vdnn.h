@@ -78,7 +78,7 @@ class VdnnPolicy final : public Policy {
   std::vector<ConvAlgo> conv_algorithms() const override { return algos_; }
   std::vector<Action> after_op(int op_index) override;
   std::vector<Victim> choose_victims(size_t bytes, const MemoryView& view) override;
-  void on_stall(TensorId id, double ms) override;
+  void on_restore(TensorId id, int op_index, Residency from, double waited_ms) override;
   nlohmann::json report() const override;
   std::string summary() const override;
 
