@@ -414,12 +414,12 @@ class Planner {
         continue;
       }
       // A drop can cost memory elsewhere (later recomputations bring it back early): undo one
-      // that leaves more bytes over the budget than before.
+      // that does not lower the bytes over the budget.
       const std::vector<size_t> mem = mem_;
       const std::vector<int> held = held_from_;
       const double over = excess();
       apply_recompute(c, o.chain);
-      if (excess() > over) {
+      if (excess() >= over) {
         mem_ = mem, held_from_ = held;
         c.decision = CapuchinDecision::kKeep;
         c.order = -1;

@@ -22,7 +22,7 @@
 // chains grow and copy lanes fill); a chain counts each tensor once (a shared ancestor is
 // recomputed once). The predicted memory curve counts tensors, plus the evicted inputs a
 // recomputation brings back early (they stay until their own back-access, as at run time); a
-// drop that would leave more bytes over the budget than before is undone. Workspaces are left
+// drop that does not lower the bytes over the budget is undone. Workspaces are left
 // to the passive fallback, which stays on in guided iterations; when the plan fits and a request
 // is within the budget (fragmentation), the fallback evicts nothing and the memory manager
 // compacts. A swapped block is freed from the first op after its copy starts (queued copies
