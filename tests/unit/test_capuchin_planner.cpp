@@ -186,7 +186,7 @@ TEST(CapuchinPlanner, RecomputeNeedsALiveSource) {
 }
 
 TEST(CapuchinPlanner, HybridTakesTheCheaperPerTensor) {
-  TraceBuilder t(10);
+  TraceBuilder t(10, {0, 10, 40, 50, 60, 70, 80, 90, 100, 110});  // op 1 is long enough for p_'s swap-out
   t.in.swap_ns_per_byte = 0.2;
   const TensorId w = t.tensor(8, -1, {}, false, true);
   const TensorId p_ = t.tensor(100, 0, {}, true);  // long gap: its copy hides
@@ -282,3 +282,59 @@ TEST(CapuchinPlanner, ATensorCountsUntilItsRelease) {
 }
 
 }  // namespace
+
+TEST(CapuchinPlanner, HybridCountsTheSwapOutWaitAtTheNextOp) {
+  // The memory manager completes a swap-out by the end of the op after its issue: a 25 ns copy
+  // after op 0 holds compute 15 ns at the end of op 1, more than recomputing a (10 ns).
+  TraceBuilder b(10);
+  b.in.swap_ns_per_byte = 0.25;
+  const TensorId a = b.tensor(100, 0, {}, true);
+  b.accesses(a, {0, 9});
+  const TensorId big = b.tensor(1000, 3, {}, false);
+  b.live(big, 3, 5);
+  b.in.budget = 1050;
+  const CapuchinPlan h = plan_capuchin(b.in, CapuchinMode::kHybrid);
+  EXPECT_EQ(candidate(h, a).decision, CapuchinDecision::kRecompute);
+  EXPECT_DOUBLE_EQ(candidate(h, a).swap_out_stall_ns, 15);
+  EXPECT_TRUE(h.fits);
+  // Swap only: no alternative, the swap is taken.
+  EXPECT_EQ(candidate(plan_capuchin(b.in, CapuchinMode::kSwap), a).decision, CapuchinDecision::kSwap);
+}
+
+TEST(CapuchinPlanner, ARecomputationHoldsTheInputsItBringsBack) {
+  // y = f(x); both dropped over the peak (ops 2-4). Recomputing y at op 6 recomputes x, which
+  // then stays on the device until its own back-access at op 8: the curve holds it at ops 6-7.
+  TraceBuilder b(10);
+  const TensorId x = b.tensor(100, 0, {}, true);
+  const TensorId y = b.tensor(100, 1, {x}, true);
+  b.accesses(x, {0, 1, 8});
+  b.accesses(y, {1, 6});
+  const TensorId big = b.tensor(1000, 2, {}, false);
+  b.live(big, 2, 4);
+  b.in.budget = 1000;
+  const CapuchinPlan p = plan_capuchin(b.in, CapuchinMode::kRecompute);
+  ASSERT_EQ(candidate(p, x).decision, CapuchinDecision::kRecompute);
+  ASSERT_EQ(candidate(p, y).decision, CapuchinDecision::kRecompute);
+  EXPECT_EQ(p.memory_after[5], 0u);
+  EXPECT_EQ(p.memory_after[6], 200u) << "y and x, recomputed for it";
+  EXPECT_EQ(p.memory_after[7], 100u) << "x, held until op 8";
+  EXPECT_TRUE(p.fits);
+}
+
+TEST(CapuchinPlanner, ADropThatRaisesTheExcessIsUndone) {
+  // x is dropped first (gap 1..8). Dropping y too would free it at op 2 only, and recomputing it
+  // at op 3 would bring x back for ops 3-7, all over the budget: more bytes over than before.
+  TraceBuilder b(10);
+  const TensorId x = b.tensor(100, 0, {}, true);
+  const TensorId y = b.tensor(100, 1, {x}, true);
+  b.accesses(x, {0, 1, 8});
+  b.accesses(y, {1, 3});
+  const TensorId big = b.tensor(1000, 2, {}, false);
+  b.live(big, 2, 6);
+  b.in.budget = 1050;
+  const CapuchinPlan p = plan_capuchin(b.in, CapuchinMode::kRecompute);
+  EXPECT_EQ(candidate(p, x).decision, CapuchinDecision::kRecompute);
+  EXPECT_EQ(candidate(p, y).decision, CapuchinDecision::kKeep);
+  EXPECT_EQ(p.memory_after[3], 1100u);
+  EXPECT_FALSE(p.fits);
+}

@@ -78,13 +78,19 @@ class Planner {
   struct SwapEval {
     bool ok = false;
     int trigger = -1, freed_from = -1;
-    double stall = 0, out_start = 0, in_start = 0;
+    double stall = 0, out_stall = 0, out_start = 0, in_start = 0;
+    double cost() const { return stall + out_stall; }
   };
 
   size_t n_ops() const { return static_cast<size_t>(in_.num_ops); }
   double dur(int op) const { return start_[static_cast<size_t>(op) + 1] - start_[static_cast<size_t>(op)]; }
   size_t peak() const { return mem_.empty() ? 0 : *std::max_element(mem_.begin(), mem_.end()); }
   bool fits() const { return peak() <= in_.budget; }
+  double excess() const {  // bytes over the budget, summed over the ops
+    double sum = 0;
+    for (size_t m : mem_) sum += m > in_.budget ? static_cast<double>(m - in_.budget) : 0;
+    return sum;
+  }
   bool hits_over(int first, int last) const {
     for (int i = std::max(first, 0); i <= last && i < in_.num_ops; ++i)
       if (mem_[static_cast<size_t>(i)] > in_.budget) return true;
@@ -187,18 +193,22 @@ class Planner {
     r.freed_from = e + 2;
     while (r.freed_from < in_.num_ops && start_[static_cast<size_t>(r.freed_from)] + kEpsNs < r.out_start) ++r.freed_from;
     r.ok = p >= r.freed_from && hits_over(r.freed_from, p);
+    // The memory manager completes a swap-out by the end of the op after its issue (blocks are
+    // freed at fixed points): a copy still running then stalls compute.
+    if (mode_ == CapuchinMode::kHybrid && e + 2 <= in_.num_ops) r.out_stall = std::max(0.0, out_end - start_[static_cast<size_t>(e) + 2]);
     return r;
   }
 
   // Is `in` alive (no work to have it) at op b, for a tensor dropped after op e_ctx?
   // Recompute time of x's chain at back-access b. Each tensor of the chain counts once (a shared
   // ancestor is recomputed once; without this, diamonds in the lineage made the walk exponential).
-  double chain_ns(TensorId x, int b, int e_ctx) const {
+  // `restored`, when given, is told each evicted candidate the chain brings back at b.
+  double chain_ns(TensorId x, int b, int e_ctx, const std::function<void(int)>* restored = nullptr) const {
     if (seen_.size() != in_.tensors.size()) seen_.assign(in_.tensors.size(), 0);
     ++stamp_;
-    return chain_walk(x, b, e_ctx, 0);
+    return chain_walk(x, b, e_ctx, 0, restored);
   }
-  double chain_walk(TensorId x, int b, int e_ctx, int depth) const {
+  double chain_walk(TensorId x, int b, int e_ctx, int depth, const std::function<void(int)>* restored) const {
     const auto& t = in_.tensors[static_cast<size_t>(x)];
     if (!t.recomputable || t.producer < 0 || depth > 10000) return -1;
     if (seen_[static_cast<size_t>(x)] == stamp_) return 0;
@@ -211,7 +221,7 @@ class Planner {
       for (int ci : cands_of_[i]) {
         const auto& c = out_.candidates[static_cast<size_t>(ci)];
         if (c.decision == CapuchinDecision::kRecompute && c.evict_op < b && b < c.back_op) {
-          const double sub = chain_walk(inp, b, c.evict_op, depth + 1);
+          const double sub = chain_walk(inp, b, c.evict_op, depth + 1, restored);
           if (sub < 0) return -1;
           cost += sub;
           handled = true;
@@ -219,12 +229,13 @@ class Planner {
           cost += c.swap_ns;  // on host then: swapped back in for the recomputation
           handled = true;
         }
+        if (handled && restored) (*restored)(ci);
         if (handled) break;
       }
       if (handled) continue;
       if (it.persistent || (first_[i] <= b && b <= last_[i])) continue;  // alive
       if (last_[i] >= 0 && last_[i] < b && last_[i] > e_ctx) continue;  // held by the lineage reference
-      const double sub = chain_walk(inp, b, e_ctx, depth + 1);  // released before the drop: recomputed too
+      const double sub = chain_walk(inp, b, e_ctx, depth + 1, restored);  // released before the drop: recomputed too
       if (sub < 0) return -1;
       cost += sub;
     }
@@ -235,6 +246,7 @@ class Planner {
     c.decision = CapuchinDecision::kSwap;
     c.trigger_op = s.trigger;
     c.swap_stall_ns = s.stall;
+    c.swap_out_stall_ns = s.out_stall;
     c.prefetch_start_ns = s.in_start;
     c.order = order_++;
     add_mem(s.freed_from, s.trigger, -static_cast<long long>(c.bytes));
@@ -253,6 +265,22 @@ class Planner {
     return held;
   }
 
+  // An evicted input that a recomputation at op b brings back stays on the device from b until
+  // its own back-access (recompute) or prefetch (swap): the curve holds it from b.
+  void hold_from(int k, int b) {
+    const auto& c = out_.candidates[static_cast<size_t>(k)];
+    const int end = c.decision == CapuchinDecision::kSwap ? c.trigger_op : c.back_op - 1;
+    int& from = held_from_[static_cast<size_t>(k)];
+    if (from < 0) from = end + 1;
+    if (b >= from) return;
+    add_mem(b, from - 1, static_cast<long long>(c.bytes));
+    from = b;
+  }
+  void hold_restored(const CapuchinCandidate& c) {
+    const std::function<void(int)> f = [&](int k) { hold_from(k, c.back_op); };
+    chain_ns(c.id, c.back_op, c.evict_op, &f);
+  }
+
   void apply_recompute(CapuchinCandidate& c, double chain) {
     c.decision = CapuchinDecision::kRecompute;
     c.recompute_ns = chain;
@@ -267,6 +295,12 @@ class Planner {
         add_mem(last_[i] + 1, c.back_op - 1, static_cast<long long>(in_.tensors[i].bytes));
     }
     out_.plan.actions.push_back({ActionKind::kDrop, c.id, c.evict_op});
+    held_from_.resize(out_.candidates.size(), -1);
+    hold_restored(c);
+    // Earlier recomputations inside this gap whose chains now pass through c bring it back early.
+    for (const auto& d : out_.candidates)
+      if (&d != &c && d.decision == CapuchinDecision::kRecompute && c.evict_op < d.back_op && d.back_op < c.back_op)
+        hold_restored(d);
   }
 
   // Early choices were placed while most ops were over the budget; now that the curve is lower,
@@ -318,7 +352,7 @@ class Planner {
       auto& c = out_.candidates[k];
       if (c.free_time_ns < 0) break;
       const SwapEval s = eval_swap(c);
-      if (s.ok && s.stall <= kEpsNs) apply_swap(c, s);
+      if (s.ok && s.cost() <= kEpsNs) apply_swap(c, s);
     }
   }
 
@@ -349,7 +383,8 @@ class Planner {
       const SwapEval s = eval_swap(c);
       c.swap_stall_ns = s.stall;
       c.trigger_op = s.trigger;
-      const double score = static_cast<double>(c.bytes) / std::max(s.stall, kEpsNs) * 1e9;
+      c.swap_out_stall_ns = s.out_stall;
+      const double score = static_cast<double>(c.bytes) / std::max(s.cost(), kEpsNs) * 1e9;
       if (s.ok && score > o.score) o.score = score, o.swap = true, o.eval = s;
     }
     return o;
@@ -374,8 +409,23 @@ class Planner {
         queue.emplace(o.score, -k);
         continue;
       }
-      if (o.swap) apply_swap(c, o.eval);
-      else apply_recompute(c, o.chain);
+      if (o.swap) {
+        apply_swap(c, o.eval);
+        continue;
+      }
+      // A drop can cost memory elsewhere (later recomputations bring it back early): undo one
+      // that does not lower the bytes over the budget.
+      const std::vector<size_t> mem = mem_;
+      const std::vector<int> held = held_from_;
+      const double over = excess();
+      apply_recompute(c, o.chain);
+      if (excess() >= over) {
+        mem_ = mem, held_from_ = held;
+        c.decision = CapuchinDecision::kKeep;
+        c.order = -1;
+        --order_;
+        out_.plan.actions.pop_back();
+      }
     }
   }
 
@@ -388,6 +438,7 @@ class Planner {
   std::vector<int> first_, last_;
   std::vector<std::vector<int>> ops_of_, cands_of_;
   std::vector<size_t> mem_;
+  std::vector<int> held_from_;  // per candidate: first op a recomputation holds it back from, -1: none
   CopyLane d2h_, h2d_;
   int order_ = 0;
 };
@@ -452,6 +503,9 @@ std::vector<Action> CapuchinPolicy::after_op(int op_index) {
 std::vector<Victim> CapuchinPolicy::choose_victims(size_t bytes, const MemoryView& view) {
   // Passive mode (and the fallback of guided mode): least recently used first, swapped. Tensors
   // the plan is bringing back for an access soon go last, so the fallback does not undo a prefetch.
+  // Guided, with the request within the budget: the space is fragmented, not short. Nothing to
+  // evict; the memory manager compacts instead of swapping out what the plan keeps.
+  if (guided_ && plan_.fits && view.allocated() + bytes <= view.budget()) return {};
   std::vector<TensorView> cands;
   for (TensorId id : view.evictable()) cands.push_back(view.view(id));
   auto awaited = [&](TensorId id) {
@@ -551,6 +605,7 @@ nlohmann::json CapuchinPolicy::report() const {
               {"back_access_op", c.back_op},
               {"free_time_ms", c.free_time_ns * 1e-6},
               {"predicted_stall_ms", c.swap_stall_ns * 1e-6},
+              {"predicted_swap_out_stall_ms", c.swap_out_stall_ns * 1e-6},
               {"predicted_recompute_ms", c.recompute_ns * 1e-6},
               {"msps_bytes_per_s", c.msps},
               {"measured_cost_ms", k < cost_ms_.size() ? cost_ms_[k] : 0.0}};

@@ -20,10 +20,14 @@
 // candidates too; MSPS counts memory net of the inputs a drop keeps alive; re-ranking after a
 // choice is lazy (the top candidate is re-evaluated before it is taken: scores only fall as
 // chains grow and copy lanes fill); a chain counts each tensor once (a shared ancestor is
-// recomputed once). The predicted memory curve counts tensors only (op working sets and
-// workspaces are left to the passive fallback, which stays on in guided iterations), and frees
-// a swapped block from the first op after its copy starts (queued copies free later), not
-// after the copy ends: the gap shows as stalls in the OOM ladder.
+// recomputed once). The predicted memory curve counts tensors, plus the evicted inputs a
+// recomputation brings back early (they stay until their own back-access, as at run time); a
+// drop that does not lower the bytes over the budget is undone. Workspaces are left
+// to the passive fallback, which stays on in guided iterations; when the plan fits and a request
+// is within the budget (fragmentation), the fallback evicts nothing and the memory manager
+// compacts. A swapped block is freed from the first op after its copy starts (queued copies
+// free later). The hybrid also counts the wait for a swap-out to end at the end of the op after
+// its eviction (the memory manager completes swap-outs there) when choosing swap or recompute.
 // Recomputation happens on access, not pre-triggered. Measured times make the plan, and with
 // it the memory figures, vary from run to run on a wall-clock backend.
 #pragma once
@@ -68,6 +72,7 @@ struct CapuchinCandidate {
   double free_time_ns = 0;          // FT
   int trigger_op = -1;              // prefetch after this op (swap)
   double swap_stall_ns = 0;         // predicted wait at the back-access (swap)
+  double swap_out_stall_ns = 0;     // predicted wait for the swap-out to end, after the op after evict_op
   double prefetch_start_ns = 0;     // predicted start of the swap-in copy
   double recompute_ns = 0;          // predicted recompute time of the chain (< 0: not recomputable)
   double msps = 0;                  // bytes per second of recompute at the time it was ranked
