@@ -240,6 +240,7 @@ int cmd_sweep(ExperimentArgs a) {
   if (a.out.size() < 5 || (a.out.substr(a.out.size() - 4) != ".csv" && a.out.substr(a.out.size() - 5) != ".json"))
     throw std::invalid_argument("--out '" + a.out + "': accepted extensions: .csv, .json");
   const auto policies = split_list(a.policies_text);
+  for (const auto& p : policies) make_policy(p);  // an unknown name fails before any output
   const auto budgets = parse_budgets(a.budgets_text, "--budgets");
   const auto batches = parse_batches(a.batches_text, "--batches");
   find_gpu(a.cfg.gpu);
