@@ -76,6 +76,28 @@ TEST(CostModel, ConvIsComputeBoundReluIsMemoryBound) {
   EXPECT_LT(predict_op(find_gpu("a100-40g"), g, conv).total_ms, predict_op(find_gpu("titan-x-12g"), g, conv).total_ms);
 }
 
+// vdnn-dyn's memory-lean conv algorithm costs time on the sim backend: slower compute for conv
+// ops, nothing else changes.
+TEST(CostModel, LeanConvAlgorithmIsSlowerOnlyForConvs) {
+  ModelConfig mc{.name = "resnet50", .batch = 64};
+  Graph g = build_model(mc);
+  build_backward(g, OptimizerConfig{});
+  const GpuSpec& gpu = find_gpu("v100-16g");
+  int convs = 0;
+  for (const Op& op : g.ops()) {
+    const OpCost fast = predict_op(gpu, g, op, ConvAlgo::kFast), lean = predict_op(gpu, g, op, ConvAlgo::kLean);
+    const bool conv = op.kind == OpKind::kConv2d || op.kind == OpKind::kConv2dBwdData || op.kind == OpKind::kConv2dBwdFilter;
+    if (!conv) {
+      EXPECT_DOUBLE_EQ(lean.total_ms, fast.total_ms) << op.name;
+      continue;
+    }
+    ++convs;
+    EXPECT_DOUBLE_EQ(lean.compute_ms, fast.compute_ms / kLeanConvSpeed) << op.name;
+    EXPECT_GE(lean.total_ms, fast.total_ms) << op.name;
+  }
+  EXPECT_GT(convs, 100);  // forward, backward-data and backward-filter of ResNet-50's 53 convs
+}
+
 // Transformer kinds: views are free, a gather reads its rows (not the table), attention's bmm is
 // a GEMM, and layer norm / softmax / GELU / transpose / Adam are costed by the bytes they move.
 TEST(CostModel, TransformerOpsAreCostedByWhatTheyMove) {

@@ -36,7 +36,7 @@ KindEfficiency efficiency(OpKind k) {
   }
 }
 
-OpCost predict_op(const GpuSpec& gpu, const Graph& g, const Op& op) {
+OpCost predict_op(const GpuSpec& gpu, const Graph& g, const Op& op, ConvAlgo algo) {
   OpCost c;
   if (op.kind == OpKind::kReplay) {
     c.recorded = true;
@@ -54,7 +54,9 @@ OpCost predict_op(const GpuSpec& gpu, const Graph& g, const Op& op) {
     for (TensorId out : op.outputs) c.bytes += static_cast<double>(g.tensor(out).bytes());
   }
   c.flops = op.flops;
-  const KindEfficiency e = efficiency(op.kind);
+  KindEfficiency e = efficiency(op.kind);
+  const bool conv = op.kind == OpKind::kConv2d || op.kind == OpKind::kConv2dBwdData || op.kind == OpKind::kConv2dBwdFilter;
+  if (conv && algo == ConvAlgo::kLean) e.compute *= kLeanConvSpeed;
   c.compute_ms = c.flops / (gpu.fp32_tflops * 1e12 * e.compute) * 1e3;
   c.memory_ms = c.bytes / (gpu.hbm_gbps * 1e9 * e.memory) * 1e3;
   c.launch_ms = gpu.launch_us * 1e-3;

@@ -35,8 +35,14 @@ struct KindEfficiency {
 // Achieved fraction of the host link's theoretical bandwidth with pinned buffers.
 constexpr double kLinkEfficiency = 0.8;
 
+// A memory-lean convolution algorithm (no im2col workspace: cuDNN's IMPLICIT_GEMM, the choice
+// vDNN's dyn makes when memory is short) reaches this fraction of the fast algorithm's FLOP/s.
+// An assumption, like the efficiencies above: vDNN reports the memory-optimal algorithms as
+// markedly slower, without one figure for all layers.
+constexpr double kLeanConvSpeed = 0.6;
+
 KindEfficiency efficiency(OpKind k);
-OpCost predict_op(const GpuSpec& gpu, const Graph& g, const Op& op);
+OpCost predict_op(const GpuSpec& gpu, const Graph& g, const Op& op, ConvAlgo algo = ConvAlgo::kFast);
 double predict_copy_ms(const GpuSpec& gpu, size_t bytes, bool to_device);
 // A device-to-device move (compaction): read and write every byte.
 double predict_move_ms(const GpuSpec& gpu, size_t bytes);

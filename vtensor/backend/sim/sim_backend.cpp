@@ -83,8 +83,8 @@ void SimBackend::synchronize() {
   for (auto& c : clock_) c = t;
 }
 
-void SimBackend::launch(const Graph& g, const Op& op, const KernelArgs&) {
-  const double d = predict_op(gpu_, g, op).total_ms;
+void SimBackend::launch(const Graph& g, const Op& op, const KernelArgs& args) {
+  const double d = predict_op(gpu_, g, op, args.conv_algo).total_ms;
   clk(Stream::kCompute) += d;
   counters_.compute_busy_ms += d;
   ++counters_.kernels;
