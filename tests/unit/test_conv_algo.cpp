@@ -10,25 +10,18 @@
 
 #include "vtensor/backend/cpu/kernels.h"
 
+#include "tests/support/numeric.h"
+
 namespace cpu = vtensor::cpu;
 using vtensor::ConvAlgo;
 using Vec = std::vector<float>;
 
 namespace {
 
-Vec randn(size_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  Vec v(n);
-  for (auto& x : v) x = d(gen);
-  return v;
-}
+using vtensor::test::dot;
+using vtensor::test::randn;
 
-double dot(const Vec& a, const Vec& b) {
-  double s = 0;
-  for (size_t i = 0; i < a.size(); ++i) s += double(a[i]) * double(b[i]);
-  return s;
-}
+
 
 struct Case {
   int N, C, H, W, K, R, stride, pad;

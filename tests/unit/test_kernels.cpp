@@ -15,18 +15,13 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/numeric.h"
+
 namespace cpu = vtensor::cpu;
 using Vec = std::vector<float>;
 
 namespace {
 
-Vec randn(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  Vec v(n);
-  for (auto& x : v) x = d(gen);
-  return v;
-}
 
 // Distinct values at least 0.1 apart, in random order (no ties, no kinks within eps).
 Vec distinct(size_t n, uint32_t seed) {
@@ -36,42 +31,13 @@ Vec distinct(size_t n, uint32_t seed) {
   return v;
 }
 
-double dot(const Vec& a, const Vec& b) {
-  double s = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) s += double(a[i]) * double(b[i]);
-  return s;
-}
 
-// Compares analytic grad `ana` of loss() w.r.t. `in` with central differences; returns mismatches.
-int grad_mismatches(Vec& in, const Vec& ana, const std::function<double()>& loss, float eps, double tol,
-                    const std::string& what, bool report = true) {
-  EXPECT_EQ(in.size(), ana.size()) << what;
-  int bad = 0;
-  double ana_norm = 0.0;
-  for (size_t i = 0; i < in.size(); ++i) {
-    const float v = in[i];
-    const float hi = v + eps, lo = v - eps;
-    in[i] = hi;
-    const double lp = loss();
-    in[i] = lo;
-    const double lm = loss();
-    in[i] = v;
-    const double num = (lp - lm) / (double(hi) - double(lo));
-    const double a = ana[i];
-    ana_norm += a * a;
-    if (std::abs(a - num) > tol * std::max({1.0, std::abs(a), std::abs(num)})) {
-      if (report && bad < 5) ADD_FAILURE() << what << "[" << i << "]: analytic " << a << " numeric " << num;
-      ++bad;
-    }
-  }
-  if (report) {
-    EXPECT_GT(ana_norm, 0.0) << what << ": gradient is all zero, check is vacuous";
-  }
-  return bad;
-}
+using vtensor::test::dot;
+using vtensor::test::grad_mismatches;
+using vtensor::test::randn;
 
-constexpr float kEps = 1e-2f;
-constexpr double kTol = 5e-3;
+constexpr float kEps = vtensor::test::kGradEps;
+constexpr double kTol = vtensor::test::kGradTol;
 
 // ---- conv2d ----
 

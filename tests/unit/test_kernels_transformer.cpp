@@ -13,48 +13,18 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/numeric.h"
+
 namespace cpu = vtensor::cpu;
 using Vec = std::vector<float>;
 
 namespace {
 
-Vec randn(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  Vec v(n);
-  for (auto& x : v) x = d(gen);
-  return v;
-}
 
-double dot(const Vec& a, const Vec& b) {
-  double s = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) s += double(a[i]) * double(b[i]);
-  return s;
-}
 
-// Central differences of loss() w.r.t. `in` against the analytic `ana`; returns mismatches.
-int grad_mismatches(Vec& in, const Vec& ana, const std::function<double()>& loss, const std::string& what,
-                    float eps = 1e-2f, double tol = 5e-3) {
-  EXPECT_EQ(in.size(), ana.size()) << what;
-  int bad = 0;
-  double norm = 0.0;
-  for (size_t i = 0; i < in.size(); ++i) {
-    const float v = in[i];
-    in[i] = v + eps;
-    const double lp = loss();
-    in[i] = v - eps;
-    const double lm = loss();
-    in[i] = v;
-    const double num = (lp - lm) / (double(v + eps) - double(v - eps));
-    norm += double(ana[i]) * ana[i];
-    if (std::abs(ana[i] - num) > tol * std::max({1.0, std::abs(double(ana[i])), std::abs(num)})) {
-      if (bad < 5) ADD_FAILURE() << what << "[" << i << "]: analytic " << ana[i] << " numeric " << num;
-      ++bad;
-    }
-  }
-  EXPECT_GT(norm, 0.0) << what << ": gradient is all zero, check is vacuous";
-  return bad;
-}
+using vtensor::test::dot;
+using vtensor::test::grad_mismatches;
+using vtensor::test::randn;
 
 TEST(Embedding, ForwardGathersRowsAndPositions) {
   const int V = 5, C = 3, N = 4;
