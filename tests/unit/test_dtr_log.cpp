@@ -5,7 +5,10 @@
 
 #include <cstdio>
 #include <fstream>
+#include <string>
 #include <tuple>
+
+#include <unistd.h>
 
 #include "vtensor/memory/trace_io.h"
 #include "vtensor/policy/capuchin.h"
@@ -14,8 +17,11 @@ using namespace vtensor;
 
 namespace {
 
+// One file per test: ctest runs the tests of this file as parallel processes.
 std::string write_log(const std::string& text) {
-  const std::string path = ::testing::TempDir() + "dtr_log_test.log";
+  const std::string path = ::testing::TempDir() + "dtr_log_" +
+                           ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_" +
+                           std::to_string(getpid()) + ".log";
   std::ofstream(path) << text;
   return path;
 }
