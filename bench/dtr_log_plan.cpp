@@ -41,6 +41,9 @@ int main(int argc, char** argv) {
     }
   }
   const Graph g = load_trace(log);
+  int overwritten = 0;  // forward results whose inputs are written in place before their last access
+  for (const auto& t : g.tensors()) overwritten += t.producer >= 0 && !t.recomputable;
+  std::fprintf(stderr, "%s: %d tensors not recomputable (inputs overwritten in place)\n", log.c_str(), overwritten);
   PlannerInput in = planner_input(g, recorded_access_trace(g), ~size_t{0});
   in.swap_ns_per_byte = 1.0 / gbps;
   const size_t peak = plan_capuchin(in, CapuchinMode::kHybrid).peak_before;

@@ -139,6 +139,13 @@ TEST(DtrLogs, AllImportAndReplayToTheSumOfTheirOpTimes) {
       auto j = nlohmann::json::parse(l);
       if (j.contains("TIME")) sum_ns += std::stod(j["TIME"].get<std::string>());
     }
+    // How many forward results the importer found with an input written in place before their
+    // last access (mark_overwritten_inputs); ResNet-32's log writes nothing in place.
+    const Graph g = load_trace("dtr:" + name);
+    int overwritten = 0;
+    for (const auto& t : g.tensors()) overwritten += t.producer >= 0 && !t.recomputable;
+    std::printf("%-12s %4d tensors not recomputable (inputs overwritten in place)\n", name.c_str(), overwritten);
+    if (name == "resnet32") EXPECT_EQ(overwritten, 0);
     const TrainResult r = replay_trace({.trace = "dtr:" + name, .gpu = "titan-v-12g", .budget = size_t{1} << 40, .iters = 2});
     ASSERT_EQ(r.iterations.size(), 2u);
     for (const auto& it : r.iterations) {
@@ -161,6 +168,63 @@ TEST(DtrLogs, TransformerRecomputesUnderHalfItsPeak) {
     EXPECT_LE(it.peak_allocated, budget);
     EXPECT_GT(it.counters.recomputed_ops, 0u);
     EXPECT_GT(it.time_ms, full.iterations[0].time_ms);  // recomputation costs time
+  }
+}
+
+// t = g(a) is released after u = h(t) reads it; u is read again at op 5. An in-place write to a
+// at op 3, after t's last access, still matters: recomputing u at op 5 would recompute t from
+// the new a. The importer marks t (u's horizon extends t's), u keeps its flag, and the memory
+// manager's chain walk must refuse to drop u once t is gone: lru-recompute then drops a
+// instead, and nothing is recomputed. The control reads a at op 3 without writing it, and
+// lru-recompute drops u (the least recently used) and recomputes t and u at op 5.
+TEST(DtrLogs, AChainIsNotRecomputedThroughAnOverwrittenInput) {
+  auto log = [](bool write_a) {
+    const std::string path = temp_path(std::string("chain_") + (write_a ? "write" : "read") + ".log");
+    std::ofstream out(path);
+    out << R"({"INSTRUCTION":"ANNOTATE","ANNOTATION":"START"})" "\n"
+        << R"({"INSTRUCTION":"CONSTANT","NAME":"w"})" "\n"
+        << R"({"INSTRUCTION":"MEMORY","NAME":"w","MEMORY":"1048576"})" "\n"
+        << R"({"INSTRUCTION":"CONSTANT","NAME":"x"})" "\n"
+        << R"({"INSTRUCTION":"MEMORY","NAME":"x","MEMORY":"4096"})" "\n"
+        << R"({"INSTRUCTION":"CALL","NAME":"f","ARGS":["w"],"RESULT":["a"],"TIME":"1000"})" "\n"
+        << R"({"INSTRUCTION":"MEMORY","NAME":"a","MEMORY":"1048576"})" "\n"
+        << R"({"INSTRUCTION":"CALL","NAME":"g","ARGS":["a"],"RESULT":["t"],"TIME":"1000"})" "\n"
+        << R"({"INSTRUCTION":"MEMORY","NAME":"t","MEMORY":"1048576"})" "\n"
+        << R"({"INSTRUCTION":"CALL","NAME":"h","ARGS":["t"],"RESULT":["u"],"TIME":"1000"})" "\n"
+        << R"({"INSTRUCTION":"MEMORY","NAME":"u","MEMORY":"4194304"})" "\n"
+        << R"({"INSTRUCTION":"RELEASE","NAME":"t"})" "\n"
+        << (write_a ? R"({"INSTRUCTION":"MUTATE","NAME":"add_","ARGS":["a","x"],"MUTATE":[0],"TIME":"1000"})"
+                    : R"({"INSTRUCTION":"MUTATE","NAME":"add_","ARGS":["a","x"],"MUTATE":[1],"TIME":"1000"})") << "\n"
+        << R"({"INSTRUCTION":"CALL","NAME":"k","ARGS":["w"],"RESULT":["big"],"TIME":"1000"})" "\n"
+        << R"({"INSTRUCTION":"MEMORY","NAME":"big","MEMORY":"2097152"})" "\n"
+        << R"({"INSTRUCTION":"RELEASE","NAME":"big"})" "\n"
+        << R"({"INSTRUCTION":"CALL","NAME":"m","ARGS":["u"],"RESULT":["z"],"TIME":"1000"})" "\n"
+        << R"({"INSTRUCTION":"MEMORY","NAME":"z","MEMORY":"65536"})" "\n"
+        << R"({"INSTRUCTION":"RELEASE","NAME":"u"})" "\n"
+        << R"({"INSTRUCTION":"RELEASE","NAME":"z"})" "\n";
+    return path;
+  };
+  for (const bool write_a : {false, true}) {
+    SCOPED_TRACE(write_a ? "a written at op 3" : "a only read at op 3");
+    const std::string path = log(write_a);
+    const Graph g = load_trace(path);
+    auto flag = [&](const char* name) {
+      for (const auto& t : g.tensors())
+        if (t.name == name) return t.recomputable;
+      throw std::out_of_range(name);
+    };
+    EXPECT_EQ(flag("t"), !write_a);
+    EXPECT_TRUE(flag("u"));
+    EXPECT_TRUE(flag("a"));
+    // 7.5 MiB: at op 4 (big) one of u, a must go.
+    const TrainResult r = replay_trace({.trace = path, .policy = "lru-recompute", .gpu = "p100-16g", .budget = 7864320, .iters = 2});
+    for (const auto& it : r.iterations) {
+      EXPECT_EQ(it.counters.recomputed_ops, write_a ? 0u : 2u);
+      EXPECT_EQ(it.counters.swapped_out_bytes, 0u);
+      EXPECT_EQ(it.counters.dropped, 1u);
+      EXPECT_LE(it.peak_allocated, 7864320u);
+    }
+    std::filesystem::remove(path);
   }
 }
 

@@ -439,7 +439,7 @@ bool MemoryManager::can_recompute_uncached(TensorId id, std::vector<int8_t>& mem
   const TensorInfo& t = graph_.tensor(id);
   if (t.persistent() || t.producer < 0 || is_view(id)) return false;  // a view is never a victim on its own
   const Op& op = graph_.op(t.producer);
-  if (!is_recomputable(op)) return false;
+  if (!is_recomputable(op) || !t.recomputable) return false;
   for (TensorId in : op.inputs) {
     in = storage_of(in);
     const State& s = st(in);

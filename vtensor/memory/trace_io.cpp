@@ -232,6 +232,7 @@ class DtrImporter {
     const int last = static_cast<int>(g_.num_ops()) - 1;
     for (const auto& [storage, refs] : refs_)
       if (refs > 0 && !g_.tensor(storage).persistent()) g_.tensor(storage).release_after = last;
+    mark_overwritten_inputs(g_);
     return std::move(g_);
   }
 
@@ -389,6 +390,43 @@ class DtrImporter {
 };
 
 }  // namespace
+
+int mark_overwritten_inputs(Graph& g) {
+  const size_t n = g.num_tensors();
+  // A storage's last access: its last use, or its release when later (the executor's notion).
+  std::vector<int> horizon(n, -1);
+  std::vector<std::vector<int>> writes(n);  // per storage, the ops writing it in place, ascending
+  for (const Op& op : g.ops()) {
+    for (TensorId in : op.inputs) horizon[static_cast<size_t>(in)] = op.index;
+    for (TensorId out : op.outputs) horizon[static_cast<size_t>(out)] = op.index;
+    for (TensorId w : op.inplace) writes[static_cast<size_t>(w)].push_back(op.index);
+  }
+  for (const auto& t : g.tensors())
+    horizon[static_cast<size_t>(t.id)] = std::max(horizon[static_cast<size_t>(t.id)], t.release_after);
+  // A tensor may be recomputed until its horizon: its last access, or later as part of the chain
+  // of a recomputable tensor made from it. Walking the ops backwards, every consumer's horizon is
+  // final before its inputs' are extended by it.
+  int marked = 0;
+  for (int i = static_cast<int>(g.num_ops()) - 1; i >= 0; --i) {
+    const Op& op = g.op(i);
+    if (!is_recomputable(op)) continue;
+    for (TensorId out : op.outputs) {
+      TensorInfo& t = g.tensor(out);
+      const int h = horizon[static_cast<size_t>(out)];
+      for (TensorId in : op.inputs) {
+        const auto& w = writes[static_cast<size_t>(in)];
+        const auto first = std::upper_bound(w.begin(), w.end(), i);  // the first write after i
+        if (first != w.end() && *first < h) t.recomputable = false;  // a write at h comes after any recompute
+      }
+      if (!t.recomputable) {
+        ++marked;
+        continue;
+      }
+      for (TensorId in : op.inputs) horizon[static_cast<size_t>(in)] = std::max(horizon[static_cast<size_t>(in)], h);
+    }
+  }
+  return marked;
+}
 
 Graph load_dtr_log(const std::string& path) { return DtrImporter(path).run(); }
 

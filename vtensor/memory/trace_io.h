@@ -13,8 +13,9 @@
 //      RELEASE NAME        drops a name; a storage lives until its last name or view is released
 //                          (or its last use, if later); what is never released lives to the end;
 //      ANNOTATE BACKWARD   ops after it are backward ops (never recomputed).
-//    Sizes are rounded up to whole floats. Forward ops whose inputs are later mutated in place
-//    are still treated as recomputable (the sim moves no values, so only times could differ).
+//    Sizes are rounded up to whole floats. A forward result whose producer's inputs are written
+//    in place (MUTATE, COPY_FROM, through any name or view) before its last access is not
+//    recomputable (mark_overwritten_inputs).
 // Malformed input throws std::invalid_argument naming the file and the line; nothing is built.
 #pragma once
 #include <string>
@@ -27,6 +28,12 @@ namespace vtensor {
 
 Graph load_vtensor_trace(const std::string& path);
 Graph load_dtr_log(const std::string& path);
+// Clears TensorInfo::recomputable on each forward result t whose producer reads a storage that
+// an op after t's production and before t's horizon writes in place: re-running the producer
+// would read other values. t's horizon is its last access (last use or release), extended to
+// the horizons of the recomputable tensors made from it (their recomputation may recompute t).
+// Writes at or after the horizon are harmless. Returns how many tensors it marked.
+int mark_overwritten_inputs(Graph& g);
 // A path to either format (told apart by the first line), or "dtr:NAME" for one of the DTR logs.
 Graph load_trace(const std::string& spec);
 

@@ -471,7 +471,7 @@ PlannerInput planner_input(const Graph& g, const AccessTrace& trace, size_t budg
     p.release_after = t.release_after;
     if (t.producer >= 0) {
       p.inputs = g.op(t.producer).inputs;
-      p.recomputable = !t.persistent() && is_recomputable(g.op(t.producer));
+      p.recomputable = !t.persistent() && t.recomputable && is_recomputable(g.op(t.producer));
     }
   }
   return in;
