@@ -198,6 +198,8 @@ int cmd_maxbatch(ExperimentArgs a) {
                 r.batch, format_bytes(r.at_batch.peak_allocated).c_str(), format_bytes(r.at_batch.peak_reserved).c_str(),
                 r.at_batch.iteration_ms, r.at_batch.iteration_ms > 0 ? 1e3 * r.batch / r.at_batch.iteration_ms : 0.0,
                 r.batch >= a.max_limit ? " (the --max-batch limit)" : "");
+    for (int b : r.non_monotonic)
+      std::printf("non-monotonic: batch %d also trains (the search assumes a batch that fails makes every larger one fail)\n", b);
   }
   if (!a.report.empty()) {
     nlohmann::json probes = nlohmann::json::array();
@@ -208,7 +210,8 @@ int cmd_maxbatch(ExperimentArgs a) {
                         {"budget_bytes", budget}, {"iters", a.cfg.iters}, {"max_batch", r.batch},
                         {"peak_allocated_bytes", r.at_batch.peak_allocated},
                         {"peak_reserved_bytes", r.at_batch.peak_reserved},
-                        {"iteration_ms", r.at_batch.iteration_ms}, {"probes", probes}};
+                        {"iteration_ms", r.at_batch.iteration_ms}, {"probes", probes},
+                        {"checked_above", r.checked_above}, {"non_monotonic", r.non_monotonic}};
     const std::string tmp = a.report + ".tmp";
     {
       std::ofstream out(tmp);

@@ -111,6 +111,17 @@ TEST(CliExperiments, MaxbatchPrintsProbesAndTheResult) {
   EXPECT_GT(j["max_batch"].get<int>(), 1);
   EXPECT_LE(j["peak_allocated_bytes"].get<size_t>(), size_t{4} << 20);
   EXPECT_NE(r.output.find("max batch " + std::to_string(j["max_batch"].get<int>())), std::string::npos);
+  // The check above the result: probed (and listed with the probes); any that trained is said.
+  const auto checked = j["checked_above"].get<std::vector<int>>();
+  EXPECT_FALSE(checked.empty());
+  for (int b : checked) {
+    EXPECT_GT(b, j["max_batch"].get<int>());
+    bool probed = false;
+    for (const auto& p : j["probes"]) probed |= p["batch"].get<int>() == b;
+    EXPECT_TRUE(probed) << b;
+  }
+  for (int b : j["non_monotonic"].get<std::vector<int>>())
+    EXPECT_NE(r.output.find("non-monotonic: batch " + std::to_string(b) + " also trains"), std::string::npos) << r.output;
   std::filesystem::remove(report);
   Result bad = run("maxbatch --model vgg-tiny --gpu gtx-9000");
   EXPECT_EQ(bad.code, 2);

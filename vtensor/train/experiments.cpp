@@ -1,5 +1,6 @@
 #include "vtensor/train/experiments.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -70,15 +71,18 @@ RunSummary run_summary(const TrainConfig& cfg) {
   }
 }
 
-MaxBatchResult max_batch(const TrainConfig& base, int max_limit, const std::function<void(int, const RunSummary&)>& on_probe) {
+MaxBatchResult search_max_batch(int max_limit, const std::function<RunSummary(int)>& run,
+                                const std::function<void(int, const RunSummary&)>& on_probe) {
   if (max_limit < 1) throw std::invalid_argument("--max-batch must be at least 1");
   MaxBatchResult out;
-  auto probe = [&](int batch) {
-    TrainConfig cfg = base;
-    cfg.model.batch = batch;
-    RunSummary s = run_summary(cfg);
+  auto measure = [&](int batch) {
+    RunSummary s = run(batch);
     out.probes.emplace_back(batch, s);
     if (on_probe) on_probe(batch, s);
+    return s;
+  };
+  auto probe = [&](int batch) {
+    RunSummary s = measure(batch);
     if (s.ok && batch > out.batch) {
       out.batch = batch;
       out.at_batch = s;
@@ -87,8 +91,7 @@ MaxBatchResult max_batch(const TrainConfig& base, int max_limit, const std::func
   };
   if (!probe(1)) return out;
   int lo = 1, hi = 0;  // lo trains; hi (when > 0) does not
-  while (hi == 0) {
-    if (lo >= max_limit) return out;
+  while (hi == 0 && lo < max_limit) {
     const int next = static_cast<int>(std::min<int64_t>(int64_t{lo} * 2, max_limit));
     if (probe(next)) lo = next;
     else hi = next;
@@ -98,7 +101,28 @@ MaxBatchResult max_batch(const TrainConfig& base, int max_limit, const std::func
     if (probe(mid)) lo = mid;
     else hi = mid;
   }
+  // The monotonicity check: larger batches the search skipped (batch + 1 failed in the bisection,
+  // or is above the limit).
+  const int64_t b = out.batch;
+  for (int64_t c : {(b * 5 + 3) / 4, (b * 3 + 1) / 2}) {  // x1.25 and x1.5, rounded up
+    if (c <= b || c > max_limit) continue;
+    const bool seen = std::any_of(out.probes.begin(), out.probes.end(), [&](const auto& p) { return p.first == c; });
+    if (seen) continue;
+    out.checked_above.push_back(static_cast<int>(c));
+    if (measure(static_cast<int>(c)).ok) out.non_monotonic.push_back(static_cast<int>(c));
+  }
   return out;
+}
+
+MaxBatchResult max_batch(const TrainConfig& base, int max_limit, const std::function<void(int, const RunSummary&)>& on_probe) {
+  return search_max_batch(
+      max_limit,
+      [&](int batch) {
+        TrainConfig cfg = base;
+        cfg.model.batch = batch;
+        return run_summary(cfg);
+      },
+      on_probe);
 }
 
 std::vector<std::string> split_list(const std::string& text) {

@@ -37,10 +37,18 @@ RunSummary summarise(const TrainResult& r);
 struct MaxBatchResult {
   int batch = 0;  // 0: not even batch 1 fits
   RunSummary at_batch;
-  std::vector<std::pair<int, RunSummary>> probes;
+  std::vector<std::pair<int, RunSummary>> probes;  // in order, the checks above `batch` last
+  std::vector<int> checked_above;  // batches above `batch` probed after the search
+  std::vector<int> non_monotonic;  // those of them that trained: the search's assumption failed
 };
 // Doubles the batch from 1 while it trains, then bisects between the last batch that trained
-// and the first that did not. Assumes that a batch that fails makes every larger one fail.
+// and the first that did not. The search assumes that a batch that fails makes every larger one
+// fail; a passive policy need not be monotone, so it then checks batch x1.25 and x1.5 (rounded
+// up; not above max_limit, not probed already; batch + 1 always was) and lists those that train
+// in non_monotonic, leaving `batch` as the search found it.
+MaxBatchResult search_max_batch(int max_limit, const std::function<RunSummary(int)>& run,
+                                const std::function<void(int, const RunSummary&)>& on_probe = {});
+// search_max_batch over training runs of `base` at each batch.
 MaxBatchResult max_batch(const TrainConfig& base, int max_limit = 1 << 20,
                          const std::function<void(int, const RunSummary&)>& on_probe = {});
 
