@@ -4,11 +4,16 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <fstream>
+#include <memory>
 
 #include "vtensor/core/errors.h"
 #include "vtensor/memory/allocator.h"
+#include "vtensor/memory/trace_io.h"
 #include "vtensor/policy/capuchin.h"
 #include "vtensor/train/trainer.h"
+
+#include "tests/support/cli.h"
 
 using namespace vtensor;
 
@@ -191,6 +196,71 @@ TEST(Capuchin, LatePrefetchMovesItsTriggerEarlier) {
   policy.end_iteration(trace);
   EXPECT_EQ(policy.trigger_moves(), 1);
   t.step();  // the moved plan runs
+}
+
+}  // namespace
+
+namespace {
+
+// The compaction fallback of guided iterations (CapuchinPolicy::choose_victims): with a plan
+// that fits, a request within the budget that the arena cannot place (fragmentation) gets no
+// victims, so the memory manager compacts instead of swapping out what the plan keeps. A
+// replayed log on the sim backend, 10 MiB: w (1 MiB) is a weight; a (2), b (3) and c (2) are
+// made in that order, b is freed once c exists, leaving a 3 MiB hole and 2 MiB at the end;
+// d (4 MiB) then fits the budget (5 + 4 <= 10) but no gap; e reads a, c and d. The peak (9 MiB)
+// fits, so the plan is empty and fits. Measured iteration (passive): LRU swaps a and c out to
+// place d and back in for e. Guided iterations: nothing evicted, one compaction.
+TEST(Capuchin, GuidedFragmentationCompactsInsteadOfEvicting) {
+  const std::string path = test::temp_path("capuchin", "fragment.log");
+  {
+    std::ofstream out(path);
+    out << R"({"INSTRUCTION":"ANNOTATE","ANNOTATION":"START"})" "\n"
+        << R"({"INSTRUCTION":"CONSTANT","NAME":"w"})" "\n"
+        << R"({"INSTRUCTION":"MEMORY","NAME":"w","MEMORY":"1048576"})" "\n";
+    auto call = [&](const char* name, const char* args, const char* result, const char* bytes) {
+      out << R"({"INSTRUCTION":"CALL","NAME":")" << name << R"(","ARGS":[)" << args << R"(],"RESULT":[")" << result
+          << R"("],"TIME":"1000000"})" "\n"
+          << R"({"INSTRUCTION":"MEMORY","NAME":")" << result << R"(","MEMORY":")" << bytes << R"("})" "\n";
+    };
+    call("f", R"("w")", "a", "2097152");
+    call("f", R"("w")", "b", "3145728");
+    call("f", R"("w")", "c", "2097152");
+    out << R"({"INSTRUCTION":"RELEASE","NAME":"b"})" "\n";
+    call("g", R"("w")", "d", "4194304");
+    call("h", R"("a","c","d")", "e", "65536");
+    for (const char* n : {"a", "c", "d", "e"}) out << R"({"INSTRUCTION":"RELEASE","NAME":")" << n << R"("})" "\n";
+  }
+  TrainConfig cfg;
+  cfg.graph = std::make_shared<const Graph>(load_trace(path));
+  cfg.backend = "sim";
+  cfg.gpu = "p100-16g";
+  cfg.policy = "capuchin";
+  cfg.budget = size_t{10} << 20;
+  Trainer t(cfg);
+  auto& policy = dynamic_cast<CapuchinPolicy&>(t.memory().policy());
+  const IterationStats measured = t.step();
+  EXPECT_EQ(measured.counters.compactions, 0u);
+  EXPECT_EQ(measured.counters.evictions, 2u);  // a and c, least recently used
+  EXPECT_EQ(measured.counters.swapped_out_bytes, size_t{4} << 20);
+  ASSERT_TRUE(policy.guided());
+  EXPECT_TRUE(policy.plan().fits);
+  EXPECT_TRUE(policy.plan().plan.actions.empty()) << policy.plan().plan.str();
+  for (int i = 0; i < 2; ++i) {
+    SCOPED_TRACE("guided iteration " + std::to_string(i + 1));
+    const IterationStats guided = t.step();
+    EXPECT_TRUE(policy.guided()) << "the access sequence changed: measured again";
+    EXPECT_EQ(guided.counters.evictions, 0u);
+    EXPECT_EQ(guided.counters.swapped_out_bytes, 0u);
+    EXPECT_EQ(guided.counters.compactions, 1u);
+    EXPECT_EQ(guided.counters.compacted_bytes, size_t{2} << 20);  // c slides down into b's hole
+    EXPECT_EQ(guided.peak_allocated, (size_t{9} << 20) + (size_t{64} << 10));
+    EXPECT_LT(guided.time_ms, measured.time_ms);  // no copies
+  }
+  // Between iterations only w is allocated: a request that w + request would take over the
+  // budget still gets the LRU victim (w); one within it gets none.
+  EXPECT_EQ(policy.choose_victims(size_t{10} << 20, t.memory()).size(), 1u);
+  EXPECT_TRUE(policy.choose_victims(size_t{9} << 20, t.memory()).empty());
+  std::filesystem::remove(path);
 }
 
 }  // namespace
