@@ -91,8 +91,8 @@ class MemoryManager final : public MemoryView {
   }
 
   // --- mechanisms (each is one residency transition) ---
-  // resident -> swapping_out (async). The block is freed at the end of the second op after
-  // this one (or of the op this call is made in, for an eviction during an op's allocations);
+  // resident -> swapping_out (async). The block is freed at the end of the second op after the
+  // one whose after_op issues it (an eviction during op k's allocations: at the end of op k+1);
   // a planned swap-out names its own release op (Action::free_after).
   void swap_out(TensorId id);
   void prefetch(TensorId id);              // on_host -> swapping_in (async)
