@@ -264,6 +264,103 @@ TEST(ScriptedPolicy, SwapOutRightAfterProducerIsBitIdentical) {
   }
 }
 
+// A planned swap-out may name the op after which its block is freed (Action::free_after): the
+// block stays (swapping_out) until exactly the end of that op, however fast the copy ran, and
+// release points out of issue order work (a later swap-out freed before an earlier one).
+TEST(ScriptedPolicy, SwapOutKeepsItsBlockUntilItsReleaseOp) {
+  const ModelConfig model = tiny("resnet-tiny", 8);
+  Graph g = build_model(model);
+  build_backward(g, OptimizerConfig{});
+  std::vector<char> has_view(g.num_tensors(), 0);
+  for (const auto& t : g.tensors())
+    if (t.view_of != kNoTensor) has_view[static_cast<size_t>(t.view_of)] = 1;
+  // A: the first activation idle for 20+ ops between forward and backward; B: one whose last
+  // forward use comes 1-3 ops after A's, also idle long enough.
+  TensorId a = kNoTensor, b = kNoTensor;
+  Uses ua, ub;
+  for (const auto& t : g.tensors()) {
+    if (!is_forward_activation(g, t.id) || t.view_of != kNoTensor || has_view[static_cast<size_t>(t.id)]) continue;
+    const Uses u = uses_of(g, t.id);
+    if (u.first_backward - u.last_forward < 20) continue;
+    if (a == kNoTensor) {
+      a = t.id;
+      ua = u;
+    } else if (b == kNoTensor && u.last_forward > ua.last_forward && u.last_forward <= ua.last_forward + 3) {
+      b = t.id;
+      ub = u;
+    }
+  }
+  ASSERT_NE(a, kNoTensor);
+  ASSERT_NE(b, kNoTensor) << "no second activation idle right after the first";
+  // B is issued after A but freed first.
+  const int release_a = ua.last_forward + 9, release_b = ua.last_forward + 5;
+  const int prefetch_a = ua.first_backward - 2, prefetch_b = ub.first_backward - 2;
+  ASSERT_GT(release_b, ub.last_forward);
+  ASSERT_GT(prefetch_a, release_a);
+  ASSERT_GT(prefetch_b, release_b);
+  Plan plan;
+  plan.actions.push_back({ActionKind::kSwapOut, a, ua.last_forward, release_a});
+  plan.actions.push_back({ActionKind::kSwapOut, b, ub.last_forward, release_b});
+  plan.actions.push_back({ActionKind::kPrefetch, a, prefetch_a});
+  plan.actions.push_back({ActionKind::kPrefetch, b, prefetch_b});
+
+  auto base = make_rig(model, Plan{});
+  auto rig = make_rig(model, plan);
+  base->mm->set_timeline_enabled(true);
+  rig->mm->set_timeline_enabled(true);
+  // Residency of A and B when the policy is asked for op k's actions (after the manager has
+  // completed the swap-outs due at op k, before this op's actions run).
+  std::vector<std::pair<Residency, Residency>> seen;
+  rig->policy->set_probe([&](int, int op) {
+    if (static_cast<size_t>(op) >= seen.size()) seen.resize(static_cast<size_t>(op) + 1);
+    seen[static_cast<size_t>(op)] = {rig->mm->residency(a), rig->mm->residency(b)};
+  });
+  auto expected = [](int op, int swap_after, int release, int prefetch) {
+    if (op <= swap_after) return Residency::kResident;
+    return op < release ? Residency::kSwappingOut : Residency::kOnHost;  // up to the prefetch's op
+  };
+  const int64_t bytes_a = static_cast<int64_t>(align_up(g.tensor(a).bytes()));
+  const int64_t bytes_b = static_cast<int64_t>(align_up(g.tensor(b).bytes()));
+  std::vector<IterationStats> ref, got;
+  for (int it = 0; it < kIters; ++it) {
+    SCOPED_TRACE("iteration " + std::to_string(it));
+    ref.push_back(base->exec->run_iteration(it));
+    seen.clear();
+    got.push_back(rig->exec->run_iteration(it));
+    EXPECT_EQ(got.back().counters.swap_outs, 2u);
+    EXPECT_EQ(got.back().counters.prefetches, 2u);
+    const auto &tb = base->mm->timeline(), &tr = rig->mm->timeline();
+    ASSERT_EQ(tb.size(), tr.size());
+    for (size_t k = 0; k < tr.size(); ++k) {
+      const int op = tr[k].op_index;
+      SCOPED_TRACE("op " + std::to_string(op));
+      if (ua.last_forward <= op && op <= prefetch_a)
+        EXPECT_EQ(seen.at(static_cast<size_t>(op)).first, expected(op, ua.last_forward, release_a, prefetch_a));
+      if (ub.last_forward <= op && op <= prefetch_b)
+        EXPECT_EQ(seen.at(static_cast<size_t>(op)).second, expected(op, ub.last_forward, release_b, prefetch_b));
+      // Bytes after op k: the base run's, less each block between its release and its prefetch.
+      int64_t want = static_cast<int64_t>(tb[k].allocated);
+      if (release_a <= op && op < prefetch_a) want -= bytes_a;
+      if (release_b <= op && op < prefetch_b) want -= bytes_b;
+      EXPECT_EQ(static_cast<int64_t>(tr[k].allocated), want);
+    }
+  }
+  expect_same_losses(got, ref);
+}
+
+TEST(ScriptedPolicy, ReleasePointNotAfterTheSwapOutIsRejected) {
+  const ModelConfig model = tiny("resnet-tiny", 8);
+  Graph g = build_model(model);
+  build_backward(g, OptimizerConfig{});
+  const std::vector<TensorId> relu = activations_named(g, "relu_out");
+  ASSERT_FALSE(relu.empty());
+  const int op = g.tensor(relu.front()).producer;
+  Plan plan;
+  plan.actions.push_back({ActionKind::kSwapOut, relu.front(), op, op});
+  auto rig = make_rig(model, plan);
+  EXPECT_THROW(rig->exec->run_iteration(0), std::logic_error);
+}
+
 // ---------------------------------------------------------------- scripted drop / recompute
 
 TEST(ScriptedPolicy, DropDropoutOutputsInMlpIsBitIdentical) {

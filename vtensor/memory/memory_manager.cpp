@@ -274,6 +274,12 @@ void MemoryManager::read(TensorId id, void* host_dst) {
 // ---------------------------------------------------------------- mechanisms
 
 void MemoryManager::swap_out(TensorId id) {
+  // after_op(k) runs with op_seq_ = seq(k) + 1: freed in after_op(k + 2). During op k's
+  // allocations op_seq_ = seq(k): freed in after_op(k + 1).
+  start_swap_out(id, op_seq_ + 1);
+}
+
+void MemoryManager::start_swap_out(TensorId id, uint64_t release_seq) {
   id = storage_of(id);
   State& s = st(id);
   if (s.residency != Residency::kResident) throw std::logic_error("swap_out of a tensor that is " + std::string(to_string(s.residency)));
@@ -282,7 +288,7 @@ void MemoryManager::swap_out(TensorId id) {
   backend_.copy_async(Stream::kD2H, s.host, device_ptr(id), s.bytes);
   s.event = backend_.record(Stream::kD2H);
   s.residency = Residency::kSwappingOut;
-  s.swap_issue_seq = op_seq_;
+  s.release_seq = release_seq;
   swapping_out_.push_back(id);
   counters_.swapped_out_bytes += s.bytes;
   ++counters_.swap_outs;
@@ -330,11 +336,17 @@ void MemoryManager::cancel_swap_out(TensorId id) {
   s.residency = Residency::kResident;
 }
 
-void MemoryManager::finish_swap_outs_before(uint64_t op_seq) {
-  while (!swapping_out_.empty() && st(swapping_out_.front()).swap_issue_seq < op_seq) {
-    TensorId id = swapping_out_.front();
+void MemoryManager::finish_swap_outs_due(uint64_t op_seq) {
+  // Release points need not follow issue order: an older copy with a later release point keeps
+  // its block (it has finished if a younger one has, as one stream runs them in order).
+  for (auto it = swapping_out_.begin(); it != swapping_out_.end();) {
+    const TensorId id = *it;
+    if (st(id).release_seq > op_seq) {
+      ++it;
+      continue;
+    }
     wait_copy(st(id));
-    swapping_out_.pop_front();
+    it = swapping_out_.erase(it);
     complete_swap_out(id);
   }
 }
@@ -478,17 +490,25 @@ bool MemoryManager::compact() {
 // ---------------------------------------------------------------- per op
 
 void MemoryManager::after_op(int op_index) {
-  // Swap-outs issued before this op are completed now, waiting if their copy is still running:
-  // blocks are freed at points fixed by the op sequence, never by how fast a copy thread ran,
-  // so memory figures are identical from run to run and across backends.
-  finish_swap_outs_before(op_seq_);
+  // Swap-outs whose release point is this op are completed now, waiting if their copy is still
+  // running: blocks are freed at points fixed by the op sequence, never by how fast a copy
+  // thread ran, so memory figures are identical from run to run and across backends.
+  const uint64_t seq = op_seq_;
+  finish_swap_outs_due(seq);
   ++op_seq_;
   for (Action a : policy_->after_op(op_index)) {
     a.tensor = storage_of(a.tensor);  // actions on a view act on its base
     const State& s = st(a.tensor);
     switch (a.kind) {
       case ActionKind::kSwapOut:
-        if (s.residency == Residency::kResident && s.locks == 0) swap_out(a.tensor);
+        if (a.free_after != Action::kDefaultRelease && a.free_after <= op_index)
+          throw std::logic_error("policy " + policy_->name() + ": swap-out of " + graph_.tensor(a.tensor).name +
+                                 " after op " + std::to_string(op_index) + " freed after op " +
+                                 std::to_string(a.free_after) + ", which is not later");
+        if (s.residency == Residency::kResident && s.locks == 0)
+          start_swap_out(a.tensor, a.free_after == Action::kDefaultRelease
+                                       ? seq + 2
+                                       : seq + static_cast<uint64_t>(a.free_after - op_index));
         break;
       case ActionKind::kPrefetch:
         if (s.residency == Residency::kSwappingOut) {

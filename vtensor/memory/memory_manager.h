@@ -80,7 +80,8 @@ class MemoryManager final : public MemoryView {
   // Scratch (workspaces, recompute outputs not needed): an arena offset.
   void* allocate_scratch(size_t bytes, const char* what);
   void free_scratch(void* p);
-  // After op `op_index` was launched: finish completed copies, carry out the policy's actions.
+  // After op `op_index` was launched: complete the swap-outs whose release point this op is,
+  // carry out the policy's actions.
   void after_op(int op_index);
   // The executor recomputed `id` (a dropped output): its inputs no longer need to stay alive for it.
   void recomputed(TensorId id) { add_lineage_refs(id, -1); }
@@ -90,7 +91,10 @@ class MemoryManager final : public MemoryView {
   }
 
   // --- mechanisms (each is one residency transition) ---
-  void swap_out(TensorId id);              // resident -> swapping_out (async)
+  // resident -> swapping_out (async). The block is freed at the end of the second op after the
+  // one whose after_op issues it (an eviction during op k's allocations: at the end of op k+1);
+  // a planned swap-out names its own release op (Action::free_after).
+  void swap_out(TensorId id);
   void prefetch(TensorId id);              // on_host -> swapping_in (async)
   void drop(TensorId id);                  // resident -> dropped
   float* device_ptr(TensorId id) const;    // resident tensors only
@@ -136,7 +140,7 @@ class MemoryManager final : public MemoryView {
     bool persistent = false;
     uint64_t last_access = 0;
     int last_access_op = -1;
-    uint64_t swap_issue_seq = 0;  // op_seq_ when the swap-out was issued
+    uint64_t release_seq = 0;  // swap-out: completed at the end of the op with this op_seq_
   };
   const State& st(TensorId id) const { return states_.at(static_cast<size_t>(id)); }
   State& st(TensorId id) { return states_.at(static_cast<size_t>(id)); }
@@ -151,7 +155,8 @@ class MemoryManager final : public MemoryView {
   bool finish_prefetches();                // swapping_in -> resident for unlocked tensors
   void complete_swap_out(TensorId id);
   void cancel_swap_out(TensorId id);             // swapping_out -> resident
-  void finish_swap_outs_before(uint64_t op_seq);
+  void start_swap_out(TensorId id, uint64_t release_seq);
+  void finish_swap_outs_due(uint64_t op_seq);  // those whose release point is reached, in issue order
   void free_device(State& s);
   void free_host(State& s);
   void destroy(TensorId id);               // release for real

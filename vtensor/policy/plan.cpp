@@ -20,8 +20,12 @@ std::vector<Action> Plan::at(int op) const {
 
 std::string Plan::str() const {
   std::string s;
-  for (const auto& a : actions)
-    s += std::string(to_string(a.kind)) + " t" + std::to_string(a.tensor) + " after op " + std::to_string(a.op) + "\n";
+  for (const auto& a : actions) {
+    s += std::string(to_string(a.kind)) + " t" + std::to_string(a.tensor) + " after op " + std::to_string(a.op);
+    if (a.kind == ActionKind::kSwapOut && a.free_after != Action::kDefaultRelease)
+      s += ", freed after op " + std::to_string(a.free_after);
+    s += "\n";
+  }
   return s;
 }
 

@@ -9,7 +9,8 @@
 namespace vtensor {
 
 enum class ActionKind {
-  kSwapOut,   // after op `op`: copy the tensor to host, free its device memory when the copy is done
+  kSwapOut,   // after op `op`: copy the tensor to host; its device memory is freed at the end of
+              // op `free_after` (waiting for the copy if it is still running)
   kPrefetch,  // after op `op`: start copying it back to the device
   kDrop,      // after op `op`: free it; it is recomputed from its lineage when next accessed
 };
@@ -19,6 +20,10 @@ struct Action {
   ActionKind kind;
   TensorId tensor;
   int op;
+  // kSwapOut only: the op at whose end the block is freed (> op); kDefaultRelease: the memory
+  // manager's own point, the end of op `op` + 2. Either way a point fixed by the op sequence.
+  int free_after = kDefaultRelease;
+  static constexpr int kDefaultRelease = -1;
   bool operator==(const Action&) const = default;
 };
 

@@ -2,21 +2,29 @@
 // can hide. Iteration 1 runs passive (LRU swap on OOM, like `lru`) and its access trace is the
 // measured iteration; at its end the policy plans the swaps every later iteration repeats.
 //   Candidates: for each non-persistent tensor, each absence interval between two consecutive
-//     accesses. The swap-out is issued after op s >= the first access; the memory manager frees
-//     the block once the copy is done, at the end of op s+2, so the copy must fit in ops s+1..s+2;
-//     the prefetch is issued after the latest op p whose end leaves a swap-in time before the
-//     next access. The block is absent during ops s+3..p.
+//     accesses. The swap-out is issued right after the first access (op s) and names its release
+//     op r: the first op whose predicted end is at or after the copy's predicted end (the memory
+//     manager frees the block at the end of op r, a point fixed by the op sequence), so a long
+//     copy may span as many ops as it needs; the prefetch is issued after the latest op p whose
+//     end leaves a swap-in time before the next access. The block is absent during ops r+1..p.
 //   Scores (each ranked, ranks summed, smallest first): absence time, absence x size, and the
 //     load above the limit (bytes above it summed over the ops of the absence).
 //   Selection: while the predicted peak (persistent + live tensors + workspace per op) is above
 //     the target, take the best-ranked candidate whose absence covers the peak op and whose copies,
 //     queued with those already chosen on one copy stream per direction (issue order), still
-//     leave every hidden copy on time: hiding each copy alone is not enough once they queue.
+//     leave every hidden copy on time: hiding each copy alone is not enough once they queue. A
+//     queued swap-out ends later than alone, and its release op is taken from its queued end; a
+//     prefetch that would delay a chosen one is issued earlier while the absence still covers the peak.
+//   Two passes, kept the better (lower predicted peak; stick-to-limit: fits the target with fewer
+//     stalling copies): release ops anywhere, and at most two ops after the issue. The greedy is
+//     myopic: a long copy ranked first (VGG-16's first conv output) brings a large block back into
+//     a later window that becomes the new peak, where only short copies would have done better.
 //   no-overhead (`zero-overhead-swap`): only hidden copies; the target is 0, so it takes blocks
 //     while any covers the peak: the smallest budget it reaches is the peak it achieves.
 //   stick-to-limit (`zero-overhead-swap-limit`): the target is 95% of the budget; when hidden copies
-//     are not enough, copies that cannot be hidden are taken too (they stall), and anything still
-//     above the budget is evicted passively (LRU swap), as in iteration 1. A guided iteration that
+//     are not enough, copies that cannot be hidden are taken too (they stall; released where the
+//     copy would end alone, else two ops on), and anything still above the budget is evicted
+//     passively (LRU swap), as in iteration 1. A guided iteration that
 //     still evicts (the allocator fragmented beyond the headroom) makes it plan again from the
 //     measured iteration for a lower target, at most kZeroOverheadReplans times.
 // Op times: the kernels' own times from the trace, back to back, so that the stalls of a passive
@@ -27,7 +35,8 @@
 // Bandwidth: calibration copies by the memory manager (a fixed latency plus time per byte on the
 // backend's clock), the same both ways. Deviations: the paper swaps at the granularity of its memory pool's blocks
 // and assumes known bandwidth; we plan per tensor, measure op times from the trace, and keep a
-// passive fallback so a wrong estimate can never fail a run.
+// passive fallback so a wrong estimate can never fail a run. The paper frees a block when its
+// copy is done; we free it at the end of the predicted op (deterministic memory figures).
 #pragma once
 #include <map>
 
@@ -51,7 +60,7 @@ struct ZeroOverheadSwapConfig {
 struct SwapChoice {
   TensorId tensor;
   size_t bytes;
-  int swap_out_after, prefetch_after, next_access;  // ops
+  int swap_out_after, release_after, prefetch_after, next_access;  // ops; absent during release_after+1..prefetch_after
   double absence_ms;
   bool hidden;  // both copies fit in the measured times
 };
@@ -61,10 +70,14 @@ struct ZeroOverheadSwapPlan {
   Plan plan;
   size_t peak_before = 0, peak_after = 0;  // predicted from the trace
   size_t candidates = 0, hidden_candidates = 0;
+  int max_hold = 0;  // the pass kept: 0 release points anywhere, 2 at most two ops after the issue
 };
 
 // The planning step, a pure function of the measured iteration (testable without a device).
 ZeroOverheadSwapPlan plan_zero_overhead_swap(const Graph& g, const AccessTrace& trace, const ZeroOverheadSwapConfig& cfg);
+// One greedy pass of it; max_hold > 0: every block is released at most max_hold ops after its swap-out.
+ZeroOverheadSwapPlan plan_zero_overhead_swap_pass(const Graph& g, const AccessTrace& trace, const ZeroOverheadSwapConfig& cfg,
+                                                  int max_hold);
 
 class ZeroOverheadSwapPolicy final : public Policy {
  public:
