@@ -29,6 +29,15 @@ std::string join(const std::vector<std::string>& v) {
   return s;
 }
 
+// --checkpoint-segments with a single policy: it must be checkpoint (a sweep applies it to its checkpoint runs).
+void check_checkpoint_segments(const TrainConfig& cfg) {
+  if (cfg.checkpoint_segments < 0)
+    throw std::invalid_argument("--checkpoint-segments must be a positive segment count, got " +
+                                std::to_string(cfg.checkpoint_segments));
+  if (cfg.checkpoint_segments > 0 && cfg.policy != "checkpoint")
+    throw std::invalid_argument("--checkpoint-segments applies to --policy checkpoint only, got --policy " + cfg.policy);
+}
+
 void check_output_path(const std::string& path, const char* what) {
   if (path.empty()) return;
   auto dir = std::filesystem::path(path).parent_path();
@@ -44,6 +53,7 @@ int cmd_train(const TrainConfig& base, const std::string& budget_text, const std
   if (!budget_text.empty()) cfg.budget = parse_bytes(budget_text, "--budget");
   check_output_path(report, "--report");
   check_output_path(cfg.trace_path, "--trace");
+  check_checkpoint_segments(cfg);
   Trainer trainer(cfg);
   const auto& c = trainer.config();
   const auto& g = trainer.graph();
@@ -168,6 +178,7 @@ CLI::App* add_maxbatch(CLI::App& app, ExperimentArgs& a) {
   c->add_option("--policy", a.cfg.policy, "memory policy: " + join(policy_names()));
   c->add_option("--budget", a.budget_text, "device memory budget (default: the GPU's memory)");
   c->add_option("--max-batch", a.max_limit, "stop the search here");
+  c->add_option("--checkpoint-segments", a.cfg.checkpoint_segments, "policy checkpoint: segment count (default: sqrt of the layer count)");
   c->add_option("--report", a.report, "write the search as JSON to this file");
   return c;
 }
@@ -178,6 +189,7 @@ int cmd_maxbatch(ExperimentArgs a) {
   if (!a.budget_text.empty()) a.cfg.budget = parse_bytes(a.budget_text, "--budget");
   check_output_path(a.report, "--report");
   make_policy(a.cfg.policy);
+  check_checkpoint_segments(a.cfg);
   const size_t budget = a.cfg.budget ? a.cfg.budget : find_gpu(a.cfg.gpu).memory_bytes;
   std::printf("vtensor maxbatch: model %s, policy %s, %s, budget %s, %d iterations per probe\n",
               a.cfg.model.name.c_str(), a.cfg.policy.c_str(), a.cfg.gpu.c_str(), format_bytes(budget).c_str(),
@@ -232,6 +244,7 @@ CLI::App* add_sweep(CLI::App& app, ExperimentArgs& a) {
   c->add_option("--policies", a.policies_text, "comma-separated policies (default none,lru,lru-recompute)");
   c->add_option("--budgets", a.budgets_text, "comma-separated budgets: % of the unmanaged peak or sizes (default 100%,75%,50%,25%)");
   c->add_option("--batches", a.batches_text, "comma-separated batch sizes (overrides --batch)");
+  c->add_option("--checkpoint-segments", a.cfg.checkpoint_segments, "runs of policy checkpoint: segment count (default: sqrt of the layer count)");
   c->add_option("--out", a.out, "output file, .csv or .json")->required();
   return c;
 }
@@ -348,6 +361,7 @@ int main(int argc, char** argv) {
   auto* lr = train->add_option("--lr", cfg.optimizer.lr, "learning rate (default 0.05 for sgd, 0.001 for adam / adamw)");
   train->add_option("--optimizer", optimizer, "optimizer: sgd, adam, adamw (default sgd)");
   train->add_option("--momentum", cfg.optimizer.momentum, "SGD momentum");
+  train->add_option("--checkpoint-segments", cfg.checkpoint_segments, "policy checkpoint: segment count (default: sqrt of the layer count)");
   train->add_flag("--inplace-relu-grad", cfg.inplace_relu_grad, "relu backward writes dx over dy where dy dies (cuDNN's in-place ReLU, as in vDNN)");
   train->add_option("--weight-decay", cfg.optimizer.weight_decay, "weight decay (L2 for sgd and adam, decoupled for adamw)");
   train->add_option("--report", report, "write a JSON report to this file");

@@ -38,7 +38,7 @@ TEST(Cli, ListsModelsAndPolicies) {
   for (const char* name : {"mlp", "vgg16", "resnet50", "resnet-tiny"}) EXPECT_NE(m.output.find(name), std::string::npos);
   Result p = run("policies");
   EXPECT_EQ(p.code, 0);
-  for (const char* name : {"none", "lru", "lru-recompute"}) EXPECT_NE(p.output.find(name), std::string::npos);
+  for (const char* name : {"none", "lru", "lru-recompute", "checkpoint"}) EXPECT_NE(p.output.find(name), std::string::npos);
 }
 
 TEST(Cli, BadArgumentsNameTheArgumentAndExitTwo) {
@@ -58,6 +58,9 @@ TEST(Cli, BadArgumentsNameTheArgumentAndExitTwo) {
            {"train --model resnet-tiny --allocator planned --planner tetris",
             "unknown --planner 'tetris'; accepted: greedy-size, greedy-breadth, greedy-area, best"},
            {"train --model resnet-tiny --planner best", "--planner applies to --allocator planned only"},
+           {"train --model resnet-tiny --checkpoint-segments 3", "--checkpoint-segments applies to --policy checkpoint only"},
+           {"train --model resnet-tiny --policy checkpoint --checkpoint-segments -1", "--checkpoint-segments must be a positive"},
+           {"maxbatch --model resnet-tiny --gpu p100-16g --policy dtr --checkpoint-segments 3", "--checkpoint-segments applies"},
            {"train", "--model"},
            {"fly", "fly"},
        }) {

@@ -134,7 +134,7 @@ size_t MemoryManager::alloc_block(size_t bytes, int64_t tag, const char* what) {
     if (!progressed) {
       std::string ctx = std::string(what) + (tag >= 0 ? " '" + graph_.tensor(static_cast<TensorId>(tag)).name + "'" : "") +
                         ", policy '" + policy_->name() + "' found nothing more to evict; " + usage_summary();
-      throw OutOfMemoryError(bytes, allocator_->stats().allocated, budget(), ctx);
+      throw OutOfMemoryError(bytes, allocator_->stats().allocated, budget(), ctx, policy_->smallest_working_budget());
     }
   }
 }

@@ -73,6 +73,8 @@ class Policy {
   // `waited_ms` for its copy back from host or its recomputation: a late or missing prefetch
   // (Capuchin's feedback, vDNN's per-layer stall time).
   virtual void on_restore(TensorId id, int op_index, Residency from, double waited_ms) {}
+  // The smallest budget a static plan is known to need, for the OutOfMemoryError (nullopt: unknown).
+  virtual std::optional<size_t> smallest_working_budget() const { return std::nullopt; }
   // Lossless policies must give bit-identical training to `none`.
   virtual bool lossless() const { return true; }
   // What the policy decided (per layer / per tensor), for the run's report; null when nothing.

@@ -2,6 +2,7 @@
 #include <stdexcept>
 
 #include "vtensor/policy/capuchin.h"
+#include "vtensor/policy/checkpoint.h"
 #include "vtensor/policy/dtr.h"
 #include "vtensor/policy/lru.h"
 #include "vtensor/policy/none.h"
@@ -30,6 +31,8 @@ const std::vector<PolicyInfo>& policy_registry() {
        [] { return std::make_unique<CapuchinPolicy>(CapuchinMode::kRecompute); }},
       {"capuchin", "Capuchin hybrid: hidden swaps first, then per tensor the cheaper of swap and recompute",
        [] { return std::make_unique<CapuchinPolicy>(CapuchinMode::kHybrid); }},
+      {"checkpoint", "Chen et al.'s gradient checkpointing: sqrt(L) segments of layers, keep their outputs, drop the rest after forward, recompute in backward; no eviction on demand",
+       [] { return std::make_unique<CheckpointPolicy>(); }},
       {"dtr", "DTR: on OOM drop the smallest cost / (bytes x staleness), recompute on access; no planning",
        [] { return std::make_unique<DtrPolicy>(); }},
       {"zero-overhead-swap", "Zhang et al.: after one measured iteration, swap only blocks whose copies hide in their absence across the peak; reports the peak reached",

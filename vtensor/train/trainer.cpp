@@ -8,6 +8,7 @@
 #include "vtensor/backend/sim/gpu_specs.h"
 #include "vtensor/core/errors.h"
 #include "vtensor/memory/allocator.h"
+#include "vtensor/policy/checkpoint.h"
 
 namespace vtensor {
 
@@ -15,6 +16,10 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
   if (cfg_.iters <= 0) throw std::invalid_argument("--iters must be positive, got " + std::to_string(cfg_.iters));
   if (!cfg_.graph) cfg_.model = resolve_model(cfg_.model);
   auto policy = make_policy(cfg_.policy);  // validate names before any work
+  if (cfg_.checkpoint_segments < 0)
+    throw std::invalid_argument("--checkpoint-segments must be a positive segment count, got " +
+                                std::to_string(cfg_.checkpoint_segments));
+  if (auto* c = dynamic_cast<CheckpointPolicy*>(policy.get())) c->set_segments(cfg_.checkpoint_segments);
   if (!cfg_.gpu.empty() && cfg_.backend != "sim")
     throw std::invalid_argument("--gpu applies to --backend sim only (backend is '" + cfg_.backend + "')");
   if (cfg_.budget == 0 && cfg_.backend != "cuda")  // cuda: the backend takes the free memory less a margin

@@ -1,0 +1,193 @@
+// End-to-end: gradient checkpointing (policy `checkpoint`) trains the tiny presets bit for bit
+// like `none` below its peak, re-runs exactly the ops its plan expects (at most one forward
+// pass), and runs out of memory with the usual error under a budget below what it needs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "vtensor/core/errors.h"
+#include "vtensor/memory/allocator.h"
+#include "vtensor/models/models.h"
+#include "vtensor/policy/checkpoint.h"
+#include "vtensor/train/trainer.h"
+
+#include "tests/support/training.h"
+
+using namespace vtensor;
+
+namespace {
+
+bool is_transformer(const std::string& model) { return model.rfind("gpt", 0) == 0 || model.rfind("bert", 0) == 0; }
+
+TrainConfig config(const std::string& model, const std::string& policy, size_t budget, int iters) {
+  TrainConfig cfg;
+  cfg.model.name = model;
+  cfg.policy = policy;
+  cfg.budget = budget;
+  cfg.iters = iters;
+  if (is_transformer(model)) {  // Adam: m and v must match too
+    cfg.optimizer.kind = OptimizerKind::kAdam;
+    cfg.optimizer.lr = 1e-3f;
+  }
+  return cfg;
+}
+
+class CheckpointTiny : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CheckpointTiny, MatchesNoneBitForBitBelowItsPeak) {
+  const int iters = 3;
+  const test::RunOutcome base = test::run_training(config(GetParam(), "none", 0, iters));
+  const test::RunOutcome r = test::run_training(config(GetParam(), "checkpoint", 0, iters));
+  test::expect_bit_identical(base, r);
+  EXPECT_LT(r.peak, base.peak) << "checkpointing must lower the peak";
+  EXPECT_EQ(r.swapped_out, 0u) << "checkpointing never swaps";
+
+  const auto& rep = r.result.policy_report;
+  ASSERT_TRUE(rep.is_object());
+  const int layers = rep["layers"], segments = rep["segments"], forward_ops = rep["forward_ops"];
+  const int expected = rep["expected_recomputed_ops_per_iteration"];
+  EXPECT_GE(segments, 2);
+  EXPECT_LE(segments, static_cast<int>(std::lround(std::sqrt(layers))));
+  EXPECT_GT(rep["dropped_bytes_per_iteration"].get<size_t>(), 0u);
+  // Chen's scheme: each segment but the last runs its forward once more, so at most one extra
+  // forward pass; the memory manager re-runs each of those ops exactly once.
+  EXPECT_GT(expected, 0);
+  EXPECT_LT(expected, forward_ops);
+  for (const auto& s : r.iters) {
+    EXPECT_EQ(s.counters.recomputed_ops, static_cast<uint64_t>(expected)) << "iteration " << s.iteration;
+    EXPECT_EQ(s.counters.evictions, 0u) << "no eviction on demand";
+  }
+  EXPECT_GT(rep["recompute_ms"].get<double>(), 0.0);
+  EXPECT_EQ(rep["planned_peak_bytes"].get<size_t>(), r.peak) << "the planned peak replays the executor exactly";
+}
+
+// Below what the plan needs, the usual OutOfMemoryError (nothing evicted on demand), naming the
+// planned peak as the smallest budget known to work; at exactly that budget it trains.
+TEST_P(CheckpointTiny, OutOfMemoryBelowWhatItNeeds) {
+  const test::RunOutcome r = test::run_training(config(GetParam(), "checkpoint", 0, 2));
+  const size_t planned = r.result.policy_report["planned_peak_bytes"];
+  const size_t too_small = align_up(planned * 9 / 10);
+  try {
+    test::run_training(config(GetParam(), "checkpoint", too_small, 2));
+    FAIL() << "trained at 90% of its planned peak";
+  } catch (const OutOfMemoryError& e) {
+    EXPECT_NE(std::string(e.what()).find("policy 'checkpoint' found nothing more to evict"), std::string::npos)
+        << e.what();
+    EXPECT_EQ(e.budget(), too_small);
+    ASSERT_TRUE(e.smallest_working_budget().has_value());
+    EXPECT_EQ(*e.smallest_working_budget(), planned);
+  }
+  const test::RunOutcome fits = test::run_training(config(GetParam(), "checkpoint", planned, 2));
+  EXPECT_EQ(fits.peak, planned) << "a static plan reaches the same peak under any budget that fits";
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, CheckpointTiny, ::testing::Values("resnet-tiny", "vgg-tiny", "gpt-tiny", "bert-tiny"));
+
+// The plan on its own: checkpoints are read by a later segment, the last segment keeps its
+// tensors, every drop comes after the tensor's last forward access and before backward.
+TEST(CheckpointPlan, SegmentsCheckpointsAndDropPoints) {
+  for (const char* model : {"resnet-tiny", "gpt-tiny", "bert-base", "resnet50"}) {
+    SCOPED_TRACE(model);
+    ModelConfig m;
+    m.name = model;
+    m.batch = 2;
+    Graph g = build_model(m);
+    build_backward(g, OptimizerConfig{});
+    const CheckpointPlan p = plan_checkpoint(g);
+    ASSERT_GE(p.segments.size(), 2u);
+    EXPECT_NEAR(static_cast<double>(p.segments.size()), std::sqrt(static_cast<double>(p.layers)), 1.0);
+    std::vector<int> seg_of_op(g.num_ops(), -1);
+    for (size_t s = 0; s < p.segments.size(); ++s) {
+      const auto& seg = p.segments[s];
+      ASSERT_LE(seg.first_op, seg.last_op);
+      if (s > 0) EXPECT_EQ(seg.first_op, p.segments[s - 1].last_op + 1) << "segments are consecutive";
+      for (int o = seg.first_op; o <= seg.last_op; ++o) seg_of_op[static_cast<size_t>(o)] = static_cast<int>(s);
+      if (s + 1 < p.segments.size()) EXPECT_FALSE(seg.checkpoints.empty());
+    }
+    EXPECT_EQ(p.segments.back().dropped, 0) << "the last segment is kept";
+    size_t bytes = 0;
+    int first_backward = -1;
+    for (const Op& op : g.ops())
+      if ((op.backward || op.optimizer) && first_backward < 0) first_backward = op.index;
+    for (const Action& a : p.plan.actions) {
+      EXPECT_EQ(a.kind, ActionKind::kDrop);
+      EXPECT_LT(a.op, first_backward);
+      const TensorInfo& t = g.tensor(a.tensor);
+      EXPECT_EQ(t.kind, TensorKind::kActivation);
+      bytes += t.bytes();
+      for (const Op& op : g.ops()) {
+        for (TensorId in : op.inputs)
+          if (in == a.tensor && !op.backward && !op.optimizer) EXPECT_LE(op.index, a.op) << t.name;
+      }
+      for (const auto& seg : p.segments)
+        for (TensorId c : seg.checkpoints) EXPECT_NE(c, a.tensor) << "a checkpoint is never dropped";
+    }
+    EXPECT_EQ(bytes, p.dropped_bytes);
+    EXPECT_LE(p.expected_recomputed_ops, p.forward_ops);
+    // Every checkpoint is read by a forward op of a later segment.
+    for (size_t s = 0; s < p.segments.size(); ++s)
+      for (TensorId c : p.segments[s].checkpoints) {
+        bool later = false;
+        for (const Op& op : g.ops())
+          for (TensorId in : op.inputs) {
+            TensorId b = in;
+            while (g.tensor(b).view_of != kNoTensor) b = g.tensor(b).view_of;
+            if (b == c && seg_of_op[static_cast<size_t>(op.index)] > static_cast<int>(s)) later = true;
+          }
+        EXPECT_TRUE(later) << g.tensor(c).name;
+      }
+  }
+}
+
+TEST(CheckpointPlan, NegativeSegmentCountIsRejected) {
+  ModelConfig m;
+  m.name = "mlp-tiny";
+  Graph g = build_model(m);
+  build_backward(g, OptimizerConfig{});
+  EXPECT_THROW(plan_checkpoint(g, -1), std::invalid_argument);
+  EXPECT_EQ(plan_checkpoint(g, 1).segments.size(), 1u);
+  EXPECT_TRUE(plan_checkpoint(g, 1).plan.actions.empty()) << "one segment is the last: nothing dropped";
+}
+
+// --checkpoint-segments: the segment count is the user's; more segments keep more checkpoints
+// and drop more, and each count still matches `none` bit for bit.
+TEST(CheckpointSegments, CountFromTheConfigAndStillLossless) {
+  const test::RunOutcome base = test::run_training(config("resnet-tiny", "none", 0, 2));
+  for (int k : {1, 2, 4, 8}) {
+    SCOPED_TRACE(k);
+    TrainConfig cfg = config("resnet-tiny", "checkpoint", 0, 2);
+    cfg.checkpoint_segments = k;
+    const test::RunOutcome r = test::run_training(cfg);
+    const auto& rep = r.result.policy_report;
+    EXPECT_EQ(rep["segments"].get<int>(), k);
+    EXPECT_EQ(rep["checkpoints"].get<int>() >= k - 1, true) << "every segment but the last hands on a checkpoint";
+    test::expect_bit_identical(base, r);
+    if (k == 1) {  // one segment is the last: kept whole
+      EXPECT_EQ(rep["dropped_bytes_per_iteration"].get<size_t>(), 0u);
+      EXPECT_EQ(r.peak, base.peak);
+    } else {
+      EXPECT_LT(r.peak, base.peak);
+    }
+  }
+}
+
+// Paper scale on the sim backend: the memory manager re-runs exactly the ops the plan expects.
+TEST(CheckpointSim, RecomputedOpsMatchThePlanAtPaperScale) {
+  for (const char* model : {"resnet50", "bert-base"}) {
+    SCOPED_TRACE(model);
+    TrainConfig cfg = config(model, "checkpoint", 0, 2);
+    cfg.backend = "sim";
+    cfg.gpu = "p100-16g";
+    cfg.model.batch = 8;
+    const TrainResult r = Trainer(cfg).run();
+    const int expected = r.policy_report["expected_recomputed_ops_per_iteration"];
+    for (const auto& s : r.iterations) EXPECT_EQ(s.counters.recomputed_ops, static_cast<uint64_t>(expected));
+    EXPECT_EQ(r.policy_report["planned_peak_bytes"].get<size_t>(), test::max_peak(r.iterations));
+    TrainConfig none = cfg;
+    none.policy = "none";
+    EXPECT_LT(test::max_peak(r.iterations), test::max_peak(Trainer(none).run().iterations));
+  }
+}
+
+}  // namespace

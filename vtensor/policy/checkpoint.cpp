@@ -1,0 +1,438 @@
+#include "vtensor/policy/checkpoint.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+
+#include "vtensor/core/errors.h"
+#include "vtensor/memory/allocator.h"
+
+namespace vtensor {
+
+namespace {
+
+bool is_forward(const Op& op) { return !op.backward && !op.optimizer; }
+
+}  // namespace
+
+CheckpointPlan plan_checkpoint(const Graph& g, int segments) {
+  if (segments < 0) throw std::invalid_argument("checkpoint segments must be >= 0 (0: sqrt of the layer count)");
+  const size_t nt = g.num_tensors(), no = g.num_ops();
+  auto base = [&](TensorId t) {
+    while (g.tensor(t).view_of != kNoTensor) t = g.tensor(t).view_of;
+    return t;
+  };
+  // Units: the builder layers in forward order (an op outside a layer joins the one before it);
+  // a graph without layers (a replayed trace) splits by forward op.
+  bool has_layers = false;
+  for (const Op& op : g.ops()) has_layers |= is_forward(op) && op.layer >= 0;
+  std::vector<int> unit(no, -1);
+  std::vector<char> seen_layer(g.layers().size(), 0);
+  std::vector<std::string> unit_name;
+  int units = 0, current = -1;
+  for (const Op& op : g.ops()) {
+    if (!is_forward(op)) continue;
+    if (!has_layers) {
+      current = units++;
+      unit_name.push_back(op.name);
+    } else if (op.layer >= 0 && !seen_layer[static_cast<size_t>(op.layer)]) {
+      seen_layer[static_cast<size_t>(op.layer)] = 1;
+      current = units++;  // a layer met again later stays in the current unit: units stay contiguous
+      unit_name.push_back(g.layers()[static_cast<size_t>(op.layer)].name);
+    }
+    unit[static_cast<size_t>(op.index)] = std::max(current, 0);
+  }
+  units = std::max(units, 1);
+
+  // Per base tensor: readers in forward and backward, last forward access.
+  std::vector<int> last_fwd(nt, -1), max_reader_unit(nt, -1);
+  std::vector<char> read_in_bwd(nt, 0);
+  for (const Op& op : g.ops()) {
+    for (TensorId in : op.inputs) {
+      const auto b = static_cast<size_t>(base(in));
+      if (is_forward(op)) {
+        last_fwd[b] = std::max(last_fwd[b], op.index);
+        max_reader_unit[b] = std::max(max_reader_unit[b], unit[static_cast<size_t>(op.index)]);
+      } else {
+        read_in_bwd[b] = 1;
+      }
+    }
+    if (is_forward(op))
+      for (TensorId o : op.outputs) last_fwd[static_cast<size_t>(base(o))] = std::max(last_fwd[static_cast<size_t>(base(o))], op.index);
+  }
+  auto forward_made = [&](TensorId t) {
+    const TensorInfo& i = g.tensor(t);
+    return i.view_of == kNoTensor && !i.persistent() && i.producer >= 0 && is_forward(g.op(i.producer));
+  };
+
+  // Segment boundaries: k segments balancing the bytes backward reads (each unit goes to the
+  // segment its byte midpoint falls in).
+  std::vector<double> unit_bytes(static_cast<size_t>(units), 0.0);
+  double total = 0;
+  for (const TensorInfo& t : g.tensors())
+    if (forward_made(t.id) && read_in_bwd[static_cast<size_t>(t.id)]) {
+      unit_bytes[static_cast<size_t>(unit[static_cast<size_t>(t.producer)])] += static_cast<double>(t.bytes());
+      total += static_cast<double>(t.bytes());
+    }
+  const int k = std::clamp(segments > 0 ? segments : static_cast<int>(std::lround(std::sqrt(static_cast<double>(units)))), 1, units);
+  // Exactly k segments of consecutive units: segment j takes units while their byte midpoint
+  // is below (j + 1) / k of the total, at least one, leaving one for each later segment.
+  std::vector<int> seg_of_unit(static_cast<size_t>(units), 0);
+  std::vector<double> before(static_cast<size_t>(units) + 1, 0.0);
+  for (int u = 0; u < units; ++u) before[static_cast<size_t>(u) + 1] = before[static_cast<size_t>(u)] + unit_bytes[static_cast<size_t>(u)];
+  auto mid = [&](int u) {
+    return total > 0 ? (before[static_cast<size_t>(u)] + unit_bytes[static_cast<size_t>(u)] / 2) / total : (u + 0.5) / units;
+  };
+  for (int j = 0, u = 0; j < k; ++j) {
+    seg_of_unit[static_cast<size_t>(u++)] = j;
+    while (u < units && (j == k - 1 || (u < units - (k - 1 - j) && mid(u) < static_cast<double>(j + 1) / k)))
+      seg_of_unit[static_cast<size_t>(u++)] = j;
+  }
+  const int nseg = k;
+
+  CheckpointPlan out;
+  out.layers = units;
+  out.segments.resize(static_cast<size_t>(nseg));
+  for (int u = 0; u < units; ++u) {
+    CheckpointSegment& s = out.segments[static_cast<size_t>(seg_of_unit[static_cast<size_t>(u)])];
+    if (s.first_layer < 0) s.first_layer = u;
+    s.last_layer = u;
+    if (static_cast<size_t>(u) < unit_name.size()) {
+      if (s.first_name.empty()) s.first_name = unit_name[static_cast<size_t>(u)];
+      s.last_name = unit_name[static_cast<size_t>(u)];
+    }
+  }
+  auto seg_of_op = [&](int op) { return seg_of_unit[static_cast<size_t>(unit[static_cast<size_t>(op)])]; };
+  for (const Op& op : g.ops()) {
+    if (!is_forward(op)) continue;
+    ++out.forward_ops;
+    CheckpointSegment& s = out.segments[static_cast<size_t>(seg_of_op(op.index))];
+    if (s.first_op < 0) s.first_op = op.index;
+    s.last_op = op.index;
+  }
+
+  // Classify the forward-made bases: checkpoints, kept, drop candidates.
+  std::vector<char> candidate(nt, 0), dropped(nt, 0);
+  for (const TensorInfo& t : g.tensors()) {
+    if (!forward_made(t.id)) continue;
+    const auto i = static_cast<size_t>(t.id);
+    const int seg = seg_of_op(t.producer);
+    CheckpointSegment& s = out.segments[static_cast<size_t>(seg)];
+    if (read_in_bwd[i]) s.saved_bytes += t.bytes();
+    if (max_reader_unit[i] >= 0 && seg_of_unit[static_cast<size_t>(max_reader_unit[i])] > seg) {
+      s.checkpoints.push_back(t.id);
+      s.checkpoint_bytes += t.bytes();
+      continue;
+    }
+    const bool keep = seg == nseg - 1 || t.kind != TensorKind::kActivation || !t.recomputable ||
+                      !is_recomputable(g.op(t.producer));
+    if (keep) continue;
+    candidate[i] = 1;
+    dropped[i] = read_in_bwd[i];  // backward reads it: drop after its last forward access
+  }
+
+  // The forward pass as the executor and memory manager run it under the plan: releases at last
+  // uses, drops, lineage references (a released input of a dropped tensor comes back as dropped;
+  // one still alive is held until its dependants are recomputed).
+  std::vector<int> last_use(nt, -1);  // the executor's release points
+  for (const Op& op : g.ops()) {
+    for (TensorId in : op.inputs) last_use[static_cast<size_t>(base(in))] = op.index;
+    for (TensorId o : op.outputs)
+      last_use[static_cast<size_t>(base(o))] = std::max(last_use[static_cast<size_t>(base(o))], op.index);
+  }
+  std::vector<std::vector<TensorId>> release_at(no), drops_at(no);
+  for (const TensorInfo& t : g.tensors()) {
+    const int u = last_use[static_cast<size_t>(t.id)];
+    if (forward_made(t.id) && u >= 0 && is_forward(g.op(u))) release_at[static_cast<size_t>(u)].push_back(t.id);
+  }
+  enum class S : int8_t { kNone, kResident, kDropped };
+  std::vector<S> st(nt);
+  std::vector<char> released(nt);
+  std::vector<int> refs(nt);
+  std::vector<int8_t> memo;
+  std::function<void(TensorId, int)> add_refs = [&](TensorId t, int delta) {
+    for (TensorId in : g.op(g.tensor(t).producer).inputs) {
+      const TensorId bt = base(in);
+      const auto b = static_cast<size_t>(bt);
+      if (delta > 0 && st[b] == S::kNone && released[b] && g.tensor(bt).producer >= 0) {
+        st[b] = S::kDropped;
+        add_refs(bt, +1);
+      }
+      refs[b] += delta;
+      if (delta < 0 && refs[b] == 0 && released[b] && st[b] != S::kNone) {
+        if (st[b] == S::kDropped) add_refs(bt, -1);
+        st[b] = S::kNone;
+      }
+    }
+  };
+  std::function<bool(TensorId)> can_recompute = [&](TensorId t) -> bool {
+    if (memo[static_cast<size_t>(t)] >= 0) return memo[static_cast<size_t>(t)] == 1;
+    const TensorInfo& i = g.tensor(t);
+    bool ok = !i.persistent() && i.producer >= 0 && i.view_of == kNoTensor && i.recomputable &&
+              is_recomputable(g.op(i.producer));
+    if (ok)
+      for (TensorId in : g.op(i.producer).inputs) {
+        const auto b = static_cast<size_t>(base(in));
+        if (st[b] == S::kNone && !released[b]) ok = false;  // not produced yet
+        else if (st[b] != S::kResident && !can_recompute(base(in))) ok = false;
+      }
+    memo[static_cast<size_t>(t)] = ok ? 1 : 0;
+    return ok;
+  };
+  auto simulate = [&] {
+    std::fill(st.begin(), st.end(), S::kNone);
+    std::fill(released.begin(), released.end(), 0);
+    std::fill(refs.begin(), refs.end(), 0);
+    for (const TensorInfo& t : g.tensors())
+      if (t.persistent()) st[static_cast<size_t>(t.id)] = S::kResident;
+    for (const Op& op : g.ops()) {
+      if (!is_forward(op)) continue;
+      for (TensorId o : op.outputs) st[static_cast<size_t>(base(o))] = S::kResident;
+      for (TensorId t : release_at[static_cast<size_t>(op.index)]) {
+        const auto i = static_cast<size_t>(t);
+        released[i] = 1;
+        if (refs[i] == 0) {
+          if (st[i] == S::kDropped) add_refs(t, -1);
+          st[i] = S::kNone;
+        }
+      }
+      for (TensorId t : drops_at[static_cast<size_t>(op.index)]) {
+        memo.assign(nt, -1);
+        if (st[static_cast<size_t>(t)] != S::kResident || !can_recompute(t)) continue;
+        st[static_cast<size_t>(t)] = S::kDropped;
+        add_refs(t, +1);
+      }
+    }
+  };
+  // A candidate backward does not read is freed at its last use, unless a dropped tensor's
+  // lineage reference holds it then: drop those too, until none is held.
+  for (;;) {
+    for (auto& d : drops_at) d.clear();
+    for (const TensorInfo& t : g.tensors())
+      if (dropped[static_cast<size_t>(t.id)]) drops_at[static_cast<size_t>(last_fwd[static_cast<size_t>(t.id)])].push_back(t.id);
+    simulate();
+    bool changed = false;
+    for (size_t i = 0; i < nt; ++i)
+      if (candidate[i] && !dropped[i] && st[i] == S::kResident && released[i]) dropped[i] = changed = true;
+    if (!changed) break;
+  }
+
+  for (const TensorInfo& t : g.tensors()) {
+    if (!dropped[static_cast<size_t>(t.id)]) continue;
+    out.plan.actions.push_back({ActionKind::kDrop, t.id, last_fwd[static_cast<size_t>(t.id)]});
+    CheckpointSegment& s = out.segments[static_cast<size_t>(seg_of_op(t.producer))];
+    s.dropped_bytes += t.bytes();
+    ++s.dropped;
+    out.dropped_bytes += t.bytes();
+  }
+  std::stable_sort(out.plan.actions.begin(), out.plan.actions.end(), [](const Action& a, const Action& b) { return a.op < b.op; });
+
+  // The producers backward re-runs: those of the dropped tensors backward reads and, through
+  // their lineage, of every input dropped by the end of the forward pass. Each runs once (see
+  // the header).
+  std::vector<char> op_counted(no, 0), visited(nt, 0);
+  std::vector<TensorId> stack;
+  for (size_t i = 0; i < nt; ++i)
+    if (st[i] == S::kDropped && read_in_bwd[i]) {
+      visited[i] = 1;
+      stack.push_back(static_cast<TensorId>(i));
+    }
+  while (!stack.empty()) {
+    const TensorId t = stack.back();
+    stack.pop_back();
+    const Op& op = g.op(g.tensor(t).producer);
+    if (!op_counted[static_cast<size_t>(op.index)]) {
+      op_counted[static_cast<size_t>(op.index)] = 1;
+      ++out.expected_recomputed_ops;
+    }
+    for (TensorId in : op.inputs) {
+      const auto b = static_cast<size_t>(base(in));
+      if (!visited[b] && st[b] == S::kDropped) {
+        visited[b] = 1;
+        stack.push_back(base(in));
+      }
+    }
+  }
+  return out;
+}
+
+size_t predict_drop_plan_peak(const Graph& g, const Plan& plan) {
+  // Mirrors Executor::run_op / recompute and MemoryManager (allocate, access -> recompute,
+  // release, drop, lineage references); no eviction, so nothing else moves.
+  enum class S : int8_t { kNone, kResident, kDropped };
+  const size_t nt = g.num_tensors();
+  auto block = [](size_t b) { return b == 0 ? kAllocAlignment : align_up(b); };
+  auto base = [&](TensorId t) {
+    while (g.tensor(t).view_of != kNoTensor) t = g.tensor(t).view_of;
+    return t;
+  };
+  auto size_of = [&](TensorId t) { return block(g.tensor(t).bytes()); };
+  std::vector<int> last_use(nt, -1);
+  for (const Op& op : g.ops()) {
+    for (TensorId in : op.inputs) last_use[static_cast<size_t>(in)] = op.index;
+    for (TensorId o : op.outputs) last_use[static_cast<size_t>(o)] = std::max(last_use[static_cast<size_t>(o)], op.index);
+  }
+  for (const TensorInfo& t : g.tensors()) {
+    int& lb = last_use[static_cast<size_t>(base(t.id))];
+    lb = std::max(lb, last_use[static_cast<size_t>(t.id)]);
+  }
+  std::vector<std::vector<TensorId>> release_at(g.num_ops()), drops_at(g.num_ops());
+  for (const TensorInfo& t : g.tensors()) {
+    const int u = std::max(last_use[static_cast<size_t>(t.id)], t.release_after);
+    if (!t.persistent() && t.view_of == kNoTensor && last_use[static_cast<size_t>(t.id)] >= 0)
+      release_at[static_cast<size_t>(u)].push_back(t.id);
+  }
+  for (const Action& a : plan.actions)
+    if (a.kind == ActionKind::kDrop) drops_at.at(static_cast<size_t>(a.op)).push_back(base(a.tensor));
+  std::vector<S> st(nt, S::kNone);
+  std::vector<char> released(nt, 0);
+  std::vector<int> refs(nt, 0);
+  size_t live = 0, peak = 0;
+  auto alloc = [&](size_t b) { peak = std::max(peak, live += b); };
+  for (const TensorInfo& t : g.tensors())
+    if (t.persistent()) {
+      alloc(size_of(t.id));
+      st[static_cast<size_t>(t.id)] = S::kResident;
+    }
+  std::function<void(TensorId)> destroy;
+  std::function<void(TensorId, int)> add_refs = [&](TensorId t, int delta) {
+    for (TensorId in : g.op(g.tensor(t).producer).inputs) {
+      const TensorId bt = base(in);
+      const auto b = static_cast<size_t>(bt);
+      if (delta > 0 && st[b] == S::kNone && released[b]) {
+        st[b] = S::kDropped;
+        add_refs(bt, +1);
+      }
+      refs[b] += delta;
+      if (delta < 0 && refs[b] == 0 && released[b]) destroy(bt);
+    }
+  };
+  destroy = [&](TensorId t) {
+    S& s = st[static_cast<size_t>(t)];
+    if (s == S::kResident) live -= size_of(t);
+    if (s == S::kDropped) add_refs(t, -1);
+    s = S::kNone;
+  };
+  auto workspace = [&](const Op& op) {
+    if (op.workspace_bytes) {
+      alloc(block(op.workspace_bytes));
+      live -= block(op.workspace_bytes);
+    }
+  };
+  std::function<void(TensorId)> access = [&](TensorId t) {
+    t = base(t);
+    if (st[static_cast<size_t>(t)] != S::kDropped) return;
+    const Op& op = g.op(g.tensor(t).producer);  // Executor::recompute
+    for (TensorId in : op.inputs) access(in);
+    std::vector<TensorId> restored;
+    size_t scratch = 0;
+    for (TensorId o : op.outputs) {
+      if (st[static_cast<size_t>(base(o))] == S::kDropped) {
+        alloc(size_of(o));
+        st[static_cast<size_t>(base(o))] = S::kResident;
+        restored.push_back(o);
+      } else {
+        alloc(size_of(o));
+        scratch += size_of(o);
+      }
+    }
+    workspace(op);
+    live -= scratch;
+    for (TensorId o : restored) add_refs(o, -1);
+  };
+  for (const Op& op : g.ops()) {
+    for (TensorId in : op.inputs) access(in);
+    for (TensorId o : op.outputs)
+      if (g.tensor(o).view_of == kNoTensor) {
+        alloc(size_of(o));
+        st[static_cast<size_t>(o)] = S::kResident;
+      }
+    workspace(op);
+    for (TensorId t : release_at[static_cast<size_t>(op.index)]) {
+      released[static_cast<size_t>(t)] = 1;
+      if (refs[static_cast<size_t>(t)] == 0) destroy(t);
+    }
+    for (TensorId t : drops_at[static_cast<size_t>(op.index)])
+      if (st[static_cast<size_t>(t)] == S::kResident) {  // the plan only names recomputable tensors
+        live -= size_of(t);
+        st[static_cast<size_t>(t)] = S::kDropped;
+        add_refs(t, +1);
+      }
+  }
+  return peak;
+}
+
+// ---------------------------------------------------------------- the policy
+
+void CheckpointPolicy::attach(const MemoryView& view) {
+  graph_ = &view.graph();
+  plan_ = plan_checkpoint(*graph_, segments_);
+  planned_peak_ = predict_drop_plan_peak(*graph_, plan_.plan);
+  actions_.assign(graph_->num_ops(), {});
+  for (const Action& a : plan_.plan.actions) actions_.at(static_cast<size_t>(a.op)).push_back(a);
+}
+
+std::vector<Action> CheckpointPolicy::after_op(int op_index) {
+  return static_cast<size_t>(op_index) < actions_.size() ? actions_[static_cast<size_t>(op_index)] : std::vector<Action>{};
+}
+
+void CheckpointPolicy::on_restore(TensorId, int, Residency from, double waited_ms) {
+  if (from != Residency::kDropped) return;
+  ++restores_;
+  recompute_ms_ += waited_ms;
+}
+
+nlohmann::json CheckpointPolicy::report() const {
+  using nlohmann::json;
+  json segs = json::array();
+  size_t ckpt_bytes = 0;
+  int ckpts = 0;
+  for (const auto& s : plan_.segments) {
+    json names = json::array();
+    for (TensorId t : s.checkpoints) names.push_back(graph_->tensor(t).name);
+    ckpt_bytes += s.checkpoint_bytes;
+    ckpts += static_cast<int>(s.checkpoints.size());
+    segs.push_back({{"first_layer", s.first_name},
+                    {"last_layer", s.last_name},
+                    {"first_op", s.first_op},
+                    {"last_op", s.last_op},
+                    {"checkpoints", names},
+                    {"checkpoint_bytes", s.checkpoint_bytes},
+                    {"saved_bytes", s.saved_bytes},
+                    {"dropped_tensors", s.dropped},
+                    {"dropped_bytes", s.dropped_bytes}});
+  }
+  return {{"policy", name()},
+          {"layers", plan_.layers},
+          {"segments", plan_.segments.size()},
+          {"planned_peak_bytes", planned_peak_},
+          {"checkpoints", ckpts},
+          {"checkpoint_bytes", ckpt_bytes},
+          {"dropped_bytes_per_iteration", plan_.dropped_bytes},
+          {"forward_ops", plan_.forward_ops},
+          {"expected_recomputed_ops_per_iteration", plan_.expected_recomputed_ops},
+          {"iterations", iterations_},
+          {"restores", restores_},
+          {"recompute_ms", recompute_ms_},
+          {"segment_plan", segs}};
+}
+
+std::string CheckpointPolicy::summary() const {
+  size_t ckpt_bytes = 0;
+  int ckpts = 0;
+  for (const auto& s : plan_.segments) {
+    ckpt_bytes += s.checkpoint_bytes;
+    ckpts += static_cast<int>(s.checkpoints.size());
+  }
+  char ms[32];
+  std::snprintf(ms, sizeof ms, "%.2f", recompute_ms_);
+  return "planned peak " + format_bytes(planned_peak_) + "; " + std::to_string(plan_.segments.size()) + " segments over " + std::to_string(plan_.layers) + " layers, " +
+         std::to_string(ckpts) + " checkpoints (" + format_bytes(ckpt_bytes) + "); drops " +
+         std::to_string(plan_.plan.actions.size()) + " tensors, " + format_bytes(plan_.dropped_bytes) +
+         " per iteration; recomputes " + std::to_string(plan_.expected_recomputed_ops) + " of " +
+         std::to_string(plan_.forward_ops) + " forward ops per iteration, " + ms + " ms over " +
+         std::to_string(iterations_) + " iterations";
+}
+
+}  // namespace vtensor

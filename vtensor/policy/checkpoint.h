@@ -1,0 +1,91 @@
+// Gradient checkpointing (Chen et al., "Training Deep Nets with Sublinear Memory Cost", arXiv
+// 1604.06174): the sqrt(n) strategy, the baseline Capuchin's BERT figure is measured against.
+//   The forward pass is split into k = round(sqrt(L)) segments of consecutive builder layers
+//   (Graph::layers(); forward ops outside a layer join the layer before them). A segment's
+//   checkpoints are the tensors it produces that a later segment reads. Every other forward
+//   activation of the segment is dropped after its last forward access and recomputed from its
+//   lineage when backward reaches it (the memory manager's recompute-on-access), so each
+//   segment's forward runs once more in backward: about one extra forward pass in all.
+//   The plan is static, made from the graph in attach(); nothing is evicted on demand: when the
+//   plan does not fit the budget the run ends with the usual OutOfMemoryError (as TensorFlow's
+//   checkpointing does), which names the plan's peak (predict_drop_plan_peak, exact in
+//   allocated bytes) as the smallest budget known to work.
+// Deviations from the paper:
+//   - Segment boundaries balance the bytes backward reads (the saved activations) per segment,
+//     not the layer count (Chen's budget-driven greedy variant does the same in spirit): with
+//     equal counts, VGG's first segment would hold half of all activations.
+//   - The last segment is kept: its backward starts right after the forward, so recomputing it
+//     would cost a segment's forward and lower no peak.
+//   - Tensors the memory manager must keep stay: parameters, optimizer state, data (the first
+//     segment's input) and anything whose producer may not be re-run.
+//   - Recomputation is lazy, per tensor on its first backward access (Chen re-runs a whole
+//     segment at its backward's start); a recomputed tensor stays until its last backward use
+//     and an input kept for a later recomputation stays until then, so no op runs twice and
+//     the count equals the plan's expected_recomputed_ops.
+//   - A forward tensor backward does not read, but that a dropped tensor's recomputation needs,
+//     is dropped too after its last forward use (otherwise the lineage reference would keep it).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "vtensor/policy/policy.h"
+
+namespace vtensor {
+
+struct CheckpointSegment {
+  int first_layer = -1, last_layer = -1;  // positions among the forward layers, in order
+  std::string first_name, last_name;      // their names
+  int first_op = -1, last_op = -1;        // forward ops of the segment
+  std::vector<TensorId> checkpoints;      // produced here, read by a later segment
+  size_t checkpoint_bytes = 0;
+  size_t saved_bytes = 0;                 // bytes backward reads that this segment produces
+  size_t dropped_bytes = 0;
+  int dropped = 0;
+};
+
+struct CheckpointPlan {
+  int layers = 0;                         // forward layers (or forward ops when the graph has none)
+  std::vector<CheckpointSegment> segments;
+  Plan plan;                              // one kDrop per dropped tensor, after its last forward access
+  size_t dropped_bytes = 0;               // per iteration
+  int expected_recomputed_ops = 0;        // producers re-run in backward, each once
+  int forward_ops = 0;
+};
+
+// The plan for `segments` segments (0: round(sqrt(L))), from the graph alone.
+CheckpointPlan plan_checkpoint(const Graph& g, int segments = 0);
+// Peak allocated bytes of an iteration that carries out a plan of drops with no eviction,
+// replaying the executor's allocations, releases and recomputations on access (workspaces by
+// the ops' own figures; cuDNN's may differ).
+size_t predict_drop_plan_peak(const Graph& g, const Plan& plan);
+
+class CheckpointPolicy final : public Policy {
+ public:
+  explicit CheckpointPolicy(int segments = 0) : segments_(segments) {}
+  std::string name() const override { return "checkpoint"; }
+  // Before attach (--checkpoint-segments): the segment count, 0 for round(sqrt(L)).
+  void set_segments(int segments) { segments_ = segments; }
+  void attach(const MemoryView& view) override;
+  void begin_iteration(int iteration) override { ++iterations_; }
+  std::vector<Action> after_op(int op_index) override;
+  // Nothing is evicted on demand: the memory manager throws its usual OutOfMemoryError.
+  std::vector<Victim> choose_victims(size_t bytes, const MemoryView& view) override { return {}; }
+  std::optional<size_t> smallest_working_budget() const override { return planned_peak_; }
+  void on_restore(TensorId id, int op_index, Residency from, double waited_ms) override;
+  nlohmann::json report() const override;
+  std::string summary() const override;
+  const CheckpointPlan& plan() const { return plan_; }
+  size_t planned_peak() const { return planned_peak_; }
+
+ private:
+  int segments_;
+  const Graph* graph_ = nullptr;
+  CheckpointPlan plan_;
+  size_t planned_peak_ = 0;
+  std::vector<std::vector<Action>> actions_;  // per op
+  int iterations_ = 0;
+  uint64_t restores_ = 0;                     // backward accesses that found a tensor dropped
+  double recompute_ms_ = 0;                   // their recomputation chains, summed over iterations
+};
+
+}  // namespace vtensor
