@@ -10,6 +10,7 @@
 #include "vtensor/memory/allocator.h"
 #include "vtensor/models/models.h"
 #include "vtensor/policy/checkpoint.h"
+#include "vtensor/policy/vdnn.h"
 #include "vtensor/train/trainer.h"
 
 #include "tests/support/training.h"
@@ -140,6 +141,20 @@ TEST(CheckpointPlan, SegmentsCheckpointsAndDropPoints) {
   }
 }
 
+// With no drops the replay is the unmanaged run: vDNN's independent replay and the measured
+// peak of `none` agree with it.
+TEST(CheckpointPlan, PeakOfAnEmptyPlanIsNonesPeak) {
+  for (const char* model : {"resnet-tiny", "vgg-tiny", "gpt-tiny", "bert-tiny"}) {
+    SCOPED_TRACE(model);
+    const TrainConfig cfg = config(model, "none", 0, 1);
+    Graph g = build_model(cfg.model);
+    build_backward(g, cfg.optimizer);
+    const size_t predicted = predict_drop_plan_peak(g, Plan{});
+    EXPECT_EQ(predicted, predict_peak(g, Plan{}, {}));
+    EXPECT_EQ(predicted, test::run_training(cfg).peak);
+  }
+}
+
 TEST(CheckpointPlan, NegativeSegmentCountIsRejected) {
   ModelConfig m;
   m.name = "mlp-tiny";
@@ -182,6 +197,7 @@ TEST(CheckpointSim, RecomputedOpsMatchThePlanAtPaperScale) {
     cfg.model.batch = 8;
     const TrainResult r = Trainer(cfg).run();
     const int expected = r.policy_report["expected_recomputed_ops_per_iteration"];
+    EXPECT_GT(expected, 0);
     for (const auto& s : r.iterations) EXPECT_EQ(s.counters.recomputed_ops, static_cast<uint64_t>(expected));
     EXPECT_EQ(r.policy_report["planned_peak_bytes"].get<size_t>(), test::max_peak(r.iterations));
     TrainConfig none = cfg;

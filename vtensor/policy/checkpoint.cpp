@@ -66,8 +66,7 @@ CheckpointPlan plan_checkpoint(const Graph& g, int segments) {
     return i.view_of == kNoTensor && !i.persistent() && i.producer >= 0 && is_forward(g.op(i.producer));
   };
 
-  // Segment boundaries: k segments balancing the bytes backward reads (each unit goes to the
-  // segment its byte midpoint falls in).
+  // Per unit, the bytes backward reads that it produces (what a segment has to bring back).
   std::vector<double> unit_bytes(static_cast<size_t>(units), 0.0);
   double total = 0;
   for (const TensorInfo& t : g.tensors())
@@ -89,11 +88,9 @@ CheckpointPlan plan_checkpoint(const Graph& g, int segments) {
     while (u < units && (j == k - 1 || (u < units - (k - 1 - j) && mid(u) < static_cast<double>(j + 1) / k)))
       seg_of_unit[static_cast<size_t>(u++)] = j;
   }
-  const int nseg = k;
-
   CheckpointPlan out;
   out.layers = units;
-  out.segments.resize(static_cast<size_t>(nseg));
+  out.segments.resize(static_cast<size_t>(k));
   for (int u = 0; u < units; ++u) {
     CheckpointSegment& s = out.segments[static_cast<size_t>(seg_of_unit[static_cast<size_t>(u)])];
     if (s.first_layer < 0) s.first_layer = u;
@@ -125,7 +122,7 @@ CheckpointPlan plan_checkpoint(const Graph& g, int segments) {
       s.checkpoint_bytes += t.bytes();
       continue;
     }
-    const bool keep = seg == nseg - 1 || t.kind != TensorKind::kActivation || !t.recomputable ||
+    const bool keep = seg == k - 1 || t.kind != TensorKind::kActivation || !t.recomputable ||
                       !is_recomputable(g.op(t.producer));
     if (keep) continue;
     candidate[i] = 1;
@@ -143,7 +140,7 @@ CheckpointPlan plan_checkpoint(const Graph& g, int segments) {
   }
   std::vector<std::vector<TensorId>> release_at(no), drops_at(no);
   for (const TensorInfo& t : g.tensors()) {
-    const int u = last_use[static_cast<size_t>(t.id)];
+    const int u = std::max(last_use[static_cast<size_t>(t.id)], t.release_after);
     if (forward_made(t.id) && u >= 0 && is_forward(g.op(u))) release_at[static_cast<size_t>(u)].push_back(t.id);
   }
   enum class S : int8_t { kNone, kResident, kDropped };
