@@ -110,6 +110,7 @@ CheckpointPlan plan_checkpoint(const Graph& g, int segments) {
   }
 
   // Classify the forward-made bases: checkpoints, kept, drop candidates.
+  std::vector<char> is_checkpoint(nt, 0);
   std::vector<char> candidate(nt, 0), dropped(nt, 0);
   for (const TensorInfo& t : g.tensors()) {
     if (!forward_made(t.id)) continue;
@@ -120,6 +121,7 @@ CheckpointPlan plan_checkpoint(const Graph& g, int segments) {
     if (max_reader_unit[i] >= 0 && seg_of_unit[static_cast<size_t>(max_reader_unit[i])] > seg) {
       s.checkpoints.push_back(t.id);
       s.checkpoint_bytes += t.bytes();
+      is_checkpoint[i] = 1;
       continue;
     }
     const bool keep = seg == k - 1 || t.kind != TensorKind::kActivation || !t.recomputable ||
@@ -224,6 +226,16 @@ CheckpointPlan plan_checkpoint(const Graph& g, int segments) {
     out.dropped_bytes += t.bytes();
   }
   std::stable_sort(out.plan.actions.begin(), out.plan.actions.end(), [](const Action& a, const Action& b) { return a.op < b.op; });
+
+  for (const Op& op : g.ops()) {
+    if (!is_forward(op) || seg_of_op(op.index) == k - 1) continue;
+    bool only_kept = true;
+    for (TensorId o : op.outputs) {
+      const TensorInfo& t = g.tensor(base(o));
+      only_kept &= is_checkpoint[static_cast<size_t>(t.id)] || t.kind == TensorKind::kData;
+    }
+    out.segment_recompute_ops += !only_kept;
+  }
 
   // The producers backward re-runs: those of the dropped tensors backward reads and, through
   // their lineage, of every input dropped by the end of the forward pass. Each runs once (see
@@ -409,6 +421,7 @@ nlohmann::json CheckpointPolicy::report() const {
           {"dropped_bytes_per_iteration", plan_.dropped_bytes},
           {"forward_ops", plan_.forward_ops},
           {"expected_recomputed_ops_per_iteration", plan_.expected_recomputed_ops},
+          {"segment_recompute_ops_per_iteration", plan_.segment_recompute_ops},
           {"iterations", iterations_},
           {"restores", restores_},
           {"recompute_ms", recompute_ms_},

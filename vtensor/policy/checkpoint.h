@@ -49,6 +49,9 @@ struct CheckpointPlan {
   Plan plan;                              // one kDrop per dropped tensor, after its last forward access
   size_t dropped_bytes = 0;               // per iteration
   int expected_recomputed_ops = 0;        // producers re-run in backward, each once
+  // Chen's count: each segment but the last re-runs its forward from its input checkpoints,
+  // every op but those that only make checkpoints or data (our count is at most this).
+  int segment_recompute_ops = 0;
   int forward_ops = 0;
 };
 
