@@ -1,7 +1,8 @@
 // Gradient checkpointing (Chen et al., "Training Deep Nets with Sublinear Memory Cost", arXiv
 // 1604.06174): the sqrt(n) strategy, the baseline Capuchin's BERT figure is measured against.
-//   The forward pass is split into k = round(sqrt(L)) segments of consecutive builder layers
-//   (Graph::layers(); forward ops outside a layer join the layer before them). A segment's
+//   The forward pass is split into k = round(sqrt(L)) segments (--checkpoint-segments sets k) of
+//   consecutive builder layers (Graph::layers(); forward ops outside a layer join the layer
+//   before them; a graph without layers, a replayed trace, splits by op). A segment's
 //   checkpoints are the tensors it produces that a later segment reads. Every other forward
 //   activation of the segment is dropped after its last forward access and recomputed from its
 //   lineage when backward reaches it (the memory manager's recompute-on-access), so each
@@ -13,7 +14,7 @@
 // Deviations from the paper:
 //   - Segment boundaries balance the bytes backward reads (the saved activations) per segment,
 //     not the layer count (Chen's budget-driven greedy variant does the same in spirit): with
-//     equal counts, VGG's first segment would hold half of all activations.
+//     equal counts, VGG-16's first segment would hold over half of all activations.
 //   - The last segment is kept: its backward starts right after the forward, so recomputing it
 //     would cost a segment's forward and lower no peak.
 //   - Tensors the memory manager must keep stay: parameters, optimizer state, data (the first
