@@ -375,3 +375,27 @@ TEST(CapuchinPlanner, ADropThatRaisesTheExcessIsUndone) {
   EXPECT_EQ(p.memory_after[3], 1100u);
   EXPECT_FALSE(p.fits);
 }
+
+TEST(CapuchinPlanner, ARecomputationNeverReadsATensorWhileItsSwapOutRuns) {
+  // x (not recomputable) is swapped after op 1; its 40 ns copy runs 20..60, so it is freed after
+  // op 5. y = f(x) is needed again at op 4: recomputing it there would read x mid-copy (the
+  // memory manager would wait for the copy and cancel the swap), so y is not dropped.
+  TraceBuilder b(12);
+  b.in.swap_ns_per_byte = 0.1;
+  const TensorId x = b.tensor(400, 0, {}, false);
+  const TensorId y = b.tensor(100, 1, {x}, true);
+  b.accesses(x, {0, 1, 11});
+  b.accesses(y, {1, 4});
+  const TensorId big1 = b.tensor(1000, 2, {}, false), big2 = b.tensor(1000, 7, {}, false);
+  b.live(big1, 2, 3);
+  b.live(big2, 7, 9);
+  b.in.budget = 1350;
+  const CapuchinPlan p = plan_capuchin(b.in, CapuchinMode::kHybrid);
+  ASSERT_EQ(candidate(p, x).decision, CapuchinDecision::kSwap);
+  EXPECT_EQ(candidate(p, x).release_op, 5);
+  EXPECT_NE(candidate(p, y).decision, CapuchinDecision::kRecompute);
+  EXPECT_LE(p.memory_after[8], 1350u) << "x is away over ops 6-9";
+  EXPECT_FALSE(p.fits) << "ops 2-3 keep x and y";
+  // Recompute only (no swap of x): y is dropped, its chain reads x on the device.
+  EXPECT_EQ(candidate(plan_capuchin(b.in, CapuchinMode::kRecompute), y).decision, CapuchinDecision::kRecompute);
+}

@@ -250,8 +250,12 @@ class Planner {
           cost += sub;
           handled = true;
         } else if (c.decision == CapuchinDecision::kSwap && c.release_op < b && b <= c.trigger_op) {
-          cost += c.swap_ns;  // on host then: swapped back in for the recomputation
+          // On host then: swapped back in for the recomputation, behind the prefetches on the lane.
+          const double t = start_[static_cast<size_t>(b)];
+          cost += h2d_.earliest_fit(t, c.swap_ns) + c.swap_ns - t;
           handled = true;
+        } else if (c.decision == CapuchinDecision::kSwap && c.evict_op < b && b <= c.release_op) {
+          return -1;  // its swap-out is running: reading it would cancel the swap
         }
         if (handled && restored) (*restored)(ci);
         if (handled) break;
@@ -285,7 +289,9 @@ class Planner {
                                   [&](int e, int j) { return e < out_.candidates[static_cast<size_t>(j)].evict_op; }),
                  k);
     h2d_.add(s.in_start, c.swap_ns);
-    if (!queue_swap_outs() || excess() >= over) {
+    const bool queued = queue_swap_outs();
+    if (std::find(moved_.begin(), moved_.end(), k) == moved_.end()) moved_.push_back(k);
+    if (!queued || excess() >= over || cancels_a_recompute()) {
       mem_ = mem, outq_ = q, h2d_.busy = h2d;
       for (size_t i = 0; i < q.size(); ++i) out_.candidates[static_cast<size_t>(q[i])].release_op = releases[i];
       queue_swap_outs();  // the old ends
@@ -301,11 +307,38 @@ class Planner {
     return true;
   }
 
+  // Recomputations inside c's gap now recompute c too: can each still reach live sources (not a
+  // swap-out still running)?
+  bool breaks_a_recompute(const CapuchinCandidate& c) const {
+    for (const auto& d : out_.candidates)
+      if (&d != &c && d.decision == CapuchinDecision::kRecompute && c.evict_op < d.back_op && d.back_op < c.back_op &&
+          chain_ns(d.id, d.back_op, d.evict_op) < 0)
+        return true;
+    return false;
+  }
+
+  // Would a chosen recomputation read a swapped tensor while its swap-out runs (the new swap, or
+  // one that now ends later)? The memory manager would wait for the copy and cancel the swap.
+  bool cancels_a_recompute() const {
+    for (const auto& d : out_.candidates) {
+      if (d.decision != CapuchinDecision::kRecompute) continue;
+      for (int k : moved_) {
+        const auto& x = out_.candidates[static_cast<size_t>(k)];
+        if (x.evict_op < d.back_op && d.back_op <= x.release_op) {
+          if (chain_ns(d.id, d.back_op, d.evict_op) < 0) return true;
+          break;
+        }
+      }
+    }
+    return false;
+  }
+
   // Runs the chosen swap-outs through the D2H lane in issue order; a swap-out that now ends in a
   // later op frees its block later (the curve holds it until then). False if one would end at or
   // after its prefetch.
   bool queue_swap_outs() {
     out_end_.resize(out_.candidates.size(), 0);
+    moved_.clear();
     double ready = 0;
     bool ok = true;
     for (int k : outq_) {
@@ -317,6 +350,7 @@ class Planner {
         ok = false;
         continue;
       }
+      if (r != c.release_op) moved_.push_back(k);
       if (r > c.release_op) add_mem(c.release_op + 1, r, static_cast<long long>(c.bytes));
       if (r < c.release_op) add_mem(r + 1, c.release_op, -static_cast<long long>(c.bytes));
       c.release_op = r;
@@ -448,7 +482,7 @@ class Planner {
         o.score = c.msps, o.chain = chain;
       }
     }
-    if (mode_ != CapuchinMode::kRecompute) {
+    if (mode_ != CapuchinMode::kRecompute && !no_swap_[static_cast<size_t>(&c - out_.candidates.data())]) {
       const SwapEval s = eval_swap(c);
       c.swap_stall_ns = s.stall;
       c.trigger_op = s.trigger;
@@ -460,6 +494,7 @@ class Planner {
 
   void greedy() {
     index_candidates();
+    no_swap_.assign(out_.candidates.size(), 0);
     std::priority_queue<std::pair<double, int>> queue;  // (score, -index): ties to the lower index
     for (size_t k = 0; k < out_.candidates.size(); ++k) {
       auto& c = out_.candidates[k];
@@ -478,16 +513,20 @@ class Planner {
         continue;
       }
       if (o.swap) {
-        apply_swap(c, o.eval);  // a swap that fails is not tried again
+        if (apply_swap(c, o.eval)) continue;
+        no_swap_[static_cast<size_t>(k)] = 1;  // not tried again; recomputed if it can be
+        const Option r = evaluate(c);
+        if (r.score >= 0) queue.emplace(r.score, -k);
         continue;
       }
       // A drop can cost memory elsewhere (later recomputations bring it back early): undo one
-      // that does not lower the bytes over the budget.
+      // that does not lower the bytes over the budget, or that leaves a recomputation without a
+      // source.
       const std::vector<size_t> mem = mem_;
       const std::vector<int> held = held_from_;
       const double over = excess();
       apply_recompute(c, o.chain);
-      if (excess() >= over) {
+      if (excess() >= over || breaks_a_recompute(c)) {
         mem_ = mem, held_from_ = held;
         c.decision = CapuchinDecision::kKeep;
         c.order = -1;
@@ -510,7 +549,9 @@ class Planner {
   CopyLane h2d_;
   std::vector<int> outq_;       // chosen swaps in D2H issue order (evict op, then when chosen)
   std::vector<double> out_end_;  // per candidate: when its queued swap-out ends
+  std::vector<int> moved_;       // swaps whose release the last queue_swap_outs moved
   int order_ = 0;
+  std::vector<char> no_swap_;  // per candidate: its swap failed (greedy)
 };
 
 }  // namespace

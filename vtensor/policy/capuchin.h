@@ -30,7 +30,10 @@
 // to the passive fallback, which stays on in guided iterations; when the plan fits and a request
 // is within the budget (fragmentation), the fallback evicts nothing and the memory manager
 // compacts. A swap whose copy, queued, delays later swap-outs so much that the bytes over the
-// budget do not fall (or that one ends after its own prefetch) is not taken. Swap-ins share one
+// budget do not fall (or that one ends after its own prefetch) is not taken; the hybrid then
+// tries recomputing it. A recomputation never reads a tensor whose swap-out is still running
+// (the memory manager would wait for the copy and cancel the swap); one that reads a tensor on
+// host waits for its swap-in behind the prefetches on the lane. Swap-ins share one
 // H2D lane placed in its earliest free gap, not strictly in issue order. The hybrid's swap cost
 // is the predicted stall at the back-access (the memory manager frees at the release op, by when
 // the copy is predicted to have ended). Until the release op existed, blocks were freed at the
