@@ -271,8 +271,9 @@ class Planner {
   }
 
   // Takes the swap unless it does not lower the bytes over the budget: queued behind it, later
-  // swap-outs end later and free their blocks later. Fails (and changes nothing) then, or when a
-  // delayed swap-out would no longer end before its prefetch.
+  // swap-outs end later and free their blocks later. Fails (and changes nothing) then, when a
+  // delayed swap-out would no longer end before its prefetch, or when a chosen recomputation
+  // would read a tensor mid swap-out.
   bool apply_swap(CapuchinCandidate& c, const SwapEval& s) {
     const std::vector<size_t> mem = mem_;
     const std::vector<int> q = outq_;
