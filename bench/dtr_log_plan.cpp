@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
       size_t sb = 0, rb = 0;
       double stall = 0, rec = 0;
       for (const auto& c : plan.candidates) {
-        if (c.decision == CapuchinDecision::kSwap) sb += c.bytes, stall += c.swap_stall_ns + c.swap_out_stall_ns;
+        if (c.decision == CapuchinDecision::kSwap) sb += c.bytes, stall += c.swap_stall_ns;
         if (c.decision == CapuchinDecision::kRecompute) rb += c.bytes, rec += c.recompute_ns;
       }
       const char* name = mode == CapuchinMode::kSwap ? "capuchin-swap" : mode == CapuchinMode::kRecompute ? "capuchin-recompute" : "capuchin";

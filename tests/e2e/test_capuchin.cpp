@@ -175,7 +175,7 @@ TEST(Capuchin, LatePrefetchMovesItsTriggerEarlier) {
   int k = -1;
   for (size_t i = 0; i < plan.candidates.size() && k < 0; ++i) {
     const auto& c = plan.candidates[i];
-    if (c.decision == CapuchinDecision::kSwap && c.trigger_op > c.evict_op + 2 &&
+    if (c.decision == CapuchinDecision::kSwap && c.trigger_op > c.release_op + 1 &&
         plan.memory_after[static_cast<size_t>(c.trigger_op)] + c.bytes <= cfg.budget)
       k = static_cast<int>(i);
   }

@@ -3,6 +3,8 @@
 // update after each choice, and the hybrid's per-tensor choice.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "vtensor/policy/capuchin.h"
 
 using namespace vtensor;
@@ -55,11 +57,16 @@ bool has_candidate(const CapuchinPlan& p, TensorId id) {
   return false;
 }
 
-TEST(CapuchinPlanner, FreeTimeIsBackMinusSwapMinusEvictEndPlusSwap) {
+TEST(CapuchinPlanner, FreeTimeRunsFromTheEndOfTheReleaseOp) {
   const std::vector<double> start = {0, 10, 20, 30, 40, 50, 60, 70, 80, 90};
-  // Out after op 1 (starts at op 2's start, 20), back at op 8 (80): (80 - 5) - (20 + 5).
-  EXPECT_DOUBLE_EQ(capuchin_free_time(start, 1, 8, 5), 50);
-  EXPECT_DOUBLE_EQ(capuchin_free_time(start, 1, 8, 40), -20);  // the copy cannot hide
+  // Out after op 1: the copy starts at op 2's start (20) and ends at 25, in op 2: freed at 30.
+  // Back at op 8 (80): (80 - 5) - 30.
+  EXPECT_EQ(capuchin_release_op(start, 1, 25), 2);
+  EXPECT_EQ(capuchin_release_op(start, 1, 30), 2) << "ends with op 2";
+  EXPECT_EQ(capuchin_release_op(start, 1, 31), 3);
+  EXPECT_EQ(capuchin_release_op(start, 1, 95), -1) << "ends after the last op";
+  EXPECT_DOUBLE_EQ(capuchin_free_time(start, 1, 8, 5), 45);
+  EXPECT_DOUBLE_EQ(capuchin_free_time(start, 1, 8, 40), -20);  // ends at 60, in op 5: the copy cannot hide
 
   TraceBuilder b(10);
   b.in.swap_ns_per_byte = 0.25;  // 100 bytes: 25 ns
@@ -72,55 +79,58 @@ TEST(CapuchinPlanner, FreeTimeIsBackMinusSwapMinusEvictEndPlusSwap) {
   ASSERT_TRUE(has_candidate(p, a));
   EXPECT_FALSE(has_candidate(p, big)) << "accessed at consecutive ops only: no gap to evict in";
   EXPECT_DOUBLE_EQ(candidate(p, a).swap_ns, 25);
-  EXPECT_DOUBLE_EQ(candidate(p, a).free_time_ns, (90 - 25) - (20 + 25));
+  EXPECT_DOUBLE_EQ(candidate(p, a).free_time_ns, (90 - 25) - 50);  // the copy (20..45) ends in op 4
   EXPECT_EQ(p.peak_before, 1100u);
 }
 
 TEST(CapuchinPlanner, TriggerWalksBackUntilTheCopyIsHidden) {
   TraceBuilder b(10);
-  b.in.swap_ns_per_byte = 0.25;
+  b.in.swap_ns_per_byte = 0.15;  // 100 bytes: 15 ns
   const TensorId a = b.tensor(100, 0, {}, true);
   b.accesses(a, {1, 9});
   const TensorId big = b.tensor(1000, 0, {}, true);
-  b.live(big, 3, 5);
+  b.live(big, 4, 6);
   b.in.budget = 1050;
   const CapuchinPlan p = plan_capuchin(b.in, CapuchinMode::kSwap);
   const auto& c = candidate(p, a);
   ASSERT_EQ(c.decision, CapuchinDecision::kSwap);
-  // A prefetch after op 5 starts at 60 and ends at 85 <= 90; after op 6 it would end at 95.
-  EXPECT_EQ(c.trigger_op, 5);
+  // The copy out (20..35) ends in op 3: freed after it. A prefetch after op 6 starts at 70 and
+  // ends at 85 <= 90; after op 7 it would end at 95.
+  EXPECT_EQ(c.release_op, 3);
+  EXPECT_EQ(c.trigger_op, 6);
   EXPECT_DOUBLE_EQ(c.swap_stall_ns, 0);
   EXPECT_TRUE(p.fits);
   EXPECT_EQ(p.peak_after, 1000u);
-  const std::vector<Action> want = {{ActionKind::kSwapOut, a, 1}, {ActionKind::kPrefetch, a, 5}};
+  const std::vector<Action> want = {{ActionKind::kSwapOut, a, 1, 3}, {ActionKind::kPrefetch, a, 6}};
   EXPECT_EQ(p.plan.actions, want) << p.plan.str();
+  EXPECT_NE(p.plan.str().find("swap_out t1 after op 1, freed after op 3"), std::string::npos) << p.plan.str();
 }
 
 TEST(CapuchinPlanner, TriggerNeverEntersThePeakWindow) {
   TraceBuilder b(10);
-  b.in.swap_ns_per_byte = 0.25;
+  b.in.swap_ns_per_byte = 0.15;
   const TensorId a = b.tensor(100, 0, {}, true);
   b.accesses(a, {1, 9});
   const TensorId big = b.tensor(1000, 0, {}, true);
-  b.live(big, 3, 7);  // over the budget up to op 7: the tensor may come back only after it
+  b.live(big, 4, 7);  // over the budget up to op 7: the tensor may come back only after it
   b.in.budget = 1050;
   const CapuchinPlan p = plan_capuchin(b.in, CapuchinMode::kSwap);
   const auto& c = candidate(p, a);
   ASSERT_EQ(c.decision, CapuchinDecision::kSwap);
   EXPECT_EQ(c.trigger_op, 7);
-  EXPECT_DOUBLE_EQ(c.swap_stall_ns, 80 + 25 - 90);  // the part of the copy that cannot hide
-  for (int op = 3; op <= 7; ++op) EXPECT_LE(p.memory_after[static_cast<size_t>(op)], 1050u) << op;
+  EXPECT_DOUBLE_EQ(c.swap_stall_ns, 80 + 15 - 90);  // the part of the copy that cannot hide
+  for (int op = 4; op <= 7; ++op) EXPECT_LE(p.memory_after[static_cast<size_t>(op)], 1050u) << op;
 }
 
 TEST(CapuchinPlanner, OneCopyAtATimePerDirection) {
-  TraceBuilder b(10);
+  TraceBuilder b(12);
   b.in.swap_ns_per_byte = 0.2;  // 100 bytes: 20 ns
   const TensorId a2 = b.tensor(100, 0, {}, true);
-  b.accesses(a2, {0, 9});
+  b.accesses(a2, {0, 11});
   const TensorId a1 = b.tensor(100, 0, {}, true);
-  b.accesses(a1, {1, 9});
+  b.accesses(a1, {1, 11});
   const TensorId big = b.tensor(1000, 0, {}, true);
-  b.live(big, 3, 4);
+  b.live(big, 5, 6);
   b.in.budget = 1000;  // both must go
   const CapuchinPlan p = plan_capuchin(b.in, CapuchinMode::kSwap);
   const auto& c2 = candidate(p, a2);
@@ -128,11 +138,17 @@ TEST(CapuchinPlanner, OneCopyAtATimePerDirection) {
   ASSERT_EQ(c2.decision, CapuchinDecision::kSwap);
   ASSERT_EQ(c1.decision, CapuchinDecision::kSwap);
   EXPECT_LT(c2.order, c1.order) << "largest free time first";
-  // a2's swap-in takes the h2d lane over [70, 90); a1's must end before it starts.
-  EXPECT_EQ(c2.trigger_op, 6);
-  EXPECT_DOUBLE_EQ(c2.prefetch_start_ns, 70);
-  EXPECT_EQ(c1.trigger_op, 4);
-  EXPECT_DOUBLE_EQ(c1.prefetch_start_ns, 50);
+  // a2's swap-out runs 10..30 (ends in op 2); a1's, issued after op 1 (20), waits for it and runs
+  // 30..50: it ends in op 4, not in op 3 as it would alone, and its block counts until then.
+  EXPECT_EQ(c2.release_op, 2);
+  EXPECT_EQ(c1.release_op, 4);
+  EXPECT_EQ(p.memory_after[4], 100u) << "a1 only";
+  EXPECT_EQ(p.memory_after[5], 1000u);
+  // a2's swap-in takes the h2d lane over [90, 110); a1's must end before it starts.
+  EXPECT_EQ(c2.trigger_op, 8);
+  EXPECT_DOUBLE_EQ(c2.prefetch_start_ns, 90);
+  EXPECT_EQ(c1.trigger_op, 6);
+  EXPECT_DOUBLE_EQ(c1.prefetch_start_ns, 70);
   EXPECT_LE(c1.prefetch_start_ns + c1.swap_ns, c2.prefetch_start_ns);
   EXPECT_DOUBLE_EQ(c1.swap_stall_ns, 0);
   EXPECT_TRUE(p.fits);
@@ -186,16 +202,16 @@ TEST(CapuchinPlanner, RecomputeNeedsALiveSource) {
 }
 
 TEST(CapuchinPlanner, HybridTakesTheCheaperPerTensor) {
-  TraceBuilder t(10, {0, 10, 40, 50, 60, 70, 80, 90, 100, 110});  // op 1 is long enough for p_'s swap-out
-  t.in.swap_ns_per_byte = 0.2;
+  TraceBuilder t(14);
+  t.in.swap_ns_per_byte = 0.1;
   const TensorId w = t.tensor(8, -1, {}, false, true);
-  const TensorId p_ = t.tensor(100, 0, {}, true);  // long gap: its copy hides
-  const TensorId q = t.tensor(400, 1, {w}, true);  // short gap, slow copy, 10 ns to recompute
+  const TensorId p_ = t.tensor(100, 0, {}, true);  // long gap: its copy (10 ns) hides
+  const TensorId q = t.tensor(400, 1, {w}, true);  // short gap, slow copy (40 ns), 10 ns to recompute
   t.accesses(w, {1});
-  t.accesses(p_, {0, 9});
-  t.accesses(q, {1, 5});
+  t.accesses(p_, {0, 13});
+  t.accesses(q, {1, 7});
   const TensorId big = t.tensor(1000, 2, {}, false);
-  t.live(big, 2, 4);
+  t.live(big, 6, 6);
   t.in.budget = 1008;
   const CapuchinPlan h = plan_capuchin(t.in, CapuchinMode::kHybrid);
   EXPECT_EQ(candidate(h, p_).decision, CapuchinDecision::kSwap);
@@ -204,9 +220,13 @@ TEST(CapuchinPlanner, HybridTakesTheCheaperPerTensor) {
   EXPECT_GT(candidate(h, q).swap_stall_ns, candidate(h, q).recompute_ns);
   EXPECT_TRUE(h.fits);
   // The same trace under swap only: q is swapped too, at the price of a stall.
+  // q's copy out (20..60) ends in op 5: freed after it, prefetched after op 6 (70..110): 40 ns late.
   const CapuchinPlan s = plan_capuchin(t.in, CapuchinMode::kSwap);
   EXPECT_EQ(candidate(s, q).decision, CapuchinDecision::kSwap);
-  EXPECT_GT(candidate(s, q).swap_stall_ns, 0);
+  EXPECT_EQ(candidate(s, q).release_op, 5);
+  EXPECT_EQ(candidate(s, q).trigger_op, 6);
+  EXPECT_DOUBLE_EQ(candidate(s, q).swap_stall_ns, 40);
+  EXPECT_TRUE(s.fits);
 }
 
 TEST(CapuchinPlanner, EachGapIsACandidateOfItsOwn) {
@@ -247,24 +267,25 @@ TEST(CapuchinPlanner, NothingToDoWhenThePeakFits) {
 
 namespace {
 
-// The measured iteration stalled 500 ns before op 8 (a passive swap-in): access times say there
-// is room to hide a 100 ns copy; the kernel times (10 ns per op) say there is not.
+// The measured iteration stalled 200 ns in op 1 and in op 7 (passive swaps): access times say
+// there is room to hide a 100 ns copy both ways; the kernel times (10 ns per op) say there is not.
 TEST(CapuchinPlanner, MeasuredKernelTimesNotStallsMakeTheFreeTime) {
-  std::vector<double> start = {0, 10, 20, 30, 40, 50, 60, 70, 580, 590};
+  std::vector<double> start = {0, 10, 210, 220, 230, 240, 250, 260, 460, 470};
   TraceBuilder b(10, start);
   b.in.swap_ns_per_byte = 1;  // 100 bytes: 100 ns
   const TensorId a = b.tensor(100, 0, {}, false);
-  b.accesses(a, {1, 9});
+  b.accesses(a, {0, 9});
   const TensorId big = b.tensor(1000, 0, {}, true);
   b.live(big, 3, 5);
   b.in.budget = 1050;
   const CapuchinPlan from_accesses = plan_capuchin(b.in, CapuchinMode::kSwap);
-  EXPECT_DOUBLE_EQ(candidate(from_accesses, a).free_time_ns, (590 - 100) - (20 + 100));
+  EXPECT_DOUBLE_EQ(candidate(from_accesses, a).free_time_ns, (470 - 100) - 210);  // freed after op 1
+  EXPECT_EQ(candidate(from_accesses, a).decision, CapuchinDecision::kSwap);
   EXPECT_DOUBLE_EQ(candidate(from_accesses, a).swap_stall_ns, 0);
   b.in.op_ns.assign(10, 10.0);
   const CapuchinPlan from_kernels = plan_capuchin(b.in, CapuchinMode::kSwap);
-  EXPECT_DOUBLE_EQ(candidate(from_kernels, a).free_time_ns, (90 - 100) - (20 + 100));
-  EXPECT_GT(candidate(from_kernels, a).swap_stall_ns, 0) << "the copy cannot hide in 70 ns of kernels";
+  EXPECT_DOUBLE_EQ(candidate(from_kernels, a).free_time_ns, (90 - 100) - 100);  // never freed
+  EXPECT_EQ(candidate(from_kernels, a).decision, CapuchinDecision::kKeep) << "the copy outlasts 100 ns of kernels";
 }
 
 // A replayed program may hold a tensor past its last access (DTR logs release names late): the
@@ -283,9 +304,10 @@ TEST(CapuchinPlanner, ATensorCountsUntilItsRelease) {
 
 }  // namespace
 
-TEST(CapuchinPlanner, HybridCountsTheSwapOutWaitAtTheNextOp) {
-  // The memory manager completes a swap-out by the end of the op after its issue: a 25 ns copy
-  // after op 0 holds compute 15 ns at the end of op 1, more than recomputing a (10 ns).
+TEST(CapuchinPlanner, ALongCopyIsFreedAfterTheOpItEndsIn) {
+  // a's 25 ns copy out after op 0 (10..35) ends in op 3, not by op 2 (the memory manager's
+  // default release): the plan frees it after op 3 and the curve holds it there, so op 3 stays
+  // over the budget and ops 4-5 fit.
   TraceBuilder b(10);
   b.in.swap_ns_per_byte = 0.25;
   const TensorId a = b.tensor(100, 0, {}, true);
@@ -293,12 +315,27 @@ TEST(CapuchinPlanner, HybridCountsTheSwapOutWaitAtTheNextOp) {
   const TensorId big = b.tensor(1000, 3, {}, false);
   b.live(big, 3, 5);
   b.in.budget = 1050;
-  const CapuchinPlan h = plan_capuchin(b.in, CapuchinMode::kHybrid);
-  EXPECT_EQ(candidate(h, a).decision, CapuchinDecision::kRecompute);
-  EXPECT_DOUBLE_EQ(candidate(h, a).swap_out_stall_ns, 15);
-  EXPECT_TRUE(h.fits);
-  // Swap only: no alternative, the swap is taken.
-  EXPECT_EQ(candidate(plan_capuchin(b.in, CapuchinMode::kSwap), a).decision, CapuchinDecision::kSwap);
+  const CapuchinPlan p = plan_capuchin(b.in, CapuchinMode::kSwap);
+  const auto& c = candidate(p, a);
+  ASSERT_EQ(c.decision, CapuchinDecision::kSwap);
+  EXPECT_EQ(c.release_op, 3);
+  EXPECT_GT(c.release_op, c.evict_op + 2);
+  EXPECT_GE(c.trigger_op, c.release_op + 1);
+  ASSERT_FALSE(p.plan.actions.empty());
+  EXPECT_EQ(p.plan.actions[0].kind, ActionKind::kSwapOut);
+  EXPECT_EQ(p.plan.actions[0].free_after, 3);
+  EXPECT_EQ(p.memory_after[2], 100u);
+  EXPECT_EQ(p.memory_after[3], 1100u) << "still on the device: its copy is running";
+  EXPECT_EQ(p.memory_after[4], 1000u);
+  EXPECT_FALSE(p.fits);
+  // Over the budget at op 3 only: a swap freed after op 3 relieves nothing and is not taken
+  // (freed after op 2 it would have been).
+  b.in.accesses.erase(std::remove_if(b.in.accesses.begin(), b.in.accesses.end(),
+                                     [&](const TensorAccess& x) { return x.id == big && x.op_index > 3; }),
+                      b.in.accesses.end());
+  const CapuchinPlan q = plan_capuchin(b.in, CapuchinMode::kSwap);
+  EXPECT_EQ(candidate(q, a).decision, CapuchinDecision::kKeep);
+  EXPECT_TRUE(q.plan.actions.empty()) << q.plan.str();
 }
 
 TEST(CapuchinPlanner, ARecomputationHoldsTheInputsItBringsBack) {
@@ -337,4 +374,28 @@ TEST(CapuchinPlanner, ADropThatRaisesTheExcessIsUndone) {
   EXPECT_EQ(candidate(p, y).decision, CapuchinDecision::kKeep);
   EXPECT_EQ(p.memory_after[3], 1100u);
   EXPECT_FALSE(p.fits);
+}
+
+TEST(CapuchinPlanner, ARecomputationNeverReadsATensorWhileItsSwapOutRuns) {
+  // x (not recomputable) is swapped after op 1; its 40 ns copy runs 20..60, so it is freed after
+  // op 5. y = f(x) is needed again at op 4: recomputing it there would read x mid-copy (the
+  // memory manager would wait for the copy and cancel the swap), so y is not dropped.
+  TraceBuilder b(12);
+  b.in.swap_ns_per_byte = 0.1;
+  const TensorId x = b.tensor(400, 0, {}, false);
+  const TensorId y = b.tensor(100, 1, {x}, true);
+  b.accesses(x, {0, 1, 11});
+  b.accesses(y, {1, 4});
+  const TensorId big1 = b.tensor(1000, 2, {}, false), big2 = b.tensor(1000, 7, {}, false);
+  b.live(big1, 2, 3);
+  b.live(big2, 7, 9);
+  b.in.budget = 1350;
+  const CapuchinPlan p = plan_capuchin(b.in, CapuchinMode::kHybrid);
+  ASSERT_EQ(candidate(p, x).decision, CapuchinDecision::kSwap);
+  EXPECT_EQ(candidate(p, x).release_op, 5);
+  EXPECT_NE(candidate(p, y).decision, CapuchinDecision::kRecompute);
+  EXPECT_LE(p.memory_after[8], 1350u) << "x is away over ops 6-9";
+  EXPECT_FALSE(p.fits) << "ops 2-3 keep x and y";
+  // Recompute only (no swap of x): y is dropped, its chain reads x on the device.
+  EXPECT_EQ(candidate(plan_capuchin(b.in, CapuchinMode::kRecompute), y).decision, CapuchinDecision::kRecompute);
 }

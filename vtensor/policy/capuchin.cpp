@@ -18,15 +18,29 @@ const char* to_string(CapuchinDecision d) {
   return "?";
 }
 
-double capuchin_free_time(const std::vector<double>& op_start_ns, int evict_op, int back_op, double swap_ns) {
-  // The swap-out starts when evict_op ends (= the next op starts); the swap-in must end by back_op.
-  return (op_start_ns.at(static_cast<size_t>(back_op)) - swap_ns) -
-         (op_start_ns.at(static_cast<size_t>(evict_op + 1)) + swap_ns);
-}
-
 namespace {
 
 constexpr double kEpsNs = 1e-3;
+
+}  // namespace
+
+int capuchin_release_op(const std::vector<double>& op_start_ns, int evict_op, double copy_end_ns) {
+  // The first op after evict_op that ends at or after the copy: op k ends at op_start_ns[k + 1].
+  const auto first = static_cast<size_t>(evict_op) + 2;
+  if (first >= op_start_ns.size()) return -1;
+  const auto it = std::lower_bound(op_start_ns.begin() + static_cast<std::ptrdiff_t>(first), op_start_ns.end(), copy_end_ns - kEpsNs);
+  return it == op_start_ns.end() ? -1 : static_cast<int>(it - op_start_ns.begin()) - 1;
+}
+
+double capuchin_free_time(const std::vector<double>& op_start_ns, int evict_op, int back_op, double swap_ns) {
+  // The swap-out starts when evict_op ends (= the next op starts) and its block is freed at the
+  // end of the op the copy ends in; the swap-in must end by back_op.
+  const int r = capuchin_release_op(op_start_ns, evict_op, op_start_ns.at(static_cast<size_t>(evict_op + 1)) + swap_ns);
+  const double freed = r < 0 ? op_start_ns.back() : op_start_ns[static_cast<size_t>(r) + 1];
+  return (op_start_ns.at(static_cast<size_t>(back_op)) - swap_ns) - freed;
+}
+
+namespace {
 
 bool traced(AccessKind k) { return k == AccessKind::kRead || k == AccessKind::kWrite; }
 
@@ -63,6 +77,12 @@ class Planner {
     if (mode_ != CapuchinMode::kRecompute) hidden_swaps();
     greedy();
     if (mode_ != CapuchinMode::kRecompute) refine_triggers();
+    for (auto& a : out_.plan.actions)  // releases moved as later swap-outs queued up
+      if (a.kind == ActionKind::kSwapOut)
+        for (int k : cands_of_[static_cast<size_t>(a.tensor)]) {
+          const auto& c = out_.candidates[static_cast<size_t>(k)];
+          if (c.evict_op == a.op && c.decision == CapuchinDecision::kSwap) a.free_after = c.release_op;
+        }
     out_.memory_after = mem_;
     out_.peak_after = peak();
     out_.fits = out_.peak_after <= in_.budget;
@@ -77,9 +97,9 @@ class Planner {
  private:
   struct SwapEval {
     bool ok = false;
-    int trigger = -1, freed_from = -1;
-    double stall = 0, out_stall = 0, out_start = 0, in_start = 0;
-    double cost() const { return stall + out_stall; }
+    int trigger = -1, release = -1;  // prefetch after trigger; the block is freed after release
+    double stall = 0, out_end = 0, in_start = 0;
+    double cost() const { return stall; }
   };
 
   size_t n_ops() const { return static_cast<size_t>(in_.num_ops); }
@@ -170,32 +190,36 @@ class Planner {
     }
   }
 
-  // In-trigger: walk back from the back-access until the copy is hidden; never before an op
-  // that would then hold the tensor above the budget (the peak window), never before the swap-out.
+  // The swap-out of c, queued on the D2H lane behind the chosen ones issued at or before its
+  // eviction (one copy at a time, in issue order): when it ends.
+  double queued_out_end(const CapuchinCandidate& c) const {
+    const auto it = std::upper_bound(outq_.begin(), outq_.end(), c.evict_op,
+                                     [&](int e, int k) { return e < out_.candidates[static_cast<size_t>(k)].evict_op; });
+    const double ready = it == outq_.begin() ? 0 : out_end_[static_cast<size_t>(*(it - 1))];
+    return std::max(start_[static_cast<size_t>(c.evict_op) + 1], ready) + c.swap_ns;
+  }
+
+  // Release: the op the queued swap-out ends in; the block is gone from the op after it. In-trigger:
+  // walk back from the back-access until the copy is hidden; never before an op that would then
+  // hold the tensor above the budget (the peak window), never before the release.
   SwapEval eval_swap(const CapuchinCandidate& c) const {
     SwapEval r;
-    const int e = c.evict_op, b = c.back_op;
-    r.out_start = d2h_.earliest_fit(start_[static_cast<size_t>(e) + 1], c.swap_ns);
-    const double out_end = r.out_start + c.swap_ns;
-    auto in_start = [&](int p) { return h2d_.earliest_fit(std::max(start_[static_cast<size_t>(p) + 1], out_end), c.swap_ns); };
+    const int b = c.back_op;
+    r.out_end = queued_out_end(c);
+    r.release = capuchin_release_op(start_, c.evict_op, r.out_end);
+    if (r.release < 0 || r.release + 1 > b - 1) return r;
+    auto in_start = [&](int p) { return h2d_.earliest_fit(std::max(start_[static_cast<size_t>(p) + 1], r.out_end), c.swap_ns); };
     int p = b - 1;
     for (;;) {
       if (in_start(p) + c.swap_ns <= start_[static_cast<size_t>(b)] + kEpsNs) break;
-      if (p - 1 < e + 1) break;
+      if (p - 1 < r.release + 1) break;
       if (mem_[static_cast<size_t>(p)] > in_.budget) break;
       --p;
     }
     r.trigger = p;
     r.in_start = in_start(p);
     r.stall = std::max(0.0, r.in_start + c.swap_ns - start_[static_cast<size_t>(b)]);
-    // The block is freed once the copy completes, after op e+1 at the earliest; a copy queued
-    // behind others on the lane frees it later: counted from the first op after the copy starts.
-    r.freed_from = e + 2;
-    while (r.freed_from < in_.num_ops && start_[static_cast<size_t>(r.freed_from)] + kEpsNs < r.out_start) ++r.freed_from;
-    r.ok = p >= r.freed_from && hits_over(r.freed_from, p);
-    // The memory manager completes a swap-out by the end of the op after its issue (blocks are
-    // freed at fixed points): a copy still running then stalls compute.
-    if (mode_ == CapuchinMode::kHybrid && e + 2 <= in_.num_ops) r.out_stall = std::max(0.0, out_end - start_[static_cast<size_t>(e) + 2]);
+    r.ok = hits_over(r.release + 1, p);  // gone over some op above the budget
     return r;
   }
 
@@ -225,9 +249,13 @@ class Planner {
           if (sub < 0) return -1;
           cost += sub;
           handled = true;
-        } else if (c.decision == CapuchinDecision::kSwap && c.evict_op + 2 <= b && b <= c.trigger_op) {
-          cost += c.swap_ns;  // on host then: swapped back in for the recomputation
+        } else if (c.decision == CapuchinDecision::kSwap && c.release_op < b && b <= c.trigger_op) {
+          // On host then: swapped back in for the recomputation, behind the prefetches on the lane.
+          const double t = start_[static_cast<size_t>(b)];
+          cost += h2d_.earliest_fit(t, c.swap_ns) + c.swap_ns - t;
           handled = true;
+        } else if (c.decision == CapuchinDecision::kSwap && c.evict_op < b && b <= c.release_op) {
+          return -1;  // its swap-out is running: reading it would cancel the swap
         }
         if (handled && restored) (*restored)(ci);
         if (handled) break;
@@ -242,18 +270,93 @@ class Planner {
     return cost;
   }
 
-  void apply_swap(CapuchinCandidate& c, const SwapEval& s) {
+  // Takes the swap unless it does not lower the bytes over the budget: queued behind it, later
+  // swap-outs end later and free their blocks later. Fails (and changes nothing) then, when a
+  // delayed swap-out would no longer end before its prefetch, or when a chosen recomputation
+  // would read a tensor mid swap-out.
+  bool apply_swap(CapuchinCandidate& c, const SwapEval& s) {
+    const std::vector<size_t> mem = mem_;
+    const std::vector<int> q = outq_;
+    const std::vector<std::pair<double, double>> h2d = h2d_.busy;
+    std::vector<int> releases;
+    for (int k : outq_) releases.push_back(out_.candidates[static_cast<size_t>(k)].release_op);
+    const double over = excess();
+    const int k = static_cast<int>(&c - out_.candidates.data());
     c.decision = CapuchinDecision::kSwap;
     c.trigger_op = s.trigger;
+    c.release_op = s.release;
+    add_mem(s.release + 1, s.trigger, -static_cast<long long>(c.bytes));
+    outq_.insert(std::upper_bound(outq_.begin(), outq_.end(), c.evict_op,
+                                  [&](int e, int j) { return e < out_.candidates[static_cast<size_t>(j)].evict_op; }),
+                 k);
+    h2d_.add(s.in_start, c.swap_ns);
+    const bool queued = queue_swap_outs();
+    if (std::find(moved_.begin(), moved_.end(), k) == moved_.end()) moved_.push_back(k);
+    if (!queued || excess() >= over || cancels_a_recompute()) {
+      mem_ = mem, outq_ = q, h2d_.busy = h2d;
+      for (size_t i = 0; i < q.size(); ++i) out_.candidates[static_cast<size_t>(q[i])].release_op = releases[i];
+      queue_swap_outs();  // the old ends
+      c.decision = CapuchinDecision::kKeep;
+      c.release_op = -1;
+      return false;
+    }
     c.swap_stall_ns = s.stall;
-    c.swap_out_stall_ns = s.out_stall;
     c.prefetch_start_ns = s.in_start;
     c.order = order_++;
-    add_mem(s.freed_from, s.trigger, -static_cast<long long>(c.bytes));
-    d2h_.add(s.out_start, c.swap_ns);
-    h2d_.add(s.in_start, c.swap_ns);
-    out_.plan.actions.push_back({ActionKind::kSwapOut, c.id, c.evict_op});
+    out_.plan.actions.push_back({ActionKind::kSwapOut, c.id, c.evict_op, s.release});
     out_.plan.actions.push_back({ActionKind::kPrefetch, c.id, s.trigger});
+    return true;
+  }
+
+  // Recomputations inside c's gap now recompute c too: can each still reach live sources (not a
+  // swap-out still running)?
+  bool breaks_a_recompute(const CapuchinCandidate& c) const {
+    for (const auto& d : out_.candidates)
+      if (&d != &c && d.decision == CapuchinDecision::kRecompute && c.evict_op < d.back_op && d.back_op < c.back_op &&
+          chain_ns(d.id, d.back_op, d.evict_op) < 0)
+        return true;
+    return false;
+  }
+
+  // Would a chosen recomputation read a swapped tensor while its swap-out runs (the new swap, or
+  // one that now ends later)? The memory manager would wait for the copy and cancel the swap.
+  bool cancels_a_recompute() const {
+    for (const auto& d : out_.candidates) {
+      if (d.decision != CapuchinDecision::kRecompute) continue;
+      for (int k : moved_) {
+        const auto& x = out_.candidates[static_cast<size_t>(k)];
+        if (x.evict_op < d.back_op && d.back_op <= x.release_op) {
+          if (chain_ns(d.id, d.back_op, d.evict_op) < 0) return true;
+          break;
+        }
+      }
+    }
+    return false;
+  }
+
+  // Runs the chosen swap-outs through the D2H lane in issue order; a swap-out that now ends in a
+  // later op frees its block later (the curve holds it until then). False if one would end at or
+  // after its prefetch.
+  bool queue_swap_outs() {
+    out_end_.resize(out_.candidates.size(), 0);
+    moved_.clear();
+    double ready = 0;
+    bool ok = true;
+    for (int k : outq_) {
+      auto& c = out_.candidates[static_cast<size_t>(k)];
+      ready = std::max(start_[static_cast<size_t>(c.evict_op) + 1], ready) + c.swap_ns;
+      out_end_[static_cast<size_t>(k)] = ready;
+      const int r = capuchin_release_op(start_, c.evict_op, ready);
+      if (r < 0 || r >= c.trigger_op) {
+        ok = false;
+        continue;
+      }
+      if (r != c.release_op) moved_.push_back(k);
+      if (r > c.release_op) add_mem(c.release_op + 1, r, static_cast<long long>(c.bytes));
+      if (r < c.release_op) add_mem(r + 1, c.release_op, -static_cast<long long>(c.bytes));
+      c.release_op = r;
+    }
+    return ok;
   }
 
   size_t held_inputs(const CapuchinCandidate& c) const {
@@ -306,7 +409,8 @@ class Planner {
   // Early choices were placed while most ops were over the budget; now that the curve is lower,
   // walk the triggers of stalling swaps further back where the tensor fits.
   void refine_triggers() {
-    for (auto& c : out_.candidates) {
+    for (size_t k = 0; k < out_.candidates.size(); ++k) {
+      auto& c = out_.candidates[k];
       if (c.decision != CapuchinDecision::kSwap || c.swap_stall_ns <= kEpsNs) continue;
       auto& lane = h2d_.busy;
       for (auto it = lane.begin(); it != lane.end(); ++it)
@@ -314,10 +418,10 @@ class Planner {
           lane.erase(it);
           break;
         }
-      double out_end = start_[static_cast<size_t>(c.evict_op) + 1] + c.swap_ns;
+      const double out_end = out_end_[k];
       auto in_start = [&](int p) { return h2d_.earliest_fit(std::max(start_[static_cast<size_t>(p) + 1], out_end), c.swap_ns); };
       int p = c.trigger_op;
-      while (in_start(p) + c.swap_ns > start_[static_cast<size_t>(c.back_op)] + kEpsNs && p - 1 >= c.evict_op + 2 &&
+      while (in_start(p) + c.swap_ns > start_[static_cast<size_t>(c.back_op)] + kEpsNs && p - 1 >= c.release_op + 1 &&
              mem_[static_cast<size_t>(p)] + c.bytes <= in_.budget) {
         mem_[static_cast<size_t>(p)] += c.bytes;
         --p;
@@ -379,11 +483,10 @@ class Planner {
         o.score = c.msps, o.chain = chain;
       }
     }
-    if (mode_ != CapuchinMode::kRecompute) {
+    if (mode_ != CapuchinMode::kRecompute && !no_swap_[static_cast<size_t>(&c - out_.candidates.data())]) {
       const SwapEval s = eval_swap(c);
       c.swap_stall_ns = s.stall;
       c.trigger_op = s.trigger;
-      c.swap_out_stall_ns = s.out_stall;
       const double score = static_cast<double>(c.bytes) / std::max(s.cost(), kEpsNs) * 1e9;
       if (s.ok && score > o.score) o.score = score, o.swap = true, o.eval = s;
     }
@@ -392,6 +495,7 @@ class Planner {
 
   void greedy() {
     index_candidates();
+    no_swap_.assign(out_.candidates.size(), 0);
     std::priority_queue<std::pair<double, int>> queue;  // (score, -index): ties to the lower index
     for (size_t k = 0; k < out_.candidates.size(); ++k) {
       auto& c = out_.candidates[k];
@@ -410,16 +514,20 @@ class Planner {
         continue;
       }
       if (o.swap) {
-        apply_swap(c, o.eval);
+        if (apply_swap(c, o.eval)) continue;
+        no_swap_[static_cast<size_t>(k)] = 1;  // not tried again; recomputed if it can be
+        const Option r = evaluate(c);
+        if (r.score >= 0) queue.emplace(r.score, -k);
         continue;
       }
       // A drop can cost memory elsewhere (later recomputations bring it back early): undo one
-      // that does not lower the bytes over the budget.
+      // that does not lower the bytes over the budget, or that leaves a recomputation without a
+      // source.
       const std::vector<size_t> mem = mem_;
       const std::vector<int> held = held_from_;
       const double over = excess();
       apply_recompute(c, o.chain);
-      if (excess() >= over) {
+      if (excess() >= over || breaks_a_recompute(c)) {
         mem_ = mem, held_from_ = held;
         c.decision = CapuchinDecision::kKeep;
         c.order = -1;
@@ -439,8 +547,12 @@ class Planner {
   std::vector<std::vector<int>> ops_of_, cands_of_;
   std::vector<size_t> mem_;
   std::vector<int> held_from_;  // per candidate: first op a recomputation holds it back from, -1: none
-  CopyLane d2h_, h2d_;
+  CopyLane h2d_;
+  std::vector<int> outq_;       // chosen swaps in D2H issue order (evict op, then when chosen)
+  std::vector<double> out_end_;  // per candidate: when its queued swap-out ends
+  std::vector<int> moved_;       // swaps whose release the last queue_swap_outs moved
   int order_ = 0;
+  std::vector<char> no_swap_;  // per candidate: its swap failed (greedy)
 };
 
 }  // namespace
@@ -449,7 +561,7 @@ CapuchinPlan plan_capuchin(const PlannerInput& in, CapuchinMode mode) {
   if (static_cast<int>(in.tensors.size()) == 0 || in.num_ops <= 0) return {};
   CapuchinPlan p = Planner(in, mode).run();
   for (auto& c : p.candidates)
-    if (c.decision == CapuchinDecision::kKeep) c.trigger_op = -1;
+    if (c.decision == CapuchinDecision::kKeep) c.trigger_op = -1, c.release_op = -1;
   return p;
 }
 
@@ -551,7 +663,7 @@ void CapuchinPolicy::end_iteration(const AccessTrace& trace) {
     // Feedback: a prefetch that was late at its back-access starts one op earlier next time.
     for (size_t k = 0; k < plan_.candidates.size(); ++k) {
       auto& c = plan_.candidates[k];
-      if (!late_[k] || c.decision != CapuchinDecision::kSwap || c.trigger_op <= c.evict_op + 2) continue;
+      if (!late_[k] || c.decision != CapuchinDecision::kSwap || c.trigger_op <= c.release_op + 1) continue;
       // Op trigger_op would now hold the tensor: not into the peak window.
       auto& m = plan_.memory_after[static_cast<size_t>(c.trigger_op)];
       if (m + c.bytes > view_->budget()) continue;
@@ -605,11 +717,10 @@ nlohmann::json CapuchinPolicy::report() const {
               {"back_access_op", c.back_op},
               {"free_time_ms", c.free_time_ns * 1e-6},
               {"predicted_stall_ms", c.swap_stall_ns * 1e-6},
-              {"predicted_swap_out_stall_ms", c.swap_out_stall_ns * 1e-6},
               {"predicted_recompute_ms", c.recompute_ns * 1e-6},
               {"msps_bytes_per_s", c.msps},
               {"measured_cost_ms", k < cost_ms_.size() ? cost_ms_[k] : 0.0}};
-    if (c.decision == CapuchinDecision::kSwap) t["prefetch_after_op"] = c.trigger_op;
+    if (c.decision == CapuchinDecision::kSwap) t["freed_after_op"] = c.release_op, t["prefetch_after_op"] = c.trigger_op;
     if (c.order >= 0) t["chosen_order"] = c.order;
     tensors.push_back(t);
   }

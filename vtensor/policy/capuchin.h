@@ -3,9 +3,13 @@
 //   Measured execution: the first iteration runs passive (on OOM swap the least-recently-used
 //   tensors, swap back in on access) while the tracker records every access with its time.
 //   Planning (plan_capuchin, no device): candidates are tensors accessed more than once whose
-//   gap between two accesses spans ops over the budget. Swap: free time FT = (t_back - swap) -
-//   (t_evict_end + swap); largest FT first; the in-trigger walks back from the back-access until
-//   the copy is hidden, one copy at a time per direction, never into ops where bringing the
+//   gap between two accesses spans ops over the budget. Swap: the paper frees a swapped-out
+//   tensor when its copy completes; we fix that point by prediction, so memory figures are
+//   deterministic: each swap-out names its release op (Action::free_after), the op its copy ends
+//   in, swap-outs queued one at a time on the D2H lane in issue order at the measured
+//   bandwidth; the block counts as present through that op. Free time FT = (t_back - swap) -
+//   (end of the release op); largest FT first; the in-trigger walks back from the back-access
+//   until the copy is hidden, never before the release op, never into ops where bringing the
 //   tensor back would exceed the budget (the peak window). Recompute: memory saved per second
 //   (MSPS) of the recompute chain, the chain ending at sources alive at the back-access; MSPS of
 //   every remaining candidate is recomputed after each choice. Hybrid: fully hidden swaps first,
@@ -25,11 +29,17 @@
 // drop that does not lower the bytes over the budget is undone. Workspaces are left
 // to the passive fallback, which stays on in guided iterations; when the plan fits and a request
 // is within the budget (fragmentation), the fallback evicts nothing and the memory manager
-// compacts. A swapped block is freed from the first op after its copy starts (queued copies
-// free later). The hybrid also counts the wait for a swap-out to end at the end of the op after
-// its eviction (the memory manager completes swap-outs there) when choosing swap or recompute.
-// Recomputation happens on access, not pre-triggered. Measured times make the plan, and with
-// it the memory figures, vary from run to run on a wall-clock backend.
+// compacts. A swap whose copy, queued, delays later swap-outs so much that the bytes over the
+// budget do not fall (or that one ends after its own prefetch) is not taken; the hybrid then
+// tries recomputing it. A recomputation never reads a tensor whose swap-out is still running
+// (the memory manager would wait for the copy and cancel the swap); one that reads a tensor on
+// host waits for its swap-in behind the prefetches on the lane. Swap-ins share one
+// H2D lane placed in its earliest free gap, not strictly in issue order. The hybrid's swap cost
+// is the predicted stall at the back-access (the memory manager frees at the release op, by when
+// the copy is predicted to have ended). Until the release op existed, blocks were freed at the
+// end of the second op after the eviction: long copies made compute wait there. Recomputation
+// happens on access, not pre-triggered. Measured times make the plan, and with it the memory
+// figures, vary from run to run on a wall-clock backend.
 #pragma once
 #include <string>
 #include <vector>
@@ -71,8 +81,8 @@ struct CapuchinCandidate {
   double swap_ns = 0;               // one copy, one direction
   double free_time_ns = 0;          // FT
   int trigger_op = -1;              // prefetch after this op (swap)
+  int release_op = -1;              // swap: its block is freed after this op (the one its queued copy ends in)
   double swap_stall_ns = 0;         // predicted wait at the back-access (swap)
-  double swap_out_stall_ns = 0;     // predicted wait for the swap-out to end, after the op after evict_op
   double prefetch_start_ns = 0;     // predicted start of the swap-in copy
   double recompute_ns = 0;          // predicted recompute time of the chain (< 0: not recomputable)
   double msps = 0;                  // bytes per second of recompute at the time it was ranked
@@ -90,7 +100,11 @@ struct CapuchinPlan {
   bool fits = false;
 };
 
-// Free time of a swap of `swap_ns` out after evict_op, back before back_op.
+// The op a swap-out issued after evict_op and ending at copy_end_ns ends in: the first later op
+// that ends at or after it (-1: none). Its block is freed after that op.
+int capuchin_release_op(const std::vector<double>& op_start_ns, int evict_op, double copy_end_ns);
+// Free time of a swap of `swap_ns` out after evict_op, back before back_op: from the end of its
+// release op (the copy alone on its lane) to the start of the swap-in.
 double capuchin_free_time(const std::vector<double>& op_start_ns, int evict_op, int back_op, double swap_ns);
 CapuchinPlan plan_capuchin(const PlannerInput& in, CapuchinMode mode);
 PlannerInput planner_input(const Graph& g, const AccessTrace& trace, size_t budget);
