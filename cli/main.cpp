@@ -178,7 +178,7 @@ CLI::App* add_maxbatch(CLI::App& app, ExperimentArgs& a) {
   c->add_option("--policy", a.cfg.policy, "memory policy: " + join(policy_names()));
   c->add_option("--budget", a.budget_text, "device memory budget (default: the GPU's memory)");
   c->add_option("--max-batch", a.max_limit, "stop the search here");
-  c->add_option("--checkpoint-segments", a.cfg.checkpoint_segments, "policy checkpoint: segment count (default: sqrt of the layer count)");
+  c->add_option("--checkpoint-segments", a.cfg.checkpoint_segments, "policy checkpoint: segment count (default: search the segments for the lowest peak)");
   c->add_option("--report", a.report, "write the search as JSON to this file");
   return c;
 }
@@ -361,7 +361,7 @@ int main(int argc, char** argv) {
   auto* lr = train->add_option("--lr", cfg.optimizer.lr, "learning rate (default 0.05 for sgd, 0.001 for adam / adamw)");
   train->add_option("--optimizer", optimizer, "optimizer: sgd, adam, adamw (default sgd)");
   train->add_option("--momentum", cfg.optimizer.momentum, "SGD momentum");
-  train->add_option("--checkpoint-segments", cfg.checkpoint_segments, "policy checkpoint: segment count (default: sqrt of the layer count)");
+  train->add_option("--checkpoint-segments", cfg.checkpoint_segments, "policy checkpoint: segment count (default: search the segments for the lowest peak)");
   train->add_flag("--inplace-relu-grad", cfg.inplace_relu_grad, "relu backward writes dx over dy where dy dies (cuDNN's in-place ReLU, as in vDNN)");
   train->add_option("--weight-decay", cfg.optimizer.weight_decay, "weight decay (L2 for sgd and adam, decoupled for adamw)");
   train->add_option("--report", report, "write a JSON report to this file");

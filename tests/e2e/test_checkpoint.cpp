@@ -49,7 +49,9 @@ TEST_P(CheckpointTiny, MatchesNoneBitForBitBelowItsPeak) {
   const int layers = rep["layers"], segments = rep["segments"], forward_ops = rep["forward_ops"];
   const int expected = rep["expected_recomputed_ops_per_iteration"];
   EXPECT_GE(segments, 2);
-  EXPECT_LE(segments, static_cast<int>(std::lround(std::sqrt(layers))));
+  EXPECT_LE(segments, layers);
+  EXPECT_LE(rep["planned_peak_bytes"].get<size_t>(), rep["sqrt_plan_peak_bytes"].get<size_t>())
+      << "the search compares the sqrt(L) plan too";
   EXPECT_GT(rep["dropped_bytes_per_iteration"].get<size_t>(), 0u);
   // Chen's scheme: each segment but the last runs its forward once more, so at most one extra
   // forward pass; the memory manager re-runs each of those ops exactly once.
@@ -204,6 +206,96 @@ TEST(CheckpointSim, RecomputedOpsMatchThePlanAtPaperScale) {
     TrainConfig none = cfg;
     none.policy = "none";
     EXPECT_LT(test::max_peak(r.iterations), test::max_peak(Trainer(none).run().iterations));
+  }
+}
+
+}  // namespace
+
+namespace {
+
+Graph build(const std::string& model, int batch) {
+  ModelConfig m;
+  m.name = model;
+  m.batch = batch;
+  Graph g = build_model(m);
+  build_backward(g, OptimizerConfig{});
+  return g;
+}
+
+bool same_plan(const CheckpointPlan& a, const CheckpointPlan& b) {
+  if (a.plan.actions.size() != b.plan.actions.size() || a.segments.size() != b.segments.size()) return false;
+  for (size_t i = 0; i < a.plan.actions.size(); ++i)
+    if (a.plan.actions[i].tensor != b.plan.actions[i].tensor || a.plan.actions[i].op != b.plan.actions[i].op) return false;
+  for (size_t s = 0; s < a.segments.size(); ++s)
+    if (a.segments[s].first_op != b.segments[s].first_op || a.segments[s].checkpoints != b.segments[s].checkpoints) return false;
+  return a.rule == b.rule && a.threshold_bytes == b.threshold_bytes;
+}
+
+// The search compares the sqrt(L) plan among others and keeps the lowest predicted peak, so it
+// is never above it; its reported peak is the replay of its own plan; the same graph, built
+// twice, gives the same plan.
+TEST(CheckpointSearch, NeverAboveTheSqrtPlanAndDeterministic) {
+  for (const char* model : {"resnet-tiny", "vgg-tiny", "gpt-tiny", "bert-tiny", "vgg16", "resnet50", "bert-base"}) {
+    SCOPED_TRACE(model);
+    const int batch = std::string(model).find("tiny") == std::string::npos ? 64 : 0;  // 0: the preset's
+    const Graph g = build(model, batch);
+    size_t peak = 0;
+    const CheckpointPlan p = plan_checkpoint_search(g, &peak);
+    EXPECT_EQ(peak, predict_drop_plan_peak(g, p.plan));
+    EXPECT_LE(peak, predict_drop_plan_peak(g, plan_checkpoint(g).plan));
+    EXPECT_LT(peak, predict_drop_plan_peak(g, Plan{}));
+    EXPECT_GT(p.candidates, static_cast<int>(std::lround(std::sqrt(static_cast<double>(p.layers)))));
+    ASSERT_GE(p.segments.size(), 2u);
+    EXPECT_EQ(p.segments.back().dropped, 0) << "the last segment is kept";
+    const Graph again = build(model, batch);
+    size_t peak_again = 0;
+    EXPECT_TRUE(same_plan(p, plan_checkpoint_search(again, &peak_again)));
+    EXPECT_EQ(peak, peak_again);
+  }
+}
+
+// VGG-16 at paper scale (sim): the sqrt(L) plan keeps the huge first conv outputs as
+// checkpoints; the searched plan drops them and fits a budget the sqrt(L) plan runs out in,
+// training with the planned peak and recomputing what it planned.
+TEST(CheckpointSearch, FitsABudgetTheSqrtPlanDoesNot) {
+  const int batch = 64;
+  const Graph g = build("vgg16", batch);
+  size_t searched = 0;
+  const CheckpointPlan p = plan_checkpoint_search(g, &searched);
+  const CheckpointPlan fixed = plan_checkpoint(g);
+  const size_t sqrt_peak = predict_drop_plan_peak(g, fixed.plan);
+  ASSERT_LT(searched, sqrt_peak);
+  // The sqrt(L) plan's largest checkpoint (a first-block conv output, the largest activation of
+  // the network) is dropped by the searched plan.
+  TensorId largest = kNoTensor;
+  for (const auto& s : fixed.segments)
+    for (TensorId c : s.checkpoints)
+      if (largest == kNoTensor || g.tensor(c).bytes() > g.tensor(largest).bytes()) largest = c;
+  ASSERT_NE(largest, kNoTensor);
+  bool dropped = false;
+  for (const Action& a : p.plan.actions) dropped |= a.tensor == largest;
+  EXPECT_TRUE(dropped) << g.tensor(largest).name;
+  for (const auto& s : p.segments)
+    for (TensorId c : s.checkpoints) EXPECT_LT(g.tensor(c).bytes(), g.tensor(largest).bytes()) << g.tensor(c).name;
+
+  TrainConfig cfg = config("vgg16", "checkpoint", searched, 2);
+  cfg.backend = "sim";
+  cfg.gpu = "p100-16g";
+  cfg.model.batch = batch;
+  const TrainResult r = Trainer(cfg).run();
+  EXPECT_EQ(test::max_peak(r.iterations), searched);
+  EXPECT_EQ(r.policy_report["planned_peak_bytes"].get<size_t>(), searched);
+  EXPECT_EQ(r.policy_report["sqrt_plan_peak_bytes"].get<size_t>(), sqrt_peak);
+  const int expected = r.policy_report["expected_recomputed_ops_per_iteration"];
+  for (const auto& s : r.iterations) EXPECT_EQ(s.counters.recomputed_ops, static_cast<uint64_t>(expected));
+
+  cfg.checkpoint_segments = static_cast<int>(fixed.segments.size());
+  try {
+    Trainer(cfg).run();
+    FAIL() << "the sqrt(L) plan trained under the searched plan's peak";
+  } catch (const OutOfMemoryError& e) {
+    ASSERT_TRUE(e.smallest_working_budget().has_value());
+    EXPECT_EQ(*e.smallest_working_budget(), sqrt_peak);
   }
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <set>
 
 #include "vtensor/core/errors.h"
 #include "vtensor/memory/allocator.h"
@@ -14,36 +15,193 @@ namespace {
 
 bool is_forward(const Op& op) { return !op.backward && !op.optimizer; }
 
+// The forward pass in units (builder layers, or single forward ops) and what the partitions need
+// per unit: the bytes backward reads that it produces and the bytes live across a cut after it.
+struct Units {
+  std::vector<int> of_op;          // per op: its unit (-1: not a forward op)
+  std::vector<std::string> name;
+  int count = 0;
+  std::vector<double> saved;       // bytes backward reads produced by the unit
+  std::vector<double> crossing;    // bytes produced up to the unit and read by a later one
+};
+
+Units make_units(const Graph& g, bool by_layer) {
+  auto base = [&](TensorId t) {
+    while (g.tensor(t).view_of != kNoTensor) t = g.tensor(t).view_of;
+    return t;
+  };
+  // Builder layers in forward order (an op outside a layer joins the one before it); a graph
+  // without layers (a replayed trace), or by_layer false, splits by forward op.
+  bool has_layers = false;
+  for (const Op& op : g.ops()) has_layers |= is_forward(op) && op.layer >= 0;
+  by_layer &= has_layers;
+  Units u;
+  u.of_op.assign(g.num_ops(), -1);
+  std::vector<char> seen_layer(g.layers().size(), 0);
+  int current = -1;
+  for (const Op& op : g.ops()) {
+    if (!is_forward(op)) continue;
+    if (!by_layer) {
+      current = u.count++;
+      u.name.push_back(op.name);
+    } else if (op.layer >= 0 && !seen_layer[static_cast<size_t>(op.layer)]) {
+      seen_layer[static_cast<size_t>(op.layer)] = 1;
+      current = u.count++;  // a layer met again later stays in the current unit: units stay contiguous
+      u.name.push_back(g.layers()[static_cast<size_t>(op.layer)].name);
+    }
+    u.of_op[static_cast<size_t>(op.index)] = std::max(current, 0);
+  }
+  u.count = std::max(u.count, 1);
+  const size_t nt = g.num_tensors();
+  std::vector<int> max_reader(nt, -1);
+  std::vector<char> read_in_bwd(nt, 0);
+  for (const Op& op : g.ops())
+    for (TensorId in : op.inputs) {
+      const auto b = static_cast<size_t>(base(in));
+      if (is_forward(op)) max_reader[b] = std::max(max_reader[b], u.of_op[static_cast<size_t>(op.index)]);
+      else read_in_bwd[b] = 1;
+    }
+  u.saved.assign(static_cast<size_t>(u.count), 0.0);
+  std::vector<double> diff(static_cast<size_t>(u.count) + 1, 0.0);
+  for (const TensorInfo& t : g.tensors()) {
+    if (t.view_of != kNoTensor || t.persistent() || t.producer < 0 || !is_forward(g.op(t.producer))) continue;
+    const int p = u.of_op[static_cast<size_t>(t.producer)];
+    const auto bytes = static_cast<double>(t.bytes());
+    if (read_in_bwd[static_cast<size_t>(t.id)]) u.saved[static_cast<size_t>(p)] += bytes;
+    const int r = max_reader[static_cast<size_t>(t.id)];
+    if (r > p) {
+      diff[static_cast<size_t>(p)] += bytes;
+      diff[static_cast<size_t>(r)] -= bytes;
+    }
+  }
+  u.crossing.assign(static_cast<size_t>(u.count), 0.0);
+  for (int i = 0; i < u.count; ++i)
+    u.crossing[static_cast<size_t>(i)] = diff[static_cast<size_t>(i)] + (i > 0 ? u.crossing[static_cast<size_t>(i) - 1] : 0.0);
+  return u;
+}
+
+// Exactly k segments of consecutive units: segment j takes units while their byte midpoint is
+// below (j + 1) / k of the total, at least one, leaving one for each later segment.
+std::vector<int> balanced_segments(const Units& u, int k) {
+  double total = 0;
+  for (double b : u.saved) total += b;
+  std::vector<int> seg(static_cast<size_t>(u.count), 0);
+  std::vector<double> before(static_cast<size_t>(u.count) + 1, 0.0);
+  for (int i = 0; i < u.count; ++i) before[static_cast<size_t>(i) + 1] = before[static_cast<size_t>(i)] + u.saved[static_cast<size_t>(i)];
+  auto mid = [&](int i) {
+    return total > 0 ? (before[static_cast<size_t>(i)] + u.saved[static_cast<size_t>(i)] / 2) / total : (i + 0.5) / u.count;
+  };
+  for (int j = 0, i = 0; j < k; ++j) {
+    seg[static_cast<size_t>(i++)] = j;
+    while (i < u.count && (j == k - 1 || (i < u.count - (k - 1 - j) && mid(i) < static_cast<double>(j + 1) / k)))
+      seg[static_cast<size_t>(i++)] = j;
+  }
+  return seg;
+}
+
+// Chen's greedy with threshold b: walk the units accumulating the bytes backward reads; once the
+// open segment holds at least b, cut it. at_smallest_crossing: cut after the unit of the open
+// segment with the fewest bytes live across the cut among those where it holds at least b / 2
+// (on a tie the unit that crossed b, else the earliest), rather than after the unit that crossed
+// b, and carry the units after the cut into the next segment.
+std::vector<int> greedy_segments(const Units& u, double b, bool at_smallest_crossing) {
+  std::vector<int> seg(static_cast<size_t>(u.count), 0);
+  int k = 0, start = 0;
+  double acc = 0;
+  for (int i = 0; i < u.count; ++i) {
+    seg[static_cast<size_t>(i)] = k;
+    acc += u.saved[static_cast<size_t>(i)];
+    if (acc < b || i == u.count - 1) continue;
+    int cut = i;
+    double upto = 0;  // the open segment's bytes up to unit j: cut only once it holds b / 2
+    if (at_smallest_crossing)
+      for (int j = start; j < i; ++j)
+        if ((upto += u.saved[static_cast<size_t>(j)]) >= b / 2 && u.crossing[static_cast<size_t>(j)] < u.crossing[static_cast<size_t>(cut)]) cut = j;
+    ++k;
+    acc = 0;
+    for (int j = cut + 1; j <= i; ++j) {
+      seg[static_cast<size_t>(j)] = k;
+      acc += u.saved[static_cast<size_t>(j)];
+    }
+    start = cut + 1;
+  }
+  return seg;
+}
+
+CheckpointPlan plan_from_segments(const Graph& g, const Units& units_of, const std::vector<int>& seg_of_unit);
+
 }  // namespace
 
 CheckpointPlan plan_checkpoint(const Graph& g, int segments) {
   if (segments < 0) throw std::invalid_argument("checkpoint segments must be >= 0 (0: sqrt of the layer count)");
+  const Units u = make_units(g, true);
+  const int k = std::clamp(segments > 0 ? segments : static_cast<int>(std::lround(std::sqrt(static_cast<double>(u.count)))), 1, u.count);
+  CheckpointPlan p = plan_from_segments(g, u, balanced_segments(u, k));
+  p.rule = "balanced layers";
+  return p;
+}
+
+CheckpointPlan plan_checkpoint_search(const Graph& g, size_t* peak) {
+  // Candidates: the byte-balanced layer plans for every count from 2 (the sqrt(L) plan among
+  // them) and Chen's greedy over single forward ops, both cut rules, for thresholds b on a
+  // geometric grid (ratio 2^(1/4)) from the smallest op's saved bytes to the total.
+  const Units layers = make_units(g, true), ops = make_units(g, false);
+  struct Candidate {
+    const Units* units;
+    std::vector<int> seg;
+    std::string rule;
+    double threshold;
+  };
+  std::vector<Candidate> cands;
+  for (int k = 2; k <= layers.count; ++k) cands.push_back({&layers, balanced_segments(layers, k), "balanced layers", 0});
+  double lo = 0, total = 0;
+  for (double b : ops.saved)
+    if (b > 0) {
+      lo = lo > 0 ? std::min(lo, b) : b;
+      total += b;
+    }
+  std::set<std::vector<int>> seen;
+  for (double b = lo; lo > 0 && b <= total; b *= std::pow(2.0, 0.25))
+    for (bool smallest : {false, true}) {
+      std::vector<int> seg = greedy_segments(ops, b, smallest);
+      if (seg.back() == 0 || !seen.insert(seg).second) continue;  // one segment drops nothing
+      cands.push_back({&ops, std::move(seg), smallest ? "greedy ops, cut at the smallest crossing" : "greedy ops", b});
+    }
+  // Keep the lowest predicted peak; on a tie the fewest recomputed ops, then the earlier candidate.
+  CheckpointPlan best;
+  size_t best_peak = 0;
+  bool have = false;
+  for (const Candidate& c : cands) {
+    CheckpointPlan p = plan_from_segments(g, *c.units, c.seg);
+    const size_t pk = predict_drop_plan_peak(g, p.plan);
+    if (!have || pk < best_peak || (pk == best_peak && p.expected_recomputed_ops < best.expected_recomputed_ops)) {
+      p.rule = c.rule;
+      p.threshold_bytes = static_cast<size_t>(c.threshold);
+      best = std::move(p);
+      best_peak = pk;
+      have = true;
+    }
+  }
+  if (!have) {  // a single layer or op: nothing to cut
+    best = plan_checkpoint(g, 1);
+    best_peak = predict_drop_plan_peak(g, best.plan);
+  }
+  best.candidates = static_cast<int>(cands.size());
+  if (peak) *peak = best_peak;
+  return best;
+}
+
+namespace {
+
+CheckpointPlan plan_from_segments(const Graph& g, const Units& units_of, const std::vector<int>& seg_of_unit) {
   const size_t nt = g.num_tensors(), no = g.num_ops();
   auto base = [&](TensorId t) {
     while (g.tensor(t).view_of != kNoTensor) t = g.tensor(t).view_of;
     return t;
   };
-  // Units: the builder layers in forward order (an op outside a layer joins the one before it);
-  // a graph without layers (a replayed trace) splits by forward op.
-  bool has_layers = false;
-  for (const Op& op : g.ops()) has_layers |= is_forward(op) && op.layer >= 0;
-  std::vector<int> unit(no, -1);
-  std::vector<char> seen_layer(g.layers().size(), 0);
-  std::vector<std::string> unit_name;
-  int units = 0, current = -1;
-  for (const Op& op : g.ops()) {
-    if (!is_forward(op)) continue;
-    if (!has_layers) {
-      current = units++;
-      unit_name.push_back(op.name);
-    } else if (op.layer >= 0 && !seen_layer[static_cast<size_t>(op.layer)]) {
-      seen_layer[static_cast<size_t>(op.layer)] = 1;
-      current = units++;  // a layer met again later stays in the current unit: units stay contiguous
-      unit_name.push_back(g.layers()[static_cast<size_t>(op.layer)].name);
-    }
-    unit[static_cast<size_t>(op.index)] = std::max(current, 0);
-  }
-  units = std::max(units, 1);
+  const std::vector<int>& unit = units_of.of_op;
+  const int units = units_of.count;
+  const int k = seg_of_unit.empty() ? 1 : seg_of_unit.back() + 1;
 
   // Per base tensor: readers in forward and backward, last forward access.
   std::vector<int> last_fwd(nt, -1), max_reader_unit(nt, -1);
@@ -66,28 +224,6 @@ CheckpointPlan plan_checkpoint(const Graph& g, int segments) {
     return i.view_of == kNoTensor && !i.persistent() && i.producer >= 0 && is_forward(g.op(i.producer));
   };
 
-  // Per unit, the bytes backward reads that it produces (what a segment has to bring back).
-  std::vector<double> unit_bytes(static_cast<size_t>(units), 0.0);
-  double total = 0;
-  for (const TensorInfo& t : g.tensors())
-    if (forward_made(t.id) && read_in_bwd[static_cast<size_t>(t.id)]) {
-      unit_bytes[static_cast<size_t>(unit[static_cast<size_t>(t.producer)])] += static_cast<double>(t.bytes());
-      total += static_cast<double>(t.bytes());
-    }
-  const int k = std::clamp(segments > 0 ? segments : static_cast<int>(std::lround(std::sqrt(static_cast<double>(units)))), 1, units);
-  // Exactly k segments of consecutive units: segment j takes units while their byte midpoint
-  // is below (j + 1) / k of the total, at least one, leaving one for each later segment.
-  std::vector<int> seg_of_unit(static_cast<size_t>(units), 0);
-  std::vector<double> before(static_cast<size_t>(units) + 1, 0.0);
-  for (int u = 0; u < units; ++u) before[static_cast<size_t>(u) + 1] = before[static_cast<size_t>(u)] + unit_bytes[static_cast<size_t>(u)];
-  auto mid = [&](int u) {
-    return total > 0 ? (before[static_cast<size_t>(u)] + unit_bytes[static_cast<size_t>(u)] / 2) / total : (u + 0.5) / units;
-  };
-  for (int j = 0, u = 0; j < k; ++j) {
-    seg_of_unit[static_cast<size_t>(u++)] = j;
-    while (u < units && (j == k - 1 || (u < units - (k - 1 - j) && mid(u) < static_cast<double>(j + 1) / k)))
-      seg_of_unit[static_cast<size_t>(u++)] = j;
-  }
   CheckpointPlan out;
   out.layers = units;
   out.segments.resize(static_cast<size_t>(k));
@@ -95,9 +231,9 @@ CheckpointPlan plan_checkpoint(const Graph& g, int segments) {
     CheckpointSegment& s = out.segments[static_cast<size_t>(seg_of_unit[static_cast<size_t>(u)])];
     if (s.first_layer < 0) s.first_layer = u;
     s.last_layer = u;
-    if (static_cast<size_t>(u) < unit_name.size()) {
-      if (s.first_name.empty()) s.first_name = unit_name[static_cast<size_t>(u)];
-      s.last_name = unit_name[static_cast<size_t>(u)];
+    if (static_cast<size_t>(u) < units_of.name.size()) {
+      if (s.first_name.empty()) s.first_name = units_of.name[static_cast<size_t>(u)];
+      s.last_name = units_of.name[static_cast<size_t>(u)];
     }
   }
   auto seg_of_op = [&](int op) { return seg_of_unit[static_cast<size_t>(unit[static_cast<size_t>(op)])]; };
@@ -266,6 +402,8 @@ CheckpointPlan plan_checkpoint(const Graph& g, int segments) {
   return out;
 }
 
+}  // namespace
+
 size_t predict_drop_plan_peak(const Graph& g, const Plan& plan) {
   // Mirrors Executor::run_op / recompute and MemoryManager (allocate, access -> recompute,
   // release, drop, lineage references); no eviction, so nothing else moves.
@@ -376,8 +514,13 @@ size_t predict_drop_plan_peak(const Graph& g, const Plan& plan) {
 
 void CheckpointPolicy::attach(const MemoryView& view) {
   graph_ = &view.graph();
-  plan_ = plan_checkpoint(*graph_, segments_);
-  planned_peak_ = predict_drop_plan_peak(*graph_, plan_.plan);
+  if (segments_ > 0) {
+    plan_ = plan_checkpoint(*graph_, segments_);
+    planned_peak_ = predict_drop_plan_peak(*graph_, plan_.plan);
+  } else {
+    plan_ = plan_checkpoint_search(*graph_, &planned_peak_);
+    sqrt_plan_peak_ = predict_drop_plan_peak(*graph_, plan_checkpoint(*graph_).plan);
+  }
   actions_.assign(graph_->num_ops(), {});
   for (const Action& a : plan_.plan.actions) actions_.at(static_cast<size_t>(a.op)).push_back(a);
 }
@@ -415,6 +558,10 @@ nlohmann::json CheckpointPolicy::report() const {
   return {{"policy", name()},
           {"layers", plan_.layers},
           {"segments", plan_.segments.size()},
+          {"rule", plan_.rule},
+          {"threshold_bytes", plan_.threshold_bytes},
+          {"candidates", plan_.candidates},
+          {"sqrt_plan_peak_bytes", sqrt_plan_peak_},
           {"planned_peak_bytes", planned_peak_},
           {"checkpoints", ckpts},
           {"checkpoint_bytes", ckpt_bytes},
@@ -437,7 +584,8 @@ std::string CheckpointPolicy::summary() const {
   }
   char ms[32];
   std::snprintf(ms, sizeof ms, "%.2f", recompute_ms_);
-  return "planned peak " + format_bytes(planned_peak_) + "; " + std::to_string(plan_.segments.size()) + " segments over " + std::to_string(plan_.layers) + " layers, " +
+  const std::string searched = plan_.candidates > 0 ? " (lowest of " + std::to_string(plan_.candidates) + " plans searched; sqrt(L) plan " + format_bytes(sqrt_plan_peak_) + ")" : "";
+  return "planned peak " + format_bytes(planned_peak_) + searched + "; " + std::to_string(plan_.segments.size()) + " segments (" + plan_.rule + ") over " + std::to_string(plan_.layers) + " units, " +
          std::to_string(ckpts) + " checkpoints (" + format_bytes(ckpt_bytes) + "); drops " +
          std::to_string(plan_.plan.actions.size()) + " tensors, " + format_bytes(plan_.dropped_bytes) +
          " per iteration; recomputes " + std::to_string(plan_.expected_recomputed_ops) + " of " +

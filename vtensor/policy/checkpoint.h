@@ -1,20 +1,30 @@
 // Gradient checkpointing (Chen et al., "Training Deep Nets with Sublinear Memory Cost", arXiv
-// 1604.06174): the sqrt(n) strategy, the baseline Capuchin's BERT figure is measured against.
-//   The forward pass is split into k = round(sqrt(L)) segments (--checkpoint-segments sets k) of
-//   consecutive builder layers (Graph::layers(); forward ops outside a layer join the layer
-//   before them; a graph without layers, a replayed trace, splits by op). A segment's
-//   checkpoints are the tensors it produces that a later segment reads. Every other forward
-//   activation of the segment is dropped after its last forward access and recomputed from its
-//   lineage when backward reaches it (the memory manager's recompute-on-access), so each
-//   segment's forward runs once more in backward: about one extra forward pass in all.
+// 1604.06174): the sqrt(n) strategy, the baseline Capuchin's BERT figure is measured against,
+// and its budget-driven greedy (section 4.1, Alg. 2) with the search over the threshold.
+//   The forward pass is split into segments of consecutive units. A segment's checkpoints are
+//   the tensors it produces that a later segment reads. Every other forward activation of the
+//   segment is dropped after its last forward access and recomputed from its lineage when
+//   backward reaches it (the memory manager's recompute-on-access), so each segment's forward
+//   runs once more in backward: about one extra forward pass in all.
+//   Segments: with --checkpoint-segments N, N byte-balanced segments of builder layers
+//   (Graph::layers(); an op outside a layer joins the layer before it; a graph without layers,
+//   a replayed trace, splits by op). Without it, a search: candidates are those balanced layer
+//   plans for every N >= 2 (round(sqrt(L)) among them) and Chen's greedy over single forward
+//   ops (walk the forward, accumulate the bytes backward reads, cut once they reach b) for b on
+//   a geometric grid, each cut either after the op that reached b or, within the open segment,
+//   after the op with the fewest bytes live across the cut (so a huge layer output need not be
+//   a checkpoint). Rule: the lowest predicted peak (predict_drop_plan_peak), then the fewest
+//   recomputed ops, then the earlier candidate: deterministic, never above the sqrt(L) plan.
+//   The budget is not an input: the lowest-peak plan fits every budget any candidate fits.
 //   The plan is static, made from the graph in attach(); nothing is evicted on demand: when the
 //   plan does not fit the budget the run ends with the usual OutOfMemoryError (as TensorFlow's
-//   checkpointing does), which names the plan's peak (predict_drop_plan_peak, exact in
-//   allocated bytes) as the smallest budget known to work.
+//   checkpointing does), which names the plan's peak (exact in allocated bytes) as the
+//   smallest budget known to work.
 // Deviations from the paper:
-//   - Segment boundaries balance the bytes backward reads (the saved activations) per segment,
-//     not the layer count (Chen's budget-driven greedy variant does the same in spirit): with
-//     equal counts, VGG-16's first segment would hold over half of all activations.
+//   - Chen picks b around sqrt(x * y) from estimated costs; we try the whole grid and judge
+//     each plan by the executor's replayed peak. The fixed count balances bytes backward reads
+//     per segment, not layers: with equal counts VGG-16's first segment would hold over half of
+//     all activations.
 //   - The last segment is kept: its backward starts right after the forward, so recomputing it
 //     would cost a segment's forward and lower no peak.
 //   - Tensors the memory manager must keep stay: parameters, optimizer state, data (the first
@@ -45,7 +55,7 @@ struct CheckpointSegment {
 };
 
 struct CheckpointPlan {
-  int layers = 0;                         // forward layers (or forward ops when the graph has none)
+  int layers = 0;                         // units: forward layers, or forward ops (the greedy, a graph without layers)
   std::vector<CheckpointSegment> segments;
   Plan plan;                              // one kDrop per dropped tensor, after its last forward access
   size_t dropped_bytes = 0;               // per iteration
@@ -54,10 +64,16 @@ struct CheckpointPlan {
   // every op but those that only make checkpoints or data (our count is at most this).
   int segment_recompute_ops = 0;
   int forward_ops = 0;
+  std::string rule;                       // how the boundaries were chosen (see the header)
+  size_t threshold_bytes = 0;             // the greedy's b (0: a fixed count)
+  int candidates = 0;                     // plans the search compared (0: no search)
 };
 
-// The plan for `segments` segments (0: round(sqrt(L))), from the graph alone.
+// The plan for `segments` byte-balanced segments of layers (0: round(sqrt(L))), from the graph alone.
 CheckpointPlan plan_checkpoint(const Graph& g, int segments = 0);
+// The searched plan (see the header): the lowest predicted peak over the candidates, written
+// to *peak when given.
+CheckpointPlan plan_checkpoint_search(const Graph& g, size_t* peak = nullptr);
 // Peak allocated bytes of an iteration that carries out a plan of drops with no eviction,
 // replaying the executor's allocations, releases and recomputations on access (workspaces by
 // the ops' own figures; cuDNN's may differ).
@@ -67,7 +83,7 @@ class CheckpointPolicy final : public Policy {
  public:
   explicit CheckpointPolicy(int segments = 0) : segments_(segments) {}
   std::string name() const override { return "checkpoint"; }
-  // Before attach (--checkpoint-segments): the segment count, 0 for round(sqrt(L)).
+  // Before attach (--checkpoint-segments): the segment count, 0 for the search.
   void set_segments(int segments) { segments_ = segments; }
   void attach(const MemoryView& view) override;
   void begin_iteration(int iteration) override { ++iterations_; }
@@ -86,6 +102,7 @@ class CheckpointPolicy final : public Policy {
   const Graph* graph_ = nullptr;
   CheckpointPlan plan_;
   size_t planned_peak_ = 0;
+  size_t sqrt_plan_peak_ = 0;                 // the round(sqrt(L)) plan's, when searching
   std::vector<std::vector<Action>> actions_;  // per op
   int iterations_ = 0;
   uint64_t restores_ = 0;                     // backward accesses that found a tensor dropped

@@ -31,7 +31,7 @@ const std::vector<PolicyInfo>& policy_registry() {
        [] { return std::make_unique<CapuchinPolicy>(CapuchinMode::kRecompute); }},
       {"capuchin", "Capuchin hybrid: hidden swaps first, then per tensor the cheaper of swap and recompute",
        [] { return std::make_unique<CapuchinPolicy>(CapuchinMode::kHybrid); }},
-      {"checkpoint", "Chen et al.'s gradient checkpointing: sqrt(L) segments of layers, keep their outputs, drop the rest after forward, recompute in backward; no eviction on demand",
+      {"checkpoint", "Chen et al.'s gradient checkpointing: segments searched for the lowest peak (or --checkpoint-segments N of layers), keep their outputs, drop the rest after forward, recompute in backward; no eviction on demand",
        [] { return std::make_unique<CheckpointPolicy>(); }},
       {"dtr", "DTR: on OOM drop the smallest cost / (bytes x staleness), recompute on access; no planning",
        [] { return std::make_unique<DtrPolicy>(); }},

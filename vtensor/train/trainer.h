@@ -28,7 +28,7 @@ struct TrainConfig {
   uint64_t seed = 1;  // weight init
   OptimizerConfig optimizer;
   bool inplace_relu_grad = false;  // share_relu_gradients(): relu backward writes dx over a dying dy
-  int checkpoint_segments = 0;     // policy checkpoint's segment count (0: sqrt of the layer count); others ignore it
+  int checkpoint_segments = 0;     // policy checkpoint's segment count (0: search); others ignore it
   bool timeline = false;    // per-op allocated / reserved bytes of the last iteration
   std::string trace_path;   // access trace as JSON lines
   std::shared_ptr<const Graph> graph;  // prebuilt (trace replay): used instead of model + autodiff
