@@ -15,6 +15,8 @@ namespace {
 
 bool is_forward(const Op& op) { return !op.backward && !op.optimizer; }
 
+constexpr int kMaxBalancedSegments = 64;  // the search's largest fixed count
+
 // The forward pass in units (builder layers, or single forward ops) and what the partitions need
 // per unit: the bytes backward reads that it produces and the bytes live across a cut after it.
 struct Units {
@@ -142,8 +144,8 @@ CheckpointPlan plan_checkpoint(const Graph& g, int segments) {
 }
 
 CheckpointPlan plan_checkpoint_search(const Graph& g, size_t* peak) {
-  // Candidates: the byte-balanced layer plans for every count from 2 (the sqrt(L) plan among
-  // them) and Chen's greedy over single forward ops, both cut rules, for thresholds b on a
+  // Candidates: the byte-balanced layer plans for every count from 2 to L (at most 64: a
+  // replayed trace has no layers; the sqrt(L) plan among them) and Chen's greedy over single forward ops, both cut rules, for thresholds b on a
   // geometric grid (ratio 2^(1/4)) from the smallest op's saved bytes to the total.
   const Units layers = make_units(g, true), ops = make_units(g, false);
   struct Candidate {
@@ -153,7 +155,9 @@ CheckpointPlan plan_checkpoint_search(const Graph& g, size_t* peak) {
     double threshold;
   };
   std::vector<Candidate> cands;
-  for (int k = 2; k <= layers.count; ++k) cands.push_back({&layers, balanced_segments(layers, k), "balanced layers", 0});
+  const int sqrt_k = static_cast<int>(std::lround(std::sqrt(static_cast<double>(layers.count))));
+  for (int k = 2; k <= layers.count; ++k)
+    if (k <= kMaxBalancedSegments || k == sqrt_k) cands.push_back({&layers, balanced_segments(layers, k), "balanced layers", 0});
   double lo = 0, total = 0;
   for (double b : ops.saved)
     if (b > 0) {

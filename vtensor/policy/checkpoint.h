@@ -9,20 +9,21 @@
 //   Segments: with --checkpoint-segments N, N byte-balanced segments of builder layers
 //   (Graph::layers(); an op outside a layer joins the layer before it; a graph without layers,
 //   a replayed trace, splits by op). Without it, a search: candidates are those balanced layer
-//   plans for every N >= 2 (round(sqrt(L)) among them) and Chen's greedy over single forward
-//   ops (walk the forward, accumulate the bytes backward reads, cut once they reach b) for b on
-//   a geometric grid, each cut either after the op that reached b or, within the open segment,
-//   after the op with the fewest bytes live across the cut (so a huge layer output need not be
-//   a checkpoint). Rule: the lowest predicted peak (predict_drop_plan_peak), then the fewest
-//   recomputed ops, then the earlier candidate: deterministic, never above the sqrt(L) plan.
-//   The budget is not an input: the lowest-peak plan fits every budget any candidate fits.
+//   plans for every N from 2 to L (at most 64, and round(sqrt(L))) and Chen's greedy over
+//   single forward ops (walk the forward, accumulate the bytes backward reads, cut once they
+//   reach b) for b on a geometric grid, each cut either after the op that reached b or, within
+//   the open segment, after the op with the fewest bytes live across the cut (so a huge layer
+//   output need not be a checkpoint). Rule: the lowest predicted peak (predict_drop_plan_peak),
+//   then the fewest recomputed ops, then the earlier candidate: deterministic, never above the
+//   sqrt(L) plan. The budget is not an input: the lowest-peak plan fits every budget any
+//   candidate fits (below the largest batch it may recompute more than a plan that also fits).
 //   The plan is static, made from the graph in attach(); nothing is evicted on demand: when the
 //   plan does not fit the budget the run ends with the usual OutOfMemoryError (as TensorFlow's
 //   checkpointing does), which names the plan's peak (exact in allocated bytes) as the
 //   smallest budget known to work.
 // Deviations from the paper:
 //   - Chen picks b around sqrt(x * y) from estimated costs; we try the whole grid and judge
-//     each plan by the executor's replayed peak. The fixed count balances bytes backward reads
+//     each plan by the executor's replayed peak. The cut at the smallest crossing is ours. The fixed count balances bytes backward reads
 //     per segment, not layers: with equal counts VGG-16's first segment would hold over half of
 //     all activations.
 //   - The last segment is kept: its backward starts right after the forward, so recomputing it
