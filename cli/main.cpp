@@ -38,6 +38,13 @@ void check_checkpoint_segments(const TrainConfig& cfg) {
     throw std::invalid_argument("--checkpoint-segments applies to --policy checkpoint only, got --policy " + cfg.policy);
 }
 
+constexpr const char* kHostBudgetHelp = "pinned host memory for swaps, e.g. 64GB (default: unlimited)";
+
+// --host-budget: empty keeps the default, unlimited (0).
+size_t parse_host_budget(const std::string& text) { return text.empty() ? 0 : parse_bytes(text, "--host-budget"); }
+
+std::string host_budget_suffix(size_t bytes) { return bytes ? ", host budget " + format_bytes(bytes) : ""; }
+
 void check_output_path(const std::string& path, const char* what) {
   if (path.empty()) return;
   auto dir = std::filesystem::path(path).parent_path();
@@ -45,12 +52,13 @@ void check_output_path(const std::string& path, const char* what) {
     throw std::invalid_argument(std::string(what) + " '" + path + "': directory '" + dir.string() + "' does not exist");
 }
 
-int cmd_train(const TrainConfig& base, const std::string& budget_text, const std::string& report, bool quiet,
-              const std::string& optimizer, bool lr_given) {
+int cmd_train(const TrainConfig& base, const std::string& budget_text, const std::string& host_budget_text_arg,
+              const std::string& report, bool quiet, const std::string& optimizer, bool lr_given) {
   TrainConfig cfg = base;
   cfg.optimizer.kind = parse_optimizer(optimizer);
   if (cfg.optimizer.kind != OptimizerKind::kSgd && !lr_given) cfg.optimizer.lr = 1e-3f;  // Adam's usual rate
   if (!budget_text.empty()) cfg.budget = parse_bytes(budget_text, "--budget");
+  cfg.host_budget = parse_host_budget(host_budget_text_arg);
   check_output_path(report, "--report");
   check_output_path(cfg.trace_path, "--trace");
   check_checkpoint_segments(cfg);
@@ -62,9 +70,9 @@ int cmd_train(const TrainConfig& base, const std::string& budget_text, const std
   const std::string input = tokens ? "seq " + std::to_string(c.model.image_size)
                             : images ? std::to_string(c.model.image_size) + "x" + std::to_string(c.model.image_size)
                                    : std::to_string(c.model.image_size) + " features";
-  std::printf("vtensor train: model %s (batch %d, %s, width %d, %d classes), policy %s, backend %s, budget %s\n",
+  std::printf("vtensor train: model %s (batch %d, %s, width %d, %d classes), policy %s, backend %s, budget %s%s\n",
               c.model.name.c_str(), c.model.batch, input.c_str(), c.model.width, c.model.classes, c.policy.c_str(),
-              c.backend.c_str(), format_bytes(c.budget).c_str());
+              c.backend.c_str(), format_bytes(c.budget).c_str(), host_budget_suffix(c.host_budget).c_str());
   std::printf("graph: %zu ops, %zu tensors, %zu parameters (%s), persistent %s\n", g.num_ops(), g.num_tensors(),
               g.param_count(), format_bytes(g.param_count() * 4).c_str(), format_bytes(g.persistent_bytes()).c_str());
   std::fflush(stdout);
@@ -92,6 +100,9 @@ int cmd_train(const TrainConfig& base, const std::string& budget_text, const std
   std::printf("done: %s, peak allocated %s, peak reserved %s (budget %s), mean iteration %.1f ms\n",
               losses.c_str(), format_bytes(peak_alloc).c_str(), format_bytes(peak_res).c_str(), format_bytes(c.budget).c_str(),
               ms / static_cast<double>(r.iterations.size()));
+  if (c.host_budget || r.host_peak)
+    std::printf("host: peak %s held for swaps (budget %s)\n", format_bytes(r.host_peak).c_str(),
+                c.host_budget ? format_bytes(c.host_budget).c_str() : "unlimited");
   if (!r.policy_summary.empty()) std::printf("policy %s: %s\n", c.policy.c_str(), r.policy_summary.c_str());
   if (const auto& a = r.allocator_report; a.is_object() && a.contains("lower_bound_bytes"))
     std::printf("allocator %s: arena %s, lower bound %s (x%.4f), last iteration\n", c.allocator.c_str(),
@@ -110,7 +121,7 @@ double mib(size_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
 
 struct ReplayArgs {
   ReplayConfig cfg;
-  std::string budget_text, report;
+  std::string budget_text, host_budget_text, report;
   bool quiet = false;
 };
 
@@ -119,6 +130,7 @@ CLI::App* add_replay(CLI::App& app, ReplayArgs& a) {
   c->add_option("--trace", a.cfg.trace, "trace file (vtensor --trace JSON lines or a DTR log), or dtr:NAME")->required();
   c->add_option("--gpu", a.cfg.gpu, "the GPU to model: " + join(gpu_names()))->required();
   c->add_option("--budget", a.budget_text, "device memory budget (default: the GPU's memory)");
+  c->add_option("--host-budget", a.host_budget_text, kHostBudgetHelp);
   c->add_option("--policy", a.cfg.policy, "memory policy: " + join(policy_names()));
   c->add_option("--allocator", a.cfg.allocator, "device allocator: " + join(allocator_names()));
   c->add_option("--iters", a.cfg.iters, "iterations to replay (default 3)");
@@ -129,8 +141,10 @@ CLI::App* add_replay(CLI::App& app, ReplayArgs& a) {
 
 int cmd_replay(ReplayArgs a) {
   if (!a.budget_text.empty()) a.cfg.budget = parse_bytes(a.budget_text, "--budget");
+  a.cfg.host_budget = parse_host_budget(a.host_budget_text);
   check_output_path(a.report, "--report");
-  std::printf("vtensor replay: %s on %s, policy %s\n", a.cfg.trace.c_str(), a.cfg.gpu.c_str(), a.cfg.policy.c_str());
+  std::printf("vtensor replay: %s on %s, policy %s%s\n", a.cfg.trace.c_str(), a.cfg.gpu.c_str(), a.cfg.policy.c_str(),
+              host_budget_suffix(a.cfg.host_budget).c_str());
   std::fflush(stdout);
   // The whole trace is read and checked before the first iteration: a malformed line reports nothing.
   TrainResult r = replay_trace(a.cfg, [&](const IterationStats& s) {
@@ -150,7 +164,8 @@ int cmd_replay(ReplayArgs a) {
 
 struct ExperimentArgs {
   TrainConfig cfg;
-  std::string budget_text, budgets_text = "100%,75%,50%,25%", batches_text, policies_text = "none,lru,lru-recompute";
+  std::string budget_text, host_budget_text, budgets_text = "100%,75%,50%,25%", batches_text,
+      policies_text = "none,lru,lru-recompute";
   std::string out, report, trace, optimizer = "sgd";
   int max_limit = 1 << 20;
 };
@@ -169,6 +184,7 @@ void add_experiment_model_options(CLI::App* c, ExperimentArgs& a, bool model_req
   c->add_option("--optimizer", a.optimizer, "optimizer: sgd, adam, adamw (default sgd)");
   c->add_option("--allocator", a.cfg.allocator, "device allocator: " + join(allocator_names()));
   c->add_option("--iters", a.cfg.iters, "iterations per run (default 3: policies that measure need more than one)");
+  c->add_option("--host-budget", a.host_budget_text, kHostBudgetHelp);
   c->add_flag("--inplace-relu-grad", a.cfg.inplace_relu_grad, "relu backward writes dx over dy where dy dies");
 }
 
@@ -187,29 +203,33 @@ int cmd_maxbatch(ExperimentArgs a) {
   apply_optimizer(a);
   a.cfg.backend = "sim";
   if (!a.budget_text.empty()) a.cfg.budget = parse_bytes(a.budget_text, "--budget");
+  a.cfg.host_budget = parse_host_budget(a.host_budget_text);
   check_output_path(a.report, "--report");
   make_policy(a.cfg.policy);
   check_checkpoint_segments(a.cfg);
   const size_t budget = a.cfg.budget ? a.cfg.budget : find_gpu(a.cfg.gpu).memory_bytes;
-  std::printf("vtensor maxbatch: model %s, policy %s, %s, budget %s, %d iterations per probe\n",
+  std::printf("vtensor maxbatch: model %s, policy %s, %s, budget %s%s, %d iterations per probe\n",
               a.cfg.model.name.c_str(), a.cfg.policy.c_str(), a.cfg.gpu.c_str(), format_bytes(budget).c_str(),
-              a.cfg.iters);
+              host_budget_suffix(a.cfg.host_budget).c_str(), a.cfg.iters);
   std::fflush(stdout);
   MaxBatchResult r = max_batch(a.cfg, a.max_limit, [](int batch, const RunSummary& s) {
+    char host[48] = "";
+    if (s.peak_host) std::snprintf(host, sizeof host, "  host %10.1f MiB", mib(s.peak_host));
     if (s.ok)
-      std::printf("  batch %7d  trains  peak %10.1f MiB  iteration %10.2f ms\n", batch, mib(s.peak_allocated),
-                  s.iteration_ms);
+      std::printf("  batch %7d  trains  peak %10.1f MiB  iteration %10.2f ms%s\n", batch, mib(s.peak_allocated),
+                  s.iteration_ms, host);
     else
-      std::printf("  batch %7d  out of memory\n", batch);
+      std::printf("  batch %7d  out of memory%s\n", batch, s.error.rfind("out of host", 0) == 0 ? " (host)" : "");
     std::fflush(stdout);
   });
   if (r.batch == 0) {
     std::printf("max batch: none: batch 1 does not fit\n");
   } else {
-    std::printf("max batch %d: peak allocated %s, peak reserved %s, predicted iteration %.2f ms (%.1f samples/s)%s\n",
+    std::printf("max batch %d: peak allocated %s, peak reserved %s, predicted iteration %.2f ms (%.1f samples/s)%s%s\n",
                 r.batch, format_bytes(r.at_batch.peak_allocated).c_str(), format_bytes(r.at_batch.peak_reserved).c_str(),
                 r.at_batch.iteration_ms, r.at_batch.iteration_ms > 0 ? 1e3 * r.batch / r.at_batch.iteration_ms : 0.0,
-                r.batch >= a.max_limit ? " (the --max-batch limit)" : "");
+                r.batch >= a.max_limit ? " (the --max-batch limit)" : "",
+                r.at_batch.peak_host ? ("; peak host " + format_bytes(r.at_batch.peak_host)).c_str() : "");
     for (int b : r.non_monotonic)
       std::printf("non-monotonic: batch %d also trains (the search assumes a batch that fails makes every larger one fail)\n", b);
   }
@@ -217,11 +237,14 @@ int cmd_maxbatch(ExperimentArgs a) {
     nlohmann::json probes = nlohmann::json::array();
     for (const auto& [b, s] : r.probes)
       probes.push_back({{"batch", b}, {"status", s.ok ? "ok" : "oom"}, {"peak_allocated_bytes", s.peak_allocated},
-                        {"iteration_ms", s.iteration_ms}});
+                        {"peak_host_bytes", s.peak_host}, {"iteration_ms", s.iteration_ms}});
     nlohmann::json j = {{"model", a.cfg.model.name}, {"policy", a.cfg.policy}, {"gpu", a.cfg.gpu},
-                        {"budget_bytes", budget}, {"iters", a.cfg.iters}, {"max_batch", r.batch},
+                        {"budget_bytes", budget},
+                        {"host_budget_bytes", a.cfg.host_budget ? nlohmann::json(a.cfg.host_budget) : nlohmann::json(nullptr)},
+                        {"iters", a.cfg.iters}, {"max_batch", r.batch},
                         {"peak_allocated_bytes", r.at_batch.peak_allocated},
                         {"peak_reserved_bytes", r.at_batch.peak_reserved},
+                        {"peak_host_bytes", r.at_batch.peak_host},
                         {"iteration_ms", r.at_batch.iteration_ms}, {"probes", probes},
                         {"checked_above", r.checked_above}, {"non_monotonic", r.non_monotonic}};
     const std::string tmp = a.report + ".tmp";
@@ -252,6 +275,7 @@ CLI::App* add_sweep(CLI::App& app, ExperimentArgs& a) {
 int cmd_sweep(ExperimentArgs a) {
   apply_optimizer(a);
   a.cfg.backend = "sim";
+  a.cfg.host_budget = parse_host_budget(a.host_budget_text);
   check_output_path(a.out, "--out");
   if (a.out.size() < 5 || (a.out.substr(a.out.size() - 4) != ".csv" && a.out.substr(a.out.size() - 5) != ".json"))
     throw std::invalid_argument("--out '" + a.out + "': accepted extensions: .csv, .json");
@@ -271,8 +295,8 @@ int cmd_sweep(ExperimentArgs a) {
   } else {
     resolve_model(a.cfg.model);
   }
-  std::printf("vtensor sweep: model %s on %s, policies %s, budgets %s\n", a.cfg.model.name.c_str(), a.cfg.gpu.c_str(),
-              a.policies_text.c_str(), a.budgets_text.c_str());
+  std::printf("vtensor sweep: model %s on %s, policies %s, budgets %s%s\n", a.cfg.model.name.c_str(), a.cfg.gpu.c_str(),
+              a.policies_text.c_str(), a.budgets_text.c_str(), host_budget_suffix(a.cfg.host_budget).c_str());
   std::printf("%-7s %-16s %-8s %12s %7s %12s %12s %8s\n", "batch", "policy", "budget", "budget MiB", "status",
               "peak MiB", "iter ms", "overhead");
   std::fflush(stdout);
@@ -337,7 +361,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
 
   TrainConfig cfg;
-  std::string budget_text, report;
+  std::string budget_text, host_budget_arg, report;
   bool quiet = false;
   std::string optimizer = "sgd";
   auto* train = app.add_subcommand("train", "train a model under a device-memory budget");
@@ -348,6 +372,7 @@ int main(int argc, char** argv) {
   train->add_option("--width", cfg.model.width, "base channel count (hidden units for mlp)");
   train->add_option("--classes", cfg.model.classes, "number of classes");
   train->add_option("--budget", budget_text, "device memory budget, e.g. 512MiB (default: 8GiB on cpu, the free memory less a margin on cuda)");
+  train->add_option("--host-budget", host_budget_arg, kHostBudgetHelp);
   train->add_option("--policy", cfg.policy, "memory policy: " + join(policy_names()));
   train->add_option("--backend", cfg.backend, "backend: " + join(backend_names()));
   std::string gpu_file;
@@ -424,7 +449,7 @@ int main(int argc, char** argv) {
     if (maxbatch->parsed()) return cmd_maxbatch(maxbatch_args);
     if (sweep_cmd->parsed()) return cmd_sweep(sweep_args);
     if (costs->parsed()) return cmd_costs(costs_args);
-    return cmd_train(cfg, budget_text, report, quiet, optimizer, lr->count() > 0);
+    return cmd_train(cfg, budget_text, host_budget_arg, report, quiet, optimizer, lr->count() > 0);
   } catch (const OutOfMemoryError& e) {
     std::fprintf(stderr, "vtensor: %s\n", e.what());
     return kExitOom;

@@ -59,6 +59,7 @@ TEST_P(SimVsCpu, EveryMemoryFigureIsIdentical) {
       EXPECT_EQ(a.counters.recomputed_ops, b.counters.recomputed_ops);
       EXPECT_EQ(a.counters.evictions, b.counters.evictions);
       EXPECT_EQ(a.counters.compactions, b.counters.compactions);
+      EXPECT_EQ(a.peak_host, b.peak_host);
       EXPECT_TRUE(a.has_loss);
       EXPECT_FALSE(b.has_loss);
       EXPECT_GT(b.time_ms, 0.0);

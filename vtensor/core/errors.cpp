@@ -43,10 +43,12 @@ size_t parse_bytes(const std::string& text, const std::string& what) {
   return static_cast<size_t>(std::llround(bytes));
 }
 
-static std::string oom_message(size_t requested, size_t in_use, size_t budget, const std::string& context,
-                               std::optional<size_t> smallest) {
-  std::string m = "out of device memory: requested " + format_bytes(requested) + " with " + format_bytes(in_use) +
-                  " in use of a " + format_bytes(budget) + " budget";
+static std::string oom_message(MemoryKind memory, size_t requested, size_t in_use, size_t budget,
+                               const std::string& context, std::optional<size_t> smallest) {
+  const bool host = memory == MemoryKind::kHost;
+  std::string m = std::string(host ? "out of host memory: requested " : "out of device memory: requested ") +
+                  format_bytes(requested) + (host ? " on the host" : "") + " with " + format_bytes(in_use) +
+                  " in use of a " + format_bytes(budget) + (host ? " host budget (--host-budget)" : " budget");
   if (!context.empty()) m += " (" + context + ")";
   if (smallest) m += "; the smallest budget known to work is " + format_bytes(*smallest);
   return m;
@@ -54,7 +56,15 @@ static std::string oom_message(size_t requested, size_t in_use, size_t budget, c
 
 OutOfMemoryError::OutOfMemoryError(size_t requested, size_t in_use, size_t budget, std::string context,
                                    std::optional<size_t> smallest)
-    : std::runtime_error(oom_message(requested, in_use, budget, context, smallest)),
-      requested_(requested), in_use_(in_use), budget_(budget), smallest_(smallest) {}
+    : OutOfMemoryError(MemoryKind::kDevice, requested, in_use, budget, context, smallest) {}
+
+OutOfMemoryError::OutOfMemoryError(MemoryKind memory, size_t requested, size_t in_use, size_t budget,
+                                   const std::string& context, std::optional<size_t> smallest)
+    : std::runtime_error(oom_message(memory, requested, in_use, budget, context, smallest)),
+      requested_(requested), in_use_(in_use), budget_(budget), smallest_(smallest), memory_(memory) {}
+
+OutOfMemoryError OutOfMemoryError::host(size_t requested, size_t in_use, size_t budget, std::string context) {
+  return OutOfMemoryError(MemoryKind::kHost, requested, in_use, budget, context, std::nullopt);
+}
 
 }  // namespace vtensor

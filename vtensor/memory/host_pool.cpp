@@ -1,6 +1,7 @@
 #include "vtensor/memory/host_pool.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace vtensor {
 
@@ -9,7 +10,8 @@ HostPool::~HostPool() {
 }
 
 void* HostPool::acquire(size_t bytes) {
-  bytes = std::max<size_t>(bytes, 1);
+  bytes = request_size(bytes);
+  if (!fits(bytes)) throw std::logic_error("host pool: acquire beyond the host budget (callers check fits())");
   void* p = nullptr;
   auto it = free_.find(bytes);  // exact size: training repeats the same sizes every iteration
   if (it != free_.end()) {
@@ -17,16 +19,22 @@ void* HostPool::acquire(size_t bytes) {
     free_.erase(it);
     cached_ -= bytes;
   } else {
+    while (held() + bytes > budget_) {  // give cached buffers back, largest first
+      auto big = std::prev(free_.end());
+      backend_.host_free(big->second, big->first);
+      cached_ -= big->first;
+      free_.erase(big);
+    }
     p = backend_.host_alloc(bytes);
     ++backend_allocs_;
   }
   in_use_ += bytes;
-  peak_ = std::max(peak_, in_use_);
+  peak_ = std::max(peak_, held());
   return p;
 }
 
 void HostPool::release(void* p, size_t bytes) {
-  bytes = std::max<size_t>(bytes, 1);
+  bytes = request_size(bytes);
   in_use_ -= bytes;
   cached_ += bytes;
   free_.emplace(bytes, p);

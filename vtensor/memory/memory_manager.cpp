@@ -90,6 +90,7 @@ void MemoryManager::begin_iteration(int iteration) {
   iteration_ = iteration;
   allocator_->begin_iteration(iteration);
   allocator_->reset_peak();
+  host_.reset_peak();
   counters_ = {};
   timeline_.clear();
   tracker_.begin_iteration(iteration, backend_.now_ms());
@@ -119,10 +120,16 @@ size_t MemoryManager::alloc_block(size_t bytes, int64_t tag, const char* what) {
     if (finish_oldest_swap_out()) continue;  // wait for the oldest in-flight swap-out to free its block
     std::vector<Victim> victims = policy_->choose_victims(bytes, *this);
     bool progressed = false;
+    size_t host_refused = 0;  // a swap victim the host budget could not take
     for (const Victim& v : victims) {
       const State& s = st(v.id);
       if (s.residency != Residency::kResident || s.locks > 0) continue;  // policy asked for something it may not have
       if (v.action == EvictAction::kDrop && !can_recompute(v.id)) continue;
+      if (v.action == EvictAction::kSwap && !host_.fits(s.bytes)) {
+        if (!host_refused) host_refused = s.bytes;
+        ++counters_.host_skipped_swaps;
+        continue;
+      }
       evict(v);
       progressed = true;
     }
@@ -131,6 +138,13 @@ size_t MemoryManager::alloc_block(size_t bytes, int64_t tag, const char* what) {
     if (!progressed && allocator_->stats().free_bytes >= align_up(bytes) &&
         (compact() || allocator_->stats().largest_free_block >= align_up(bytes)))
       continue;
+    if (!progressed && host_refused) {
+      throw OutOfMemoryError::host(
+          host_refused, host_.in_use(), host_.budget(),
+          "swap-out to make room for a device allocation of " + format_bytes(bytes) + " for " + what +
+              (tag >= 0 ? " '" + graph_.tensor(static_cast<TensorId>(tag)).name + "'" : "") + ", policy '" +
+              policy_->name() + "'; device budget " + format_bytes(budget()));
+    }
     if (!progressed) {
       std::string ctx = std::string(what) + (tag >= 0 ? " '" + graph_.tensor(static_cast<TensorId>(tag)).name + "'" : "") +
                         ", policy '" + policy_->name() + "' found nothing more to evict; " + usage_summary();
@@ -283,6 +297,8 @@ void MemoryManager::start_swap_out(TensorId id, uint64_t release_seq) {
   id = storage_of(id);
   State& s = st(id);
   if (s.residency != Residency::kResident) throw std::logic_error("swap_out of a tensor that is " + std::string(to_string(s.residency)));
+  if (!host_.fits(s.bytes))  // the ladder and after_op check first; a direct call may not have
+    throw OutOfMemoryError::host(s.bytes, host_.in_use(), host_.budget(), "swap-out of '" + graph_.tensor(id).name + "'");
   s.host = host_.acquire(s.bytes);
   backend_.stream_wait(Stream::kD2H, backend_.record(Stream::kCompute));  // the producer has finished
   backend_.copy_async(Stream::kD2H, s.host, device_ptr(id), s.bytes);
@@ -505,7 +521,9 @@ void MemoryManager::after_op(int op_index) {
           throw std::logic_error("policy " + policy_->name() + ": swap-out of " + graph_.tensor(a.tensor).name +
                                  " after op " + std::to_string(op_index) + " freed after op " +
                                  std::to_string(a.free_after) + ", which is not later");
-        if (s.residency == Residency::kResident && s.locks == 0)
+        if (s.residency == Residency::kResident && s.locks == 0 && !host_.fits(s.bytes)) {
+          ++counters_.host_skipped_swaps;  // stays resident; a later allocation may evict it
+        } else if (s.residency == Residency::kResident && s.locks == 0)
           start_swap_out(a.tensor, a.free_after == Action::kDefaultRelease
                                        ? seq + 2
                                        : seq + static_cast<uint64_t>(a.free_after - op_index));

@@ -9,6 +9,11 @@
 //      none, wait for in-flight prefetches, which makes them evictable, and ask again;
 //   4. if enough bytes are free but scattered, compact: slide tensors down the arena;
 //   5. throw OutOfMemoryError{requested, in use, budget}.
+// Host budget (--host-budget): a swap-out that does not fit in the host pool is not taken. A
+// planned one (Action kSwapOut) is skipped, the tensor stays resident; an eviction victim is
+// refused and the others are tried (policies read host_room() to pick ones that fit or to drop
+// instead). When a round evicts nothing and a swap was refused, step 5 throws the host's
+// OutOfMemoryError{requested on host, in use there, host budget}.
 // Pointers to tensors are valid until the next allocation (compaction moves them): the
 // executor resolves them right before it launches a kernel. Scratch blocks never move.
 // Dropped tensors keep the inputs of their producer alive (a lineage reference), so a tensor
@@ -38,6 +43,7 @@ struct MemoryCounters {
   double recompute_ms = 0, stall_ms = 0;  // compute time spent recomputing / waiting for copies
   uint64_t evictions = 0;                 // victims taken by the OOM ladder
   uint64_t compactions = 0, compacted_bytes = 0;  // defragmentation moves
+  uint64_t host_skipped_swaps = 0;  // swap-outs not taken for lack of host budget (planned or eviction)
 };
 
 struct TimelinePoint {
@@ -56,6 +62,7 @@ class MemoryManager final : public MemoryView {
 
   void set_recompute_fn(RecomputeFn fn) { recompute_ = std::move(fn); }
   void set_timeline_enabled(bool on) { timeline_enabled_ = on; }
+  void set_host_budget(size_t bytes) { host_.set_budget(bytes); }  // 0: unlimited
   // The policy's conv algorithm for an op this iteration, and the workspace it needs.
   ConvAlgo conv_algo(int op_index) const {
     return static_cast<size_t>(op_index) < conv_algos_.size() ? conv_algos_[static_cast<size_t>(op_index)] : ConvAlgo::kFast;
@@ -108,6 +115,7 @@ class MemoryManager final : public MemoryView {
   bool can_recompute(TensorId id) const override;
   size_t budget() const override { return backend_.arena_bytes(); }
   size_t allocated() const override { return allocator_->stats().allocated; }
+  size_t host_room() const override { return host_.room(); }
   // Measured once with calibration copies (device to host): kCalibrationBytes for the
   // bandwidth, one alignment unit for the latency.
   double copy_ms_per_byte() const override;

@@ -633,14 +633,25 @@ std::vector<Victim> CapuchinPolicy::choose_victims(size_t bytes, const MemoryVie
     if (wa != wb) return wb;
     return a.last_access != b.last_access ? a.last_access < b.last_access : a.id < b.id;
   });
-  std::vector<Victim> out;
-  size_t freed = 0;
+  // Host budget: a victim the host cannot take is dropped where it can be recomputed (not by
+  // capuchin-swap, which never recomputes), else skipped for the next; when none can go, the
+  // plain choice, which the memory manager refuses and reports as out of host memory.
+  std::vector<Victim> out, plain;
+  size_t freed = 0, plain_freed = 0, room = view.host_room();
   for (const auto& c : cands) {
+    if (plain_freed < bytes) plain.push_back({c.id, EvictAction::kSwap}), plain_freed += c.bytes;
     if (freed >= bytes) break;
-    out.push_back({c.id, EvictAction::kSwap});
+    if (c.bytes <= room) {
+      out.push_back({c.id, EvictAction::kSwap});
+      room -= c.bytes;
+    } else if (mode_ != CapuchinMode::kSwap && view.can_recompute(c.id)) {
+      out.push_back({c.id, EvictAction::kDrop});
+    } else {
+      continue;
+    }
     freed += c.bytes;
   }
-  return out;
+  return out.empty() ? plain : out;
 }
 
 void CapuchinPolicy::index_plan() {

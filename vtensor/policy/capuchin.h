@@ -39,7 +39,9 @@
 // the copy is predicted to have ended). Until the release op existed, blocks were freed at the
 // end of the second op after the eviction: long copies made compute wait there. Recomputation
 // happens on access, not pre-triggered. Measured times make the plan, and with it the memory
-// figures, vary from run to run on a wall-clock backend.
+// figures, vary from run to run on a wall-clock backend. Host budget (not in the paper): the plan
+// ignores it; a planned swap-out the host cannot take is skipped by the memory manager, and the
+// passive fallback drops a victim the host cannot take where it can be recomputed.
 #pragma once
 #include <string>
 #include <vector>

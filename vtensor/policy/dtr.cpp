@@ -101,10 +101,8 @@ std::vector<Victim> DtrPolicy::choose_victims(size_t bytes, const MemoryView& vi
   }
   if (!out.empty()) return out;
   // Nothing left that can be recomputed (parameters, gradients, optimizer state): swap those.
-  for (TensorId id : least_recently_used(view, bytes, false)) {
-    out.push_back({id, EvictAction::kSwap});
-    ++swaps_;
-  }
+  out = lru_swap_victims(view, bytes);  // among those that fit on the host
+  swaps_ += out.size();
   return out;
 }
 

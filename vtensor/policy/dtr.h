@@ -10,7 +10,8 @@
 // figures, are identical on every backend (a replayed op's cost is its recorded time, which is
 // as fixed and is what DTR measures); staleness uses the logical access clock.
 // Parameters, gradients and optimizer state cannot be recomputed: when nothing droppable is
-// left they are swapped to host, least recently used first (as lru-recompute does).
+// left they are swapped to host, least recently used first among those that fit in the host
+// budget (as lru-recompute does).
 #pragma once
 #include <vector>
 

@@ -4,7 +4,8 @@
 
 namespace vtensor {
 
-std::vector<TensorId> least_recently_used(const MemoryView& view, size_t bytes, bool recomputable_only) {
+std::vector<TensorId> least_recently_used(const MemoryView& view, size_t bytes, bool recomputable_only,
+                                          size_t host_room) {
   std::vector<TensorView> cands;
   for (TensorId id : view.evictable()) {
     if (recomputable_only && !view.can_recompute(id)) continue;
@@ -18,6 +19,8 @@ std::vector<TensorId> least_recently_used(const MemoryView& view, size_t bytes, 
   size_t freed = 0;
   for (const auto& c : cands) {
     if (freed >= bytes) break;
+    if (c.bytes > host_room) continue;  // does not fit on the host: try the next one
+    host_room -= c.bytes;
     out.push_back(c.id);
     freed += c.bytes;
   }
@@ -31,7 +34,14 @@ std::vector<Victim> LruPolicy::choose_victims(size_t bytes, const MemoryView& vi
     if (!out.empty()) return out;
     // Nothing left that can be recomputed (parameters, gradients): those are swapped.
   }
-  for (TensorId id : least_recently_used(view, bytes, false)) out.push_back({id, EvictAction::kSwap});
+  return lru_swap_victims(view, bytes);
+}
+
+std::vector<Victim> lru_swap_victims(const MemoryView& view, size_t bytes) {
+  std::vector<TensorId> ids = least_recently_used(view, bytes, false, view.host_room());
+  if (ids.empty()) ids = least_recently_used(view, bytes, false);
+  std::vector<Victim> out;
+  for (TensorId id : ids) out.push_back({id, EvictAction::kSwap});
   return out;
 }
 

@@ -7,6 +7,9 @@
 //                  budgets as `lru` while recomputing every activation it evicts.
 // No planning and no prefetch: every swap-in is a stall, every drop a recomputation. This is
 // the passive mode Capuchin's measured iteration runs in (Peng et al., ASPLOS'20, section 4).
+// Host budget: swap victims are taken in the same order among those that still fit on the host
+// (MemoryView::host_room); lru never drops instead, so it runs out of host memory where
+// lru-recompute, which drops what can be recomputed, still trains.
 #pragma once
 #include "vtensor/policy/policy.h"
 
@@ -24,6 +27,11 @@ class LruPolicy final : public Policy {
 
 // The least-recently-used evictable tensors (optionally only recomputable ones) whose bytes
 // add up to at least `bytes`. Shared by passive policies.
-std::vector<TensorId> least_recently_used(const MemoryView& view, size_t bytes, bool recomputable_only);
+// `host_room`: skip candidates that would take the sum of those chosen past it (swap victims).
+std::vector<TensorId> least_recently_used(const MemoryView& view, size_t bytes, bool recomputable_only,
+                                          size_t host_room = std::numeric_limits<size_t>::max());
+// Swap victims by recency among those that fit on the host. When none fits, the plain LRU
+// choice: the memory manager refuses it and reports the host as what ran out.
+std::vector<Victim> lru_swap_victims(const MemoryView& view, size_t bytes);
 
 }  // namespace vtensor

@@ -3,6 +3,7 @@
 // it the access trace at the end of each iteration.
 #pragma once
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -41,6 +42,8 @@ class MemoryView {
   virtual bool can_recompute(TensorId id) const = 0;
   virtual size_t budget() const = 0;
   virtual size_t allocated() const = 0;
+  // Bytes the host pool can still take for swap-outs (--host-budget; SIZE_MAX: unlimited).
+  virtual size_t host_room() const { return std::numeric_limits<size_t>::max(); }
   // Host<->device copy time on the backend's clock: per byte, and the fixed cost of one copy
   // (issue to completion seen by the host) (0: unknown).
   virtual double copy_ms_per_byte() const { return 0.0; }

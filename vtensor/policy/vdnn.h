@@ -24,6 +24,8 @@
 //     under vdnn-all, with it 11.50 GiB (fits the paper's 12 GiB Titan X). Off by default.
 //   - No passive eviction: when the chosen configuration does not fit, the run stops with an
 //     OutOfMemoryError that names the smallest budget the plan needs.
+//   - Host budget (not in the paper): an offload the host cannot take is skipped by the memory
+//     manager and the feature map stays on the device; the plan does not account for it.
 #pragma once
 #include <string>
 #include <vector>

@@ -269,8 +269,7 @@ std::vector<Action> ZeroOverheadSwapPolicy::after_op(int op_index) {
 }
 
 std::vector<Victim> ZeroOverheadSwapPolicy::choose_victims(size_t bytes, const MemoryView& view) {
-  std::vector<Victim> out;
-  for (TensorId id : least_recently_used(view, bytes, false)) out.push_back({id, EvictAction::kSwap});
+  std::vector<Victim> out = lru_swap_victims(view, bytes);  // among those that fit on the host
   if (planned_) {
     passive_evictions_ += out.size();
     iteration_evictions_ += out.size();

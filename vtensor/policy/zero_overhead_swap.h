@@ -37,6 +37,8 @@
 // and assumes known bandwidth; we plan per tensor, measure op times from the trace, and keep a
 // passive fallback so a wrong estimate can never fail a run. The paper frees a block when its
 // copy is done; we free it at the end of the predicted op (deterministic memory figures).
+// Host budget (not in the paper): the plan ignores it; a planned swap-out the host cannot take
+// is skipped by the memory manager, and the passive fallback swaps victims that fit on host.
 #pragma once
 #include <map>
 

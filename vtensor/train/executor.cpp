@@ -42,6 +42,8 @@ IterationStats Executor::run_iteration(int iteration) {
   s.peak_allocated = a.peak_allocated;
   s.peak_reserved = a.peak_reserved;
   s.fragmentation = a.fragmentation();
+  s.peak_host = mm_.host_pool().peak_held();
+  s.host_limited = mm_.host_pool().limited();
   s.counters = mm_.counters();
   return s;
 }

@@ -17,6 +17,8 @@ struct IterationStats {
   double time_ms = 0;
   size_t peak_allocated = 0, peak_reserved = 0;
   double fragmentation = 0;  // at the peak's end of the iteration
+  size_t peak_host = 0;      // host pool bytes held (in use + cached), peak this iteration
+  bool host_limited = false; // a --host-budget is set
   MemoryCounters counters;
 };
 

@@ -32,6 +32,7 @@ TrainResult replay_trace(const ReplayConfig& c, const std::function<void(const I
   cfg.policy = c.policy;
   cfg.allocator = c.allocator;
   cfg.budget = c.budget;
+  cfg.host_budget = c.host_budget;
   cfg.iters = c.iters;
   Trainer t(cfg);
   return t.run(on_iteration);
@@ -46,6 +47,7 @@ RunSummary summarise(const TrainResult& r) {
     const auto& it = r.iterations[i];
     s.peak_allocated = std::max(s.peak_allocated, it.peak_allocated);
     s.peak_reserved = std::max(s.peak_reserved, it.peak_reserved);
+    s.peak_host = std::max(s.peak_host, it.peak_host);
     if (i >= first) ms += it.time_ms;
   }
   s.iteration_ms = r.iterations.empty() ? 0 : ms / static_cast<double>(r.iterations.size() - first);

@@ -17,6 +17,7 @@ struct ReplayConfig {
   std::string allocator = "caching";
   std::string gpu;
   size_t budget = 0;  // 0: the GPU's memory
+  size_t host_budget = 0;  // 0: unlimited
   int iters = 3;
 };
 TrainResult replay_trace(const ReplayConfig& c, const std::function<void(const IterationStats&)>& on_iteration = {});
@@ -26,6 +27,7 @@ struct RunSummary {
   bool ok = false;           // false: out of memory
   std::string error;         // the OutOfMemoryError's message
   size_t peak_allocated = 0, peak_reserved = 0;
+  size_t peak_host = 0;      // host pool bytes held, peak over the iterations
   double iteration_ms = 0;   // mean over the iterations after the first (the first when only one)
   uint64_t swapped_out_bytes = 0, swapped_in_bytes = 0, recomputed_ops = 0;  // per iteration, last one
   double stall_ms = 0, recompute_ms = 0;                                      // last iteration

@@ -39,6 +39,7 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
   auto allocator = make_allocator(cfg_.allocator, cfg_.budget, cfg_.planner);
   mm_ = std::make_unique<MemoryManager>(*backend_, graph_, std::move(allocator), std::move(policy));
   mm_->set_timeline_enabled(cfg_.timeline);
+  mm_->set_host_budget(cfg_.host_budget);
   exec_ = std::make_unique<Executor>(graph_, *backend_, *mm_);
   mm_->init_persistent(cfg_.seed);
 }
@@ -64,7 +65,7 @@ TrainResult Trainer::run(const std::function<void(const IterationStats&)>& on_it
     if (on_iteration) on_iteration(r.iterations.back());
   }
   r.timeline = mm_->timeline();
-  r.host_peak = mm_->host_pool().peak_in_use();
+  for (const auto& s : r.iterations) r.host_peak = std::max(r.host_peak, s.peak_host);
   r.policy_report = mm_->policy().report();
   r.policy_summary = mm_->policy().summary();
   r.allocator_report = mm_->allocator().report();
@@ -97,7 +98,13 @@ std::string format_iteration_line(const IterationStats& s, int total) {
                 static_cast<double>(s.counters.swapped_out_bytes) / mib,
                 static_cast<double>(s.counters.swapped_in_bytes) / mib,
                 static_cast<unsigned long long>(s.counters.recomputed_ops));
-  return buf;
+  std::string line = buf;
+  if (s.host_limited || s.peak_host > 0) {  // only where host memory is bounded or used
+    std::snprintf(buf, sizeof buf, "  host %8.2f MiB", static_cast<double>(s.peak_host) / mib);
+    line += buf;
+    if (s.counters.host_skipped_swaps > 0) line += " (" + std::to_string(s.counters.host_skipped_swaps) + " swaps skipped)";
+  }
+  return line;
 }
 
 std::string report_json(const TrainResult& r) {
@@ -115,6 +122,8 @@ std::string report_json(const TrainResult& r) {
                      {"time_ms", s.time_ms},
                      {"peak_allocated_bytes", s.peak_allocated},
                      {"peak_reserved_bytes", s.peak_reserved},
+                     {"peak_host_bytes", s.peak_host},
+                     {"host_skipped_swaps", s.counters.host_skipped_swaps},
                      {"fragmentation", s.fragmentation},
                      {"swapped_out_bytes", s.counters.swapped_out_bytes},
                      {"swapped_in_bytes", s.counters.swapped_in_bytes},
@@ -142,6 +151,7 @@ std::string report_json(const TrainResult& r) {
         {"allocator", c.allocator},
         {"planner", c.planner},
         {"budget_bytes", c.budget},
+        {"host_budget_bytes", c.host_budget ? json(c.host_budget) : json(nullptr)},
         {"iters", c.iters},
         {"seed", c.seed},
         {"optimizer", to_string(c.optimizer.kind)},
@@ -157,6 +167,7 @@ std::string report_json(const TrainResult& r) {
         {"peak_reserved_bytes", peak_res},
         {"budget_bytes", c.budget},
         {"peak_host_bytes", r.host_peak},
+        {"host_budget_bytes", c.host_budget ? json(c.host_budget) : json(nullptr)},
         {"first_loss", r.iterations.empty() || !r.iterations.front().has_loss ? json(nullptr) : json(r.iterations.front().loss)},
         {"final_loss", r.iterations.empty() || !r.iterations.back().has_loss ? json(nullptr) : json(r.iterations.back().loss)},
         {"mean_iteration_ms", r.iterations.empty() ? 0.0 : total_ms / static_cast<double>(r.iterations.size())}}},

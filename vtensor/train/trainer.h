@@ -23,6 +23,7 @@ struct TrainConfig {
   std::string gpu;    // sim: the GPU to model (gpu_specs.h)
   std::string planner;  // --allocator planned: the planner (empty: greedy-size)
   size_t budget = 0;  // 0: the backend's default (kDefaultCpuBudget on cpu, the GPU's memory on sim, free memory on cuda)
+  size_t host_budget = 0;  // pinned host memory for swaps (--host-budget); 0: unlimited
   bool deterministic = false;  // cuda: deterministic cuDNN algorithms only
   int iters = 10;
   uint64_t seed = 1;  // weight init
@@ -41,7 +42,7 @@ struct TrainResult {
   size_t num_ops = 0, num_tensors = 0;
   std::vector<IterationStats> iterations;
   std::vector<TimelinePoint> timeline;
-  size_t host_peak = 0;
+  size_t host_peak = 0;  // host pool bytes held (in use + cached), peak over the iterations
   nlohmann::json policy_report;     // Policy::report(): null when the policy has nothing to say
   std::string policy_summary;       // Policy::summary()
   nlohmann::json allocator_report;  // DeviceAllocator::report()
