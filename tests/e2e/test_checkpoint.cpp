@@ -191,6 +191,7 @@ TEST(CheckpointSegments, CountFromTheConfigAndStillLossless) {
 }
 
 // Paper scale on the sim backend: the memory manager re-runs exactly the ops the plan expects.
+// The budget is the searched plan's lowest peak, so the search keeps a plan that drops.
 TEST(CheckpointSim, RecomputedOpsMatchThePlanAtPaperScale) {
   for (const char* model : {"resnet50", "bert-base"}) {
     SCOPED_TRACE(model);
@@ -198,6 +199,9 @@ TEST(CheckpointSim, RecomputedOpsMatchThePlanAtPaperScale) {
     cfg.backend = "sim";
     cfg.gpu = "p100-16g";
     cfg.model.batch = 8;
+    Graph g = build_model(cfg.model);
+    build_backward(g, cfg.optimizer);
+    plan_checkpoint_search(g, &cfg.budget);
     const TrainResult r = Trainer(cfg).run();
     const int expected = r.policy_report["expected_recomputed_ops_per_iteration"];
     EXPECT_GT(expected, 0);
@@ -205,6 +209,7 @@ TEST(CheckpointSim, RecomputedOpsMatchThePlanAtPaperScale) {
     EXPECT_EQ(r.policy_report["planned_peak_bytes"].get<size_t>(), test::max_peak(r.iterations));
     TrainConfig none = cfg;
     none.policy = "none";
+    none.budget = 0;  // the whole GPU
     EXPECT_LT(test::max_peak(r.iterations), test::max_peak(Trainer(none).run().iterations));
   }
 }
@@ -296,6 +301,92 @@ TEST(CheckpointSearch, FitsABudgetTheSqrtPlanDoesNot) {
   } catch (const OutOfMemoryError& e) {
     ASSERT_TRUE(e.smallest_working_budget().has_value());
     EXPECT_EQ(*e.smallest_working_budget(), sqrt_peak);
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// With a budget the search keeps, among the plans that fit, the one recomputing the fewest
+// FLOPs: more budget never costs more recomputation, a budget none's peak fits recomputes
+// nothing, and a budget below every plan falls back to the lowest peak.
+TEST(CheckpointBudget, CheapestPlanThatFits) {
+  for (const char* model : {"resnet50", "bert-base", "vgg16"}) {
+    SCOPED_TRACE(model);
+    const Graph g = build(model, 32);
+    size_t lowest = 0;
+    const CheckpointPlan low = plan_checkpoint_search(g, &lowest);
+    EXPECT_EQ(low.choice, "lowest peak");
+    const size_t none_peak = predict_drop_plan_peak(g, Plan{});
+    ASSERT_LT(lowest, none_peak);
+    double prev_flops = -1;
+    int prev_ops = -1;
+    for (int step = 0; step <= 8; ++step) {  // budgets from the lowest peak up to none's
+      const size_t budget = lowest + (none_peak - lowest) * static_cast<size_t>(step) / 8;
+      SCOPED_TRACE(budget);
+      size_t peak = 0;
+      const CheckpointPlan p = plan_checkpoint_search(g, &peak, budget);
+      EXPECT_EQ(p.choice, "fewest recomputed FLOPs within the budget");
+      EXPECT_LE(peak, budget);
+      EXPECT_EQ(peak, predict_drop_plan_peak(g, p.plan));
+      EXPECT_LE(p.expected_recompute_flops, low.expected_recompute_flops);
+      if (prev_flops >= 0) EXPECT_LE(p.expected_recompute_flops, prev_flops) << "more budget, no more recomputation";
+      if (step == 0) EXPECT_EQ(peak, lowest) << "only the lowest-peak plans fit";
+      if (step == 8) {
+        EXPECT_EQ(p.rule, "no drops");
+        EXPECT_TRUE(p.plan.actions.empty());
+        EXPECT_EQ(p.expected_recomputed_ops, 0);
+      }
+      if (step > 0 && step < 8) EXPECT_GT(p.expected_recomputed_ops, 0) << "none's peak does not fit";
+      prev_flops = p.expected_recompute_flops;
+      prev_ops = p.expected_recomputed_ops;
+    }
+    EXPECT_EQ(prev_ops, 0);
+    size_t peak = 0;
+    const CheckpointPlan below = plan_checkpoint_search(g, &peak, lowest - 1);
+    EXPECT_EQ(below.choice, "lowest peak (none fits the budget)");
+    EXPECT_EQ(peak, lowest);
+    EXPECT_TRUE(same_plan(below, low));
+    size_t again = 0;  // deterministic
+    EXPECT_TRUE(same_plan(plan_checkpoint_search(g, &again, (lowest + none_peak) / 2),
+                          plan_checkpoint_search(build(model, 32), &peak, (lowest + none_peak) / 2)));
+    EXPECT_EQ(again, peak);
+  }
+}
+
+// On the cpu backend: a generous budget recomputes less than a tight one (nothing at none's
+// peak); every budget trains bit-identical to none with the planned peak measured.
+TEST(CheckpointBudget, TrainsWithinTheBudgetAndRecomputesLessWhenGenerous) {
+  for (const char* model : {"resnet-tiny", "gpt-tiny"}) {
+    SCOPED_TRACE(model);
+    const int iters = 2;
+    const test::RunOutcome base = test::run_training(config(model, "none", 0, iters));
+    const test::RunOutcome unaware = test::run_training(config(model, "checkpoint", 0, iters));
+    const auto& urep = unaware.result.policy_report;
+    EXPECT_EQ(urep["choice"].get<std::string>(), "lowest peak") << "no --budget on cpu: unlimited";
+    const size_t tight = urep["planned_peak_bytes"];
+    const size_t mid = align_up((tight + base.peak) / 2);
+    std::vector<double> flops;
+    std::vector<int> ops;
+    for (size_t budget : {tight, mid, base.peak}) {
+      SCOPED_TRACE(budget);
+      const test::RunOutcome r = test::run_training(config(model, "checkpoint", budget, iters));
+      test::expect_bit_identical(base, r);
+      const auto& rep = r.result.policy_report;
+      EXPECT_EQ(rep["choice"].get<std::string>(), "fewest recomputed FLOPs within the budget");
+      EXPECT_LE(r.peak, budget);
+      if (budget == tight) EXPECT_EQ(r.peak, tight) << "only the lowest-peak plans fit";
+      EXPECT_EQ(rep["planned_peak_bytes"].get<size_t>(), r.peak) << "planned = measured";
+      const int expected = rep["expected_recomputed_ops_per_iteration"];
+      for (const auto& s : r.iters) EXPECT_EQ(s.counters.recomputed_ops, static_cast<uint64_t>(expected));
+      flops.push_back(rep["expected_recompute_flops_per_iteration"].get<double>());
+      ops.push_back(expected);
+    }
+    EXPECT_GT(ops[0], 0);
+    EXPECT_LE(flops[1], flops[0]);
+    EXPECT_EQ(ops[2], 0) << "none's peak fits: nothing dropped";
+    EXPECT_EQ(flops[2], 0.0);
   }
 }
 

@@ -143,7 +143,7 @@ CheckpointPlan plan_checkpoint(const Graph& g, int segments) {
   return p;
 }
 
-CheckpointPlan plan_checkpoint_search(const Graph& g, size_t* peak) {
+CheckpointPlan plan_checkpoint_search(const Graph& g, size_t* peak, size_t budget) {
   // Candidates: the byte-balanced layer plans for every count from 2 to L (at most 64: a
   // replayed trace has no layers; the sqrt(L) plan among them) and Chen's greedy over single forward ops, both cut rules, for thresholds b on a
   // geometric grid (ratio 2^(1/4)) from the smallest op's saved bytes to the total.
@@ -171,24 +171,42 @@ CheckpointPlan plan_checkpoint_search(const Graph& g, size_t* peak) {
       if (seg.back() == 0 || !seen.insert(seg).second) continue;  // one segment drops nothing
       cands.push_back({&ops, std::move(seg), smallest ? "greedy ops, cut at the smallest crossing" : "greedy ops", b});
     }
-  // Keep the lowest predicted peak; on a tie the fewest recomputed ops, then the earlier candidate.
-  CheckpointPlan best;
-  size_t best_peak = 0;
-  bool have = false;
-  for (const Candidate& c : cands) {
-    CheckpointPlan p = plan_from_segments(g, *c.units, c.seg);
+  // Without a budget: the lowest predicted peak; on a tie the fewest recomputed ops, then the
+  // earlier candidate. With one: among the plans whose peak fits it (no drops at all first), the
+  // fewest recomputed FLOPs, then the lower peak, then the earlier; none fits: the lowest peak.
+  CheckpointPlan best, lowest;
+  size_t best_peak = 0, lowest_peak = 0;
+  bool have = false, have_fit = false;
+  auto consider = [&](CheckpointPlan p, const std::string& rule, double threshold, bool fit_only) {
     const size_t pk = predict_drop_plan_peak(g, p.plan);
-    if (!have || pk < best_peak || (pk == best_peak && p.expected_recomputed_ops < best.expected_recomputed_ops)) {
-      p.rule = c.rule;
-      p.threshold_bytes = static_cast<size_t>(c.threshold);
-      best = std::move(p);
+    p.rule = rule;
+    p.threshold_bytes = static_cast<size_t>(threshold);
+    if (budget > 0 && pk <= budget &&
+        (!have_fit || p.expected_recompute_flops < best.expected_recompute_flops ||
+         (p.expected_recompute_flops == best.expected_recompute_flops && pk < best_peak))) {
+      best = p;
       best_peak = pk;
+      have_fit = true;
+    }
+    if (fit_only) return;
+    if (!have || pk < lowest_peak || (pk == lowest_peak && p.expected_recomputed_ops < lowest.expected_recomputed_ops)) {
+      lowest = std::move(p);
+      lowest_peak = pk;
       have = true;
     }
-  }
-  if (!have) {  // a single layer or op: nothing to cut
-    best = plan_checkpoint(g, 1);
-    best_peak = predict_drop_plan_peak(g, best.plan);
+  };
+  if (budget > 0) consider(plan_checkpoint(g, 1), "no drops", 0, true);  // none's peak, nothing recomputed
+  for (const Candidate& c : cands) consider(plan_from_segments(g, *c.units, c.seg), c.rule, c.threshold, false);
+  if (have_fit) {
+    best.choice = "fewest recomputed FLOPs within the budget";
+  } else {
+    if (!have) {  // a single layer or op: nothing to cut
+      lowest = plan_checkpoint(g, 1);
+      lowest_peak = predict_drop_plan_peak(g, lowest.plan);
+    }
+    best = std::move(lowest);
+    best_peak = lowest_peak;
+    best.choice = budget > 0 ? "lowest peak (none fits the budget)" : "lowest peak";
   }
   best.candidates = static_cast<int>(cands.size());
   if (peak) *peak = best_peak;
@@ -394,6 +412,7 @@ CheckpointPlan plan_from_segments(const Graph& g, const Units& units_of, const s
     if (!op_counted[static_cast<size_t>(op.index)]) {
       op_counted[static_cast<size_t>(op.index)] = 1;
       ++out.expected_recomputed_ops;
+      out.expected_recompute_flops += op.flops;
     }
     for (TensorId in : op.inputs) {
       const auto b = static_cast<size_t>(base(in));
@@ -522,7 +541,7 @@ void CheckpointPolicy::attach(const MemoryView& view) {
     plan_ = plan_checkpoint(*graph_, segments_);
     planned_peak_ = predict_drop_plan_peak(*graph_, plan_.plan);
   } else {
-    plan_ = plan_checkpoint_search(*graph_, &planned_peak_);
+    plan_ = plan_checkpoint_search(*graph_, &planned_peak_, budget_aware_ ? view.budget() : 0);
     sqrt_plan_peak_ = predict_drop_plan_peak(*graph_, plan_checkpoint(*graph_).plan);
   }
   actions_.assign(graph_->num_ops(), {});
@@ -563,6 +582,8 @@ nlohmann::json CheckpointPolicy::report() const {
           {"layers", plan_.layers},
           {"segments", plan_.segments.size()},
           {"rule", plan_.rule},
+          {"choice", plan_.choice},
+          {"expected_recompute_flops_per_iteration", plan_.expected_recompute_flops},
           {"threshold_bytes", plan_.threshold_bytes},
           {"candidates", plan_.candidates},
           {"sqrt_plan_peak_bytes", sqrt_plan_peak_},
@@ -588,7 +609,7 @@ std::string CheckpointPolicy::summary() const {
   }
   char ms[32];
   std::snprintf(ms, sizeof ms, "%.2f", recompute_ms_);
-  const std::string searched = plan_.candidates > 0 ? " (lowest of " + std::to_string(plan_.candidates) + " plans searched; sqrt(L) plan " + format_bytes(sqrt_plan_peak_) + ")" : "";
+  const std::string searched = plan_.candidates > 0 ? " (" + plan_.choice + " of " + std::to_string(plan_.candidates) + " plans searched; sqrt(L) plan " + format_bytes(sqrt_plan_peak_) + ")" : "";
   return "planned peak " + format_bytes(planned_peak_) + searched + "; " + std::to_string(plan_.segments.size()) + " segments (" + plan_.rule + ") over " + std::to_string(plan_.layers) + " units, " +
          std::to_string(ckpts) + " checkpoints (" + format_bytes(ckpt_bytes) + "); drops " +
          std::to_string(plan_.plan.actions.size()) + " tensors, " + format_bytes(plan_.dropped_bytes) +

@@ -13,10 +13,13 @@
 //   single forward ops (walk the forward, accumulate the bytes backward reads, cut once they
 //   reach b) for b on a geometric grid, each cut either after the op that reached b or, within
 //   the open segment, after the op with the fewest bytes live across the cut (so a huge layer
-//   output need not be a checkpoint). Rule: the lowest predicted peak (predict_drop_plan_peak),
-//   then the fewest recomputed ops, then the earlier candidate: deterministic, never above the
-//   sqrt(L) plan. The budget is not an input: the lowest-peak plan fits every budget any
-//   candidate fits (below the largest batch it may recompute more than a plan that also fits).
+//   output need not be a checkpoint). Rule with a budget (MemoryView::budget()): among the
+//   candidates whose predicted peak (predict_drop_plan_peak, exact) fits it, "no drops at all"
+//   (none's peak) included, the fewest recomputed FLOPs (the sum of Op::flops over the ops the
+//   plan re-runs, known at attach), then the lower peak, then the earlier candidate; if none
+//   fits, the lowest peak (the run then fails with the OOM naming it). Without a budget (cpu
+//   with no --budget), or if none fits: the lowest peak, then the fewest recomputed ops, then
+//   the earlier candidate. Deterministic; the report's "choice" names the rule that applied.
 //   The plan is static, made from the graph in attach(); nothing is evicted on demand: when the
 //   plan does not fit the budget the run ends with the usual OutOfMemoryError (as TensorFlow's
 //   checkpointing does), which names the plan's peak (exact in allocated bytes) as the
@@ -61,6 +64,7 @@ struct CheckpointPlan {
   Plan plan;                              // one kDrop per dropped tensor, after its last forward access
   size_t dropped_bytes = 0;               // per iteration
   int expected_recomputed_ops = 0;        // producers re-run in backward, each once
+  double expected_recompute_flops = 0;    // their FLOPs (Op::flops), the search's cost under a budget
   // Chen's count: each segment but the last re-runs its forward from its input checkpoints,
   // every op but those that only make checkpoints or data (our count is at most this).
   int segment_recompute_ops = 0;
@@ -68,13 +72,14 @@ struct CheckpointPlan {
   std::string rule;                       // how the boundaries were chosen (see the header)
   size_t threshold_bytes = 0;             // the greedy's b (0: a fixed count)
   int candidates = 0;                     // plans the search compared (0: no search)
+  std::string choice;                     // the search's rule that kept this plan (see the header)
 };
 
 // The plan for `segments` byte-balanced segments of layers (0: round(sqrt(L))), from the graph alone.
 CheckpointPlan plan_checkpoint(const Graph& g, int segments = 0);
-// The searched plan (see the header): the lowest predicted peak over the candidates, written
-// to *peak when given.
-CheckpointPlan plan_checkpoint_search(const Graph& g, size_t* peak = nullptr);
+// The searched plan (see the header), its predicted peak written to *peak when given. budget 0:
+// the lowest peak; else the fewest recomputed FLOPs among the plans that fit it.
+CheckpointPlan plan_checkpoint_search(const Graph& g, size_t* peak = nullptr, size_t budget = 0);
 // Peak allocated bytes of an iteration that carries out a plan of drops with no eviction,
 // replaying the executor's allocations, releases and recomputations on access (workspaces by
 // the ops' own figures; cuDNN's may differ).
@@ -86,6 +91,8 @@ class CheckpointPolicy final : public Policy {
   std::string name() const override { return "checkpoint"; }
   // Before attach (--checkpoint-segments): the segment count, 0 for the search.
   void set_segments(int segments) { segments_ = segments; }
+  // Before attach: false when the run has no budget (cpu without --budget): the lowest peak.
+  void set_budget_aware(bool aware) { budget_aware_ = aware; }
   void attach(const MemoryView& view) override;
   void begin_iteration(int iteration) override { ++iterations_; }
   std::vector<Action> after_op(int op_index) override;
@@ -100,6 +107,7 @@ class CheckpointPolicy final : public Policy {
 
  private:
   int segments_;
+  bool budget_aware_ = true;
   const Graph* graph_ = nullptr;
   CheckpointPlan plan_;
   size_t planned_peak_ = 0;

@@ -19,7 +19,11 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
   if (cfg_.checkpoint_segments < 0)
     throw std::invalid_argument("--checkpoint-segments must be a positive segment count, got " +
                                 std::to_string(cfg_.checkpoint_segments));
-  if (auto* c = dynamic_cast<CheckpointPolicy*>(policy.get())) c->set_segments(cfg_.checkpoint_segments);
+  if (auto* c = dynamic_cast<CheckpointPolicy*>(policy.get())) {
+    c->set_segments(cfg_.checkpoint_segments);
+    // cpu or sim without a GPU and no --budget: the default arena stands for "unlimited".
+    c->set_budget_aware(cfg_.budget != 0 || cfg_.backend == "cuda" || (cfg_.backend == "sim" && !cfg_.gpu.empty()));
+  }
   if (!cfg_.gpu.empty() && cfg_.backend != "sim")
     throw std::invalid_argument("--gpu applies to --backend sim only (backend is '" + cfg_.backend + "')");
   if (cfg_.budget == 0 && cfg_.backend != "cuda")  // cuda: the backend takes the free memory less a margin
