@@ -84,7 +84,7 @@ def main():
     ap.add_argument("--backend", default="cpu")
     ap.add_argument("--gpu", default="")
     ap.add_argument("--iters", type=int, default=6)
-    ap.add_argument("--policies", default="none,capuchin-swap,capuchin-recompute,capuchin,dtr,vdnn-conv,lru,lru-recompute")
+    ap.add_argument("--policies", default="none,capuchin-swap,capuchin-recompute,capuchin,dtr,vdnn-conv,lru,lru-recompute,checkpoint")
     ap.add_argument("--max-batch-limit", type=int, default=4096)
     ap.add_argument("--precision", type=float, default=0.0, help="relative precision of the maximum batch (0: exact)")
     ap.add_argument("--timeout", type=float, default=300, help="seconds per run; a run past it counts as failed")
