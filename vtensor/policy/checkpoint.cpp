@@ -539,6 +539,7 @@ void CheckpointPolicy::attach(const MemoryView& view) {
   graph_ = &view.graph();
   if (segments_ > 0) {
     plan_ = plan_checkpoint(*graph_, segments_);
+    plan_.choice = "--checkpoint-segments";
     planned_peak_ = predict_drop_plan_peak(*graph_, plan_.plan);
   } else {
     plan_ = plan_checkpoint_search(*graph_, &planned_peak_, budget_aware_ ? view.budget() : 0);
@@ -609,7 +610,7 @@ std::string CheckpointPolicy::summary() const {
   }
   char ms[32];
   std::snprintf(ms, sizeof ms, "%.2f", recompute_ms_);
-  const std::string searched = plan_.candidates > 0 ? " (" + plan_.choice + " of " + std::to_string(plan_.candidates) + " plans searched; sqrt(L) plan " + format_bytes(sqrt_plan_peak_) + ")" : "";
+  const std::string searched = plan_.candidates > 0 ? " (" + std::to_string(plan_.candidates) + " plans searched, kept by " + plan_.choice + "; sqrt(L) plan " + format_bytes(sqrt_plan_peak_) + ")" : "";
   return "planned peak " + format_bytes(planned_peak_) + searched + "; " + std::to_string(plan_.segments.size()) + " segments (" + plan_.rule + ") over " + std::to_string(plan_.layers) + " units, " +
          std::to_string(ckpts) + " checkpoints (" + format_bytes(ckpt_bytes) + "); drops " +
          std::to_string(plan_.plan.actions.size()) + " tensors, " + format_bytes(plan_.dropped_bytes) +
