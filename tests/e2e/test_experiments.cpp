@@ -60,6 +60,8 @@ TEST(Sweep, OomIsARowNotAnAbort) {
   EXPECT_FALSE(rows[2].run.ok);  // none at 40%
   EXPECT_TRUE(rows[3].run.ok);   // lru at 40%
   EXPECT_GT(rows[3].run.swapped_out_bytes, 0u);
+  EXPECT_GT(rows[3].run.peak_host, 0u);  // lru's swaps hold host memory
+  EXPECT_EQ(rows[0].run.peak_host, 0u);  // none never swaps
   EXPECT_THROW(parse_budgets("50%,abc", "--budgets"), std::invalid_argument);
   EXPECT_THROW(parse_batches("8,-1", "--batches"), std::invalid_argument);
   EXPECT_THROW(sweep(sim_config("resnet-tiny", "none", 0), {"nope"}, parse_budgets("50%", "b"), {}), std::invalid_argument);
@@ -85,11 +87,16 @@ TEST(CliExperiments, SweepWritesCsvAndJson) {
         if (line.find(",oom,") != std::string::npos) ++oom;
       }
       EXPECT_EQ(lines, 1 + 2 * 2 * 2);
+      in.clear();
+      in.seekg(0);
+      std::getline(in, line);
+      EXPECT_NE(line.find(",peak_host_bytes"), std::string::npos) << line;
       EXPECT_GE(oom, 2);  // none at 50%, both batches
     } else {
       auto j = nlohmann::json::parse(in);
       ASSERT_EQ(j.size(), 8u);
       EXPECT_EQ(j[0]["status"], "ok");
+      EXPECT_TRUE(j[0].contains("peak_host_bytes")) << j[0].dump();
     }
     std::filesystem::remove(out);
   }

@@ -226,15 +226,15 @@ void write_sweep(const std::vector<SweepRow>& rows, const std::string& path) {
   std::string text;
   if (csv) {
     text = "model,batch,policy,budget,budget_bytes,unmanaged_peak_bytes,status,peak_allocated_bytes,"
-           "peak_reserved_bytes,iteration_ms,overhead,swapped_out_bytes,swapped_in_bytes,recomputed_ops,stall_ms\n";
+           "peak_reserved_bytes,iteration_ms,overhead,swapped_out_bytes,swapped_in_bytes,recomputed_ops,stall_ms,peak_host_bytes\n";
     for (const auto& r : rows) {
       char buf[512];
-      std::snprintf(buf, sizeof buf, "%s,%d,%s,%s,%zu,%zu,%s,%zu,%zu,%.3f,%.4f,%llu,%llu,%llu,%.3f\n", r.model.c_str(),
+      std::snprintf(buf, sizeof buf, "%s,%d,%s,%s,%zu,%zu,%s,%zu,%zu,%.3f,%.4f,%llu,%llu,%llu,%.3f,%zu\n", r.model.c_str(),
                     r.batch, r.policy.c_str(), r.budget_label.c_str(), r.budget, r.unmanaged_peak,
                     r.run.ok ? "ok" : "oom", r.run.peak_allocated, r.run.peak_reserved, r.run.iteration_ms, r.overhead,
                     static_cast<unsigned long long>(r.run.swapped_out_bytes),
                     static_cast<unsigned long long>(r.run.swapped_in_bytes),
-                    static_cast<unsigned long long>(r.run.recomputed_ops), r.run.stall_ms);
+                    static_cast<unsigned long long>(r.run.recomputed_ops), r.run.stall_ms, r.run.peak_host);
       text += buf;
     }
   } else {
@@ -247,7 +247,8 @@ void write_sweep(const std::vector<SweepRow>& rows, const std::string& path) {
         o.update({{"peak_allocated_bytes", r.run.peak_allocated}, {"peak_reserved_bytes", r.run.peak_reserved},
                   {"iteration_ms", r.run.iteration_ms}, {"overhead", r.overhead},
                   {"swapped_out_bytes", r.run.swapped_out_bytes}, {"swapped_in_bytes", r.run.swapped_in_bytes},
-                  {"recomputed_ops", r.run.recomputed_ops}, {"stall_ms", r.run.stall_ms}});
+                  {"recomputed_ops", r.run.recomputed_ops}, {"stall_ms", r.run.stall_ms},
+                  {"peak_host_bytes", r.run.peak_host}});
       } else {
         o["error"] = r.run.error;
       }
