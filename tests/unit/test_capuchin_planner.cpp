@@ -399,3 +399,36 @@ TEST(CapuchinPlanner, ARecomputationNeverReadsATensorWhileItsSwapOutRuns) {
   // Recompute only (no swap of x): y is dropped, its chain reads x on the device.
   EXPECT_EQ(candidate(plan_capuchin(b.in, CapuchinMode::kRecompute), y).decision, CapuchinDecision::kRecompute);
 }
+
+TEST(CapuchinPlanner, WorkspaceCountsInTheCurve) {
+  // Tensors alone peak at 1100 (ops 4..6) under a 1150 budget: nothing to plan. Op 5's 100-byte
+  // workspace puts it at 1200: the same trace now has a peak window and a candidate.
+  TraceBuilder b(10);
+  b.in.swap_ns_per_byte = 0.15;
+  const TensorId a = b.tensor(100, 0, {}, true);
+  b.accesses(a, {1, 9});
+  const TensorId big = b.tensor(1000, 0, {}, true);
+  b.live(big, 4, 6);
+  b.in.budget = 1150;
+  const CapuchinPlan without = plan_capuchin(b.in, CapuchinMode::kSwap);
+  EXPECT_EQ(without.peak_before, 1100u);
+  EXPECT_TRUE(without.fits);
+  EXPECT_EQ(without.peak_window_first, -1);
+  EXPECT_FALSE(has_candidate(without, a));
+
+  b.in.workspace_bytes.assign(10, 0);
+  b.in.workspace_bytes[5] = 100;
+  const CapuchinPlan with = plan_capuchin(b.in, CapuchinMode::kSwap);
+  EXPECT_EQ(with.peak_before, 1200u);
+  EXPECT_EQ(with.memory_before[5], 1200u);
+  EXPECT_EQ(with.memory_before[4], 1100u) << "a workspace lives during its op only";
+  EXPECT_EQ(with.peak_window_first, 5);
+  EXPECT_EQ(with.peak_window_last, 5);
+  ASSERT_TRUE(has_candidate(with, a));
+  EXPECT_EQ(candidate(with, a).decision, CapuchinDecision::kSwap);
+  EXPECT_TRUE(with.fits);
+  EXPECT_EQ(with.peak_after, 1100u);
+
+  b.in.workspace_bytes.assign(3, 100);  // not one per op: ignored
+  EXPECT_EQ(plan_capuchin(b.in, CapuchinMode::kSwap).peak_before, 1100u);
+}

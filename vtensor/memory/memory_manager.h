@@ -67,7 +67,7 @@ class MemoryManager final : public MemoryView {
   ConvAlgo conv_algo(int op_index) const {
     return static_cast<size_t>(op_index) < conv_algos_.size() ? conv_algos_[static_cast<size_t>(op_index)] : ConvAlgo::kFast;
   }
-  size_t workspace_bytes(const Op& op) const { return backend_.workspace_bytes(graph_, op, conv_algo(op.index)); }
+  size_t workspace_bytes(const Op& op) const override { return backend_.workspace_bytes(graph_, op, conv_algo(op.index)); }
 
   // Allocates and initialises the persistent tensors (parameters, optimizer state, buffers).
   void init_persistent(uint64_t seed);

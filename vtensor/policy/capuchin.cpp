@@ -6,6 +6,8 @@
 #include <queue>
 #include <stdexcept>
 
+#include "vtensor/memory/allocator.h"
+
 
 namespace vtensor {
 
@@ -160,6 +162,8 @@ class Planner {
       last_[id] = std::max(last_[id], std::min(in_.tensors[id].release_after, static_cast<int>(n) - 1));  // alive till then
       add_mem(first_[id], last_[id], static_cast<long long>(in_.tensors[id].bytes));
     }
+    if (in_.workspace_bytes.size() == n)
+      for (size_t i = 0; i < n; ++i) mem_[i] += in_.workspace_bytes[i];
     for (size_t i = 0; i < n; ++i)
       if (mem_[i] > in_.budget) {
         if (out_.peak_window_first < 0) out_.peak_window_first = static_cast<int>(i);
@@ -687,7 +691,12 @@ void CapuchinPolicy::end_iteration(const AccessTrace& trace) {
     index_plan();
     return;
   }
-  plan_ = plan_capuchin(planner_input(view_->graph(), trace, view_->budget()), mode_);
+  PlannerInput in = planner_input(view_->graph(), trace, view_->budget());
+  for (const Op& op : view_->graph().ops()) {  // what the memory manager allocated (aligned) at each op
+    const size_t ws = view_->workspace_bytes(op);
+    in.workspace_bytes.push_back(ws ? align_up(ws) : 0);
+  }
+  plan_ = plan_capuchin(in, mode_);
   measured_sequence_ = std::move(seq);
   candidates_of_.assign(view_->graph().num_tensors(), {});
   for (size_t k = 0; k < plan_.candidates.size(); ++k)

@@ -25,9 +25,11 @@
 // choice is lazy (the top candidate is re-evaluated before it is taken: scores only fall as
 // chains grow and copy lanes fill); a chain counts each tensor once (a shared ancestor is
 // recomputed once). The predicted memory curve counts tensors, plus the evicted inputs a
-// recomputation brings back early (they stay until their own back-access, as at run time); a
-// drop that does not lower the bytes over the budget is undone. Workspaces are left
-// to the passive fallback, which stays on in guided iterations; when the plan fits and a request
+// recomputation brings back early (they stay until their own back-access, as at run time), plus
+// each op's workspace as the memory manager allocated it in the measured iteration (the paper's
+// curve is tensors only; without it a conv net's plan "fit" and the fallback still swapped); a
+// drop that does not lower the bytes over the budget is undone. A recomputation's workspace is
+// left to the passive fallback, which stays on in guided iterations; when the plan fits and a request
 // is within the budget (fragmentation), the fallback evicts nothing and the memory manager
 // compacts. A swap whose copy, queued, delays later swap-outs so much that the bytes over the
 // budget do not fall (or that one ends after its own prefetch) is not taken; the hybrid then
@@ -74,6 +76,8 @@ struct PlannerInput {
   std::vector<double> op_ns;
   double swap_ns_per_byte = 0;
   size_t budget = 0;
+  // Per op, the scratch its kernel was given, as allocated (aligned). Empty: no workspaces.
+  std::vector<size_t> workspace_bytes;
 };
 
 struct CapuchinCandidate {

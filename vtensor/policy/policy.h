@@ -48,6 +48,8 @@ class MemoryView {
   // (issue to completion seen by the host) (0: unknown).
   virtual double copy_ms_per_byte() const { return 0.0; }
   virtual double copy_latency_ms() const { return 0.0; }
+  // Scratch an op's kernel is given this iteration (its conv algorithm's, as the backend sizes it).
+  virtual size_t workspace_bytes(const Op& op) const { return op.workspace_bytes; }
 };
 
 enum class EvictAction { kSwap, kDrop };
