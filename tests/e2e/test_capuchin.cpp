@@ -269,7 +269,7 @@ TEST(Capuchin, GuidedFragmentationCompactsInsteadOfEvicting) {
 // iteration (sim, deterministic): each op's predicted bytes grow by its aligned workspace over
 // the tensors-only curve of the same trace. At 50% of the peak the predicted peak after
 // planning is closer to the guided run's measured peak than the tensors-only prediction (not
-// at every budget: the plan itself changes, e.g. at 60% it lands further; see experiments.md).
+// at every budget: the plan itself changes, e.g. at 60% it lands further).
 TEST(Capuchin, PredictedPeakCountsWorkspaces) {
   const PolicyRun base = train("resnet-tiny", "none", 0, 1);
   const size_t budget = align_up(static_cast<size_t>(static_cast<double>(max_peak(base)) * 0.5));

@@ -8,7 +8,6 @@
 
 #include "vtensor/memory/allocator.h"
 
-
 namespace vtensor {
 
 const char* to_string(CapuchinDecision d) {

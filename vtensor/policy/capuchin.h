@@ -26,9 +26,8 @@
 // chains grow and copy lanes fill); a chain counts each tensor once (a shared ancestor is
 // recomputed once). The predicted memory curve counts tensors, plus the evicted inputs a
 // recomputation brings back early (they stay until their own back-access, as at run time), plus
-// each op's workspace as the memory manager allocated it in the measured iteration (the paper's
-// curve is tensors only; without it a conv net's plan "fit" and the fallback still swapped); a
-// drop that does not lower the bytes over the budget is undone. A recomputation's workspace is
+// each op's workspace as the memory manager allocated it in the measured iteration (the
+// paper's curve counts tensors only; ours follows the run's own allocations); a drop that does not lower the bytes over the budget is undone. A recomputation's workspace is
 // left to the passive fallback, which stays on in guided iterations; when the plan fits and a request
 // is within the budget (fragmentation), the fallback evicts nothing and the memory manager
 // compacts. A swap whose copy, queued, delays later swap-outs so much that the bytes over the
