@@ -173,10 +173,11 @@ struct ExperimentArgs {
 // --optimizer: the kind only (learning rates do not change memory or predicted time).
 void apply_optimizer(ExperimentArgs& a) { a.cfg.optimizer.kind = parse_optimizer(a.optimizer); }
 
-void add_experiment_model_options(CLI::App* c, ExperimentArgs& a, bool model_required = true) {
+void add_experiment_model_options(CLI::App* c, ExperimentArgs& a, bool model_required = true, bool gpu_required = true) {
   auto* model = c->add_option("--model", a.cfg.model.name, "model: " + join(model_names()));
   if (model_required) model->required();
-  c->add_option("--gpu", a.cfg.gpu, "the GPU to model: " + join(gpu_names()))->required();
+  auto* gpu = c->add_option("--gpu", a.cfg.gpu, "the GPU to model: " + join(gpu_names()));
+  if (gpu_required) gpu->required();
   c->add_option("--image-size", a.cfg.model.image_size, "input height = width (features for mlp)");
   c->add_option("--seq", a.cfg.model.image_size, "sequence length (gpt, bert; the same field as --image-size)");
   c->add_option("--width", a.cfg.model.width, "base channel count (hidden units for mlp)");
@@ -260,8 +261,10 @@ int cmd_maxbatch(ExperimentArgs a) {
 }
 
 CLI::App* add_sweep(CLI::App& app, ExperimentArgs& a) {
-  auto* c = app.add_subcommand("sweep", "a policy x budget (x batch) grid on the sim backend, as CSV or JSON");
-  add_experiment_model_options(c, a, false);
+  auto* c = app.add_subcommand("sweep", "a policy x budget (x batch) grid, as CSV or JSON: on sim, or on cpu with "
+                                         "each run's losses and weights compared to the unmanaged run's");
+  add_experiment_model_options(c, a, false, false);
+  c->add_option("--backend", a.cfg.backend, "backend: sim (default; needs --gpu) or cpu (real training, bit-identity checked)");
   c->add_option("--trace", a.trace, "instead of --model: a recorded trace or DTR log (dtr:NAME), replayed");
   c->add_option("--batch", a.cfg.model.batch, "batch size (default: the model's preset)");
   c->add_option("--policies", a.policies_text, "comma-separated policies (default none,lru,lru-recompute)");
@@ -274,7 +277,11 @@ CLI::App* add_sweep(CLI::App& app, ExperimentArgs& a) {
 
 int cmd_sweep(ExperimentArgs a) {
   apply_optimizer(a);
-  a.cfg.backend = "sim";
+  if (a.cfg.backend != "sim" && a.cfg.backend != "cpu")
+    throw std::invalid_argument("sweep --backend '" + a.cfg.backend + "': accepted: sim, cpu");
+  const bool sim = a.cfg.backend == "sim";
+  if (sim && a.cfg.gpu.empty()) throw std::invalid_argument("sweep --backend sim needs --gpu: " + join(gpu_names()));
+  if (!sim && !a.cfg.gpu.empty()) throw std::invalid_argument("--gpu applies to --backend sim only");
   a.cfg.host_budget = parse_host_budget(a.host_budget_text);
   check_output_path(a.out, "--out");
   if (a.out.size() < 5 || (a.out.substr(a.out.size() - 4) != ".csv" && a.out.substr(a.out.size() - 5) != ".json"))
@@ -283,27 +290,42 @@ int cmd_sweep(ExperimentArgs a) {
   for (const auto& p : policies) make_policy(p);  // an unknown name fails before any output
   const auto budgets = parse_budgets(a.budgets_text, "--budgets");
   const auto batches = parse_batches(a.batches_text, "--batches");
-  find_gpu(a.cfg.gpu);
+  if (sim) find_gpu(a.cfg.gpu);
   if (a.trace.empty() == a.cfg.model.name.empty())
     throw std::invalid_argument("sweep: give either --model or --trace");
   if (!a.trace.empty()) {
+    if (!sim) throw std::invalid_argument("sweep --trace replays on --backend sim only: a trace holds no values");
     if (!batches.empty()) throw std::invalid_argument("--batches: a trace has a fixed batch");
     if (a.cfg.inplace_relu_grad)
       throw std::invalid_argument("--inplace-relu-grad applies to --model only: a trace keeps the views it was recorded with");
     a.cfg.graph = std::make_shared<const Graph>(load_trace(a.trace));
     a.cfg.model.name = a.trace;
   } else {
-    resolve_model(a.cfg.model);
+    a.cfg.model = resolve_model(a.cfg.model);  // the preset's batch in every row
   }
-  std::printf("vtensor sweep: model %s on %s, policies %s, budgets %s%s\n", a.cfg.model.name.c_str(), a.cfg.gpu.c_str(),
-              a.policies_text.c_str(), a.budgets_text.c_str(), host_budget_suffix(a.cfg.host_budget).c_str());
-  std::printf("%-7s %-16s %-8s %12s %7s %12s %12s %8s\n", "batch", "policy", "budget", "budget MiB", "status",
-              "peak MiB", "iter ms", "overhead");
+  std::printf("vtensor sweep: model %s on %s, policies %s, budgets %s%s\n", a.cfg.model.name.c_str(),
+              sim ? a.cfg.gpu.c_str() : "cpu", a.policies_text.c_str(), a.budgets_text.c_str(),
+              host_budget_suffix(a.cfg.host_budget).c_str());
+  std::printf("%-6s %-24s %-7s %10s %7s %10s %9s %8s %10s %10s %9s\n", "batch", "policy", "budget", "budget MiB", "status",
+              "peak MiB", "iter ms", "vs none", "MiB moved", "recomputed", "identical");
   std::fflush(stdout);
-  auto rows = sweep(a.cfg, policies, budgets, batches, [](const SweepRow& r) {
+  int last_batch = -1;
+  auto rows = sweep(a.cfg, policies, budgets, batches, [&](const SweepRow& r) {
     const std::string batch = r.batch > 0 ? std::to_string(r.batch) : "trace";  // a trace's batch is fixed
-    std::printf("%-7s %-16s %-8s %12.1f %7s %12.1f %12.2f %8.3f\n", batch.c_str(), r.policy.c_str(), r.budget_label.c_str(),
-                mib(r.budget), r.run.ok ? "ok" : "oom", mib(r.run.peak_allocated), r.run.iteration_ms, r.overhead);
+    if (r.batch != last_batch) {
+      last_batch = r.batch;
+      std::printf("%-6s %-24s %-7s %10s %7s %10.2f %9.2f %7.2fx %10.1f %10d %9s\n", batch.c_str(), "none (unmanaged)",
+                  "-", "-", r.unmanaged_peak ? "ok" : "oom", mib(r.unmanaged_peak), r.unmanaged_ms, 1.0, 0.0, 0, "-");
+    }
+    if (!r.run.ok) {
+      std::printf("%-6s %-24s %-7s %10.2f %7s   %s\n", batch.c_str(), r.policy.c_str(), r.budget_label.c_str(),
+                  mib(r.budget), "oom", r.run.error.substr(0, r.run.error.find(" (")).c_str());
+    } else {
+      std::printf("%-6s %-24s %-7s %10.2f %7s %10.2f %9.2f %7.2fx %10.1f %10llu %9s\n", batch.c_str(), r.policy.c_str(),
+                  r.budget_label.c_str(), mib(r.budget), "ok", mib(r.run.peak_allocated), r.run.iteration_ms,
+                  r.overhead, mib(r.run.swapped_out_bytes + r.run.swapped_in_bytes),
+                  static_cast<unsigned long long>(r.run.recomputed_ops), r.identical.empty() ? "n/a" : r.identical.c_str());
+    }
     std::fflush(stdout);
   });
   write_sweep(rows, a.out);
@@ -398,6 +420,7 @@ int main(int argc, char** argv) {
   ReplayArgs replay_args;
   ExperimentArgs maxbatch_args, sweep_args;
   maxbatch_args.cfg.iters = sweep_args.cfg.iters = 3;
+  sweep_args.cfg.backend = "sim";  // --backend cpu runs the grid for real
   auto* replay = add_replay(app, replay_args);
   auto* maxbatch = add_maxbatch(app, maxbatch_args);
   auto* sweep_cmd = add_sweep(app, sweep_args);

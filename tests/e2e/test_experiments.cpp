@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -67,6 +68,45 @@ TEST(Sweep, OomIsARowNotAnAbort) {
   EXPECT_THROW(sweep(sim_config("resnet-tiny", "none", 0), {"nope"}, parse_budgets("50%", "b"), {}), std::invalid_argument);
 }
 
+TEST(Sweep, OnCpuEachRunIsComparedBitForBitWithTheUnmanagedRun) {
+  TrainConfig cfg;
+  cfg.model.name = "mlp-tiny";
+  cfg.iters = 4;
+  auto rows = sweep(cfg, {"lru", "lru-recompute", "capuchin"}, parse_budgets("50%", "--budgets"), {});
+  ASSERT_EQ(rows.size(), 3u);
+  for (const auto& r : rows) {
+    SCOPED_TRACE(r.policy);
+    ASSERT_TRUE(r.run.ok) << r.run.error;
+    EXPECT_LE(r.run.peak_allocated, r.budget);
+    EXPECT_EQ(r.run.losses.size(), 4u);
+    EXPECT_EQ(r.identical, "yes");
+    EXPECT_GT(r.unmanaged_ms, 0.0);
+  }
+  // sim holds no values: nothing to compare.
+  auto sim_rows = sweep(sim_config("mlp-tiny", "none", 0), {"lru"}, parse_budgets("50%", "--budgets"), {});
+  EXPECT_EQ(sim_rows.at(0).identical, "");
+}
+
+TEST(Sweep, SameValuesComparesBitsNotNumbers) {
+  RunSummary a;
+  a.losses = {1.5f, 0.0f};
+  a.weights_digest = 42;
+  RunSummary b = a;
+  EXPECT_TRUE(same_values(a, b));
+  b.losses[1] = -0.0f;  // equal as numbers, not as bits
+  EXPECT_FALSE(same_values(a, b));
+  b = a;
+  b.weights_digest = 43;
+  EXPECT_FALSE(same_values(a, b));
+  b = a;
+  b.losses.pop_back();
+  EXPECT_FALSE(same_values(a, b));
+  a.losses[0] = b.losses[0] = std::nanf("");  // the same NaN bits: identical
+  b.losses.push_back(0.0f);
+  EXPECT_TRUE(same_values(a, b));
+  EXPECT_FALSE(same_values(RunSummary{}, RunSummary{}));  // no values (sim)
+}
+
 using Result = vtensor::test::CliResult;
 Result run(const std::string& args) { return vtensor::test::run_cli(args); }
 
@@ -105,6 +145,36 @@ TEST(CliExperiments, SweepWritesCsvAndJson) {
   EXPECT_NE(bad.output.find("--budgets"), std::string::npos) << bad.output;
   Result ext = run("sweep --model mlp-tiny --gpu v100-16g --out " + temp_path("x.txt"));
   EXPECT_EQ(ext.code, 2) << ext.output;
+}
+
+TEST(CliExperiments, SweepOnCpuReportsBitIdentity) {
+  const std::string out = temp_path("cpu_sweep.csv");
+  Result r = run("sweep --backend cpu --model mlp-tiny --iters 3 --policies lru,lru-recompute --budgets 50% --out " + out);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("none (unmanaged)"), std::string::npos) << r.output;
+  std::ifstream in(out);
+  std::string header, line;
+  std::getline(in, header);
+  EXPECT_EQ(header.substr(header.rfind(',') + 1), "bit_identical");
+  int rows = 0;
+  while (std::getline(in, line)) {
+    ++rows;
+    EXPECT_EQ(line.substr(line.rfind(',') + 1), "yes") << line;
+  }
+  EXPECT_EQ(rows, 2);
+  std::filesystem::remove(out);
+  const std::pair<std::string, std::string> bad[] = {
+      {"--backend cuda --model mlp-tiny", "accepted: sim, cpu"},
+      {"--backend sim --model mlp-tiny", "needs --gpu"},
+      {"--backend cpu --gpu p100-16g --model mlp-tiny", "--gpu applies to --backend sim only"},
+      {"--backend cpu --trace dtr:lstm", "--backend sim only"}};
+  for (const auto& [args, message] : bad) {
+    const std::string never = temp_path("never.csv");
+    Result e = run("sweep " + args + " --out " + never);
+    EXPECT_EQ(e.code, 2) << args << ": " << e.output;
+    EXPECT_NE(e.output.find(message), std::string::npos) << args << ": " << e.output;
+    EXPECT_FALSE(std::filesystem::exists(never));
+  }
 }
 
 TEST(CliExperiments, MaxbatchPrintsProbesAndTheResult) {

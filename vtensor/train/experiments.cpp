@@ -1,6 +1,7 @@
 #include "vtensor/train/experiments.h"
 
 #include <algorithm>
+#include <cstring>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -15,6 +16,20 @@ namespace {
 
 // "Unlimited" on sim: the arena is never touched, so any size costs nothing.
 constexpr size_t kSimUnlimitedBudget = size_t{1} << 40;
+
+// FNV-1a over the bytes of every parameter, in graph order.
+uint64_t digest(const std::vector<std::vector<float>>& params) {
+  uint64_t h = 1469598103934665603ull;
+  for (const auto& p : params) {
+    const auto* b = reinterpret_cast<const unsigned char*>(p.data());
+    for (size_t i = 0; i < p.size() * sizeof(float); ++i) h = (h ^ b[i]) * 1099511628211ull;
+  }
+  return h;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
 
 std::string trim(const std::string& s) {
   const auto b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
@@ -49,6 +64,7 @@ RunSummary summarise(const TrainResult& r) {
     s.peak_reserved = std::max(s.peak_reserved, it.peak_reserved);
     s.peak_host = std::max(s.peak_host, it.peak_host);
     if (i >= first) ms += it.time_ms;
+    if (it.has_loss) s.losses.push_back(it.loss);
   }
   s.iteration_ms = r.iterations.empty() ? 0 : ms / static_cast<double>(r.iterations.size() - first);
   if (!r.iterations.empty()) {
@@ -62,10 +78,16 @@ RunSummary summarise(const TrainResult& r) {
   return s;
 }
 
+bool same_values(const RunSummary& a, const RunSummary& b) {
+  return !a.losses.empty() && same_bits(a.losses, b.losses) && a.weights_digest == b.weights_digest;
+}
+
 RunSummary run_summary(const TrainConfig& cfg) {
   try {
     Trainer t(cfg);
-    return summarise(t.run());
+    RunSummary s = summarise(t.run());
+    if (!s.losses.empty()) s.weights_digest = digest(t.read_params());
+    return s;
   } catch (const OutOfMemoryError& e) {
     RunSummary s;
     s.error = e.what();
@@ -199,6 +221,7 @@ std::vector<SweepRow> sweep(const TrainConfig& base, const std::vector<std::stri
         row.batch = batch;
         row.budget_label = b.label;
         row.unmanaged_peak = ref.ok ? ref.peak_allocated : 0;
+        row.unmanaged_ms = ref.ok ? ref.iteration_ms : 0;
         if (b.fraction > 0 && !ref.ok) {
           row.run.error = "the unmanaged run failed, so a fraction of its peak is unknown: " + ref.error;
         } else {
@@ -210,6 +233,8 @@ std::vector<SweepRow> sweep(const TrainConfig& base, const std::vector<std::stri
           cfg.budget = row.budget;
           row.run = run_summary(cfg);
           if (row.run.ok && ref.ok && ref.iteration_ms > 0) row.overhead = row.run.iteration_ms / ref.iteration_ms;
+          if (row.run.ok && ref.ok && !ref.losses.empty())
+            row.identical = same_values(row.run, ref) ? "yes" : "no";
         }
         if (on_row) on_row(row);
         rows.push_back(std::move(row));
@@ -226,15 +251,17 @@ void write_sweep(const std::vector<SweepRow>& rows, const std::string& path) {
   std::string text;
   if (csv) {
     text = "model,batch,policy,budget,budget_bytes,unmanaged_peak_bytes,status,peak_allocated_bytes,"
-           "peak_reserved_bytes,iteration_ms,overhead,swapped_out_bytes,swapped_in_bytes,recomputed_ops,stall_ms,peak_host_bytes\n";
+           "peak_reserved_bytes,iteration_ms,overhead,swapped_out_bytes,swapped_in_bytes,recomputed_ops,stall_ms,peak_host_bytes,"
+           "bit_identical\n";
     for (const auto& r : rows) {
       char buf[512];
-      std::snprintf(buf, sizeof buf, "%s,%d,%s,%s,%zu,%zu,%s,%zu,%zu,%.3f,%.4f,%llu,%llu,%llu,%.3f,%zu\n", r.model.c_str(),
+      std::snprintf(buf, sizeof buf, "%s,%d,%s,%s,%zu,%zu,%s,%zu,%zu,%.3f,%.4f,%llu,%llu,%llu,%.3f,%zu,%s\n", r.model.c_str(),
                     r.batch, r.policy.c_str(), r.budget_label.c_str(), r.budget, r.unmanaged_peak,
                     r.run.ok ? "ok" : "oom", r.run.peak_allocated, r.run.peak_reserved, r.run.iteration_ms, r.overhead,
                     static_cast<unsigned long long>(r.run.swapped_out_bytes),
                     static_cast<unsigned long long>(r.run.swapped_in_bytes),
-                    static_cast<unsigned long long>(r.run.recomputed_ops), r.run.stall_ms, r.run.peak_host);
+                    static_cast<unsigned long long>(r.run.recomputed_ops), r.run.stall_ms, r.run.peak_host,
+                    r.identical.c_str());
       text += buf;
     }
   } else {
@@ -249,6 +276,7 @@ void write_sweep(const std::vector<SweepRow>& rows, const std::string& path) {
                   {"swapped_out_bytes", r.run.swapped_out_bytes}, {"swapped_in_bytes", r.run.swapped_in_bytes},
                   {"recomputed_ops", r.run.recomputed_ops}, {"stall_ms", r.run.stall_ms},
                   {"peak_host_bytes", r.run.peak_host}});
+        o["bit_identical"] = r.identical.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.identical == "yes");
       } else {
         o["error"] = r.run.error;
       }

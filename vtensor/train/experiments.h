@@ -31,8 +31,14 @@ struct RunSummary {
   double iteration_ms = 0;   // mean over the iterations after the first (the first when only one)
   uint64_t swapped_out_bytes = 0, swapped_in_bytes = 0, recomputed_ops = 0;  // per iteration, last one
   double stall_ms = 0, recompute_ms = 0;                                      // last iteration
+  // Backends with data (cpu, cuda): every iteration's loss and a digest of the final weights,
+  // so two runs can be compared bit for bit. Empty / 0 on sim.
+  std::vector<float> losses;
+  uint64_t weights_digest = 0;
 };
 RunSummary run_summary(const TrainConfig& cfg);
+// Both runs hold values and their losses and final weights are equal bit for bit (-0.0 is not 0.0).
+bool same_values(const RunSummary& a, const RunSummary& b);
 RunSummary summarise(const TrainResult& r);
 
 // ---- maximum batch
@@ -69,8 +75,12 @@ struct SweepRow {
   std::string model, policy, budget_label;
   int batch = 0;
   size_t budget = 0, unmanaged_peak = 0;
+  double unmanaged_ms = 0;  // the unmanaged run's iteration time (0 when it failed)
   RunSummary run;
   double overhead = 0;  // iteration time / the unmanaged run's (0 when unknown)
+  // Losses and final weights equal to the unmanaged run's, bit for bit: "yes" / "no", or ""
+  // where unknown (sim holds no values; a run out of memory).
+  std::string identical;
 };
 std::vector<SweepRow> sweep(const TrainConfig& base, const std::vector<std::string>& policies,
                             const std::vector<SweepBudget>& budgets, const std::vector<int>& batches,
