@@ -1,32 +1,16 @@
-// PlannedAllocator: the lifetime-aware memory pool of Zhang et al. (arXiv 1903.06631, section 3.1).
-// Training repeats the same allocation sequence every iteration, so one recorded iteration gives
-// every block's size and lifetime; a planner (planners.h) places the blocks so that no two alive
-// at the same time overlap, and later iterations are served from the plan.
-//   Recording: an iteration is served by an inner CachingAllocator while each request (size, the
-//     event at which it is allocated and freed) is recorded. Blocks alive across the iteration
-//     boundary (parameters, optimizer state, and anything a policy keeps or brings back across
-//     it) stay where the caching allocator put them: they are not planned.
-//   Arena layout: blocks alive at the end of the recorded iteration (persistent tensors first:
-//     they are the first requests, so they sit at the bottom) are fixed obstacles, taken as alive
-//     for the whole next iteration; the planner places the iteration's blocks around them. The
-//     plan's footprint (the union of its block ranges) is reserved in the caching allocator, so
-//     a fallback allocation can never land on a planned block.
-//   Serving: the n-th request of an iteration for a tensor (its tag; scratch shares tag -1) gets
-//     the offset planned for that tensor's n-th request when its size matches and the range
-//     overlaps no live block of the footprint: an O(1) plan lookup and an O(log n) check in a
-//     map of live ranges. Matching by tensor rather than by position keeps one added or missing
-//     request (an extra swap-in) from shifting every later one. Anything else (new shapes, a
-//     policy that evicts differently this iteration) falls back to the caching allocator on the
-//     space outside the footprint, then to a free gap inside it, and is counted.
-//   Re-planning: an iteration with fallbacks is recorded again and re-planned (at most
-//     kMaxReplans times), so a policy whose requests settle after a few iterations gets a plan
-//     that includes its swap-ins and recomputations.
-// Deviations from the paper: the paper plans once from the first iteration and has no fallback
-// path; we keep the caching allocator as the fallback so changing shapes and policies stay
-// correct. A plan larger than the budget serves the blocks below the budget and leaves the rest
-// to the fallback. Planned offsets are fixed, so when the OOM ladder needs compaction the plan
-// is given up for the rest of the iteration (its live blocks become caching blocks, which can
-// move) and made again at the iteration's end.
+// PlannedAllocator: the lifetime-aware memory pool of Zhang et al. (arXiv 1903.06631, 3.1).
+// Training repeats one allocation sequence per iteration, so a recorded iteration gives every
+// block's size and lifetime; a planner (planners.h) places the blocks so that no two alive at
+// once overlap, and later iterations are served from the plan.
+//   Recording: an inner CachingAllocator serves the iteration while requests are recorded;
+//   blocks alive across the boundary stay where they are and are obstacles for the plan, whose
+//   footprint is reserved so that a fallback never lands on a planned block.
+//   Serving: a tensor's n-th request gets its planned offset when the size matches and the range
+//   is free (O(1) lookup, O(log n) check); anything else falls back to the caching allocator and
+//   is counted; an iteration with fallbacks is planned again (at most kMaxReplans times).
+// Deviations: the paper plans once with no fallback; ours keeps the caching allocator so new
+// shapes and policies stay correct, serves a plan larger than the budget only below it, and
+// gives the plan up for the iteration when compaction is needed. Full notes: docs/design.md.
 #pragma once
 #include <cstdint>
 #include <map>

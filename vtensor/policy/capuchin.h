@@ -1,48 +1,18 @@
 // Capuchin (Peng et al., ASPLOS'20): tensor-level swap and recomputation planned from the
 // access pattern measured at runtime.
-//   Measured execution: the first iteration runs passive (on OOM swap the least-recently-used
-//   tensors, swap back in on access) while the tracker records every access with its time.
-//   Planning (plan_capuchin, no device): candidates are tensors accessed more than once whose
-//   gap between two accesses spans ops over the budget. Swap: the paper frees a swapped-out
-//   tensor when its copy completes; we fix that point by prediction, so memory figures are
-//   deterministic: each swap-out names its release op (Action::free_after), the op its copy ends
-//   in, swap-outs queued one at a time on the D2H lane in issue order at the measured
-//   bandwidth; the block counts as present through that op. Free time FT = (t_back - swap) -
-//   (end of the release op); largest FT first; the in-trigger walks back from the back-access
-//   until the copy is hidden, never before the release op, never into ops where bringing the
-//   tensor back would exceed the budget (the peak window). Recompute: memory saved per second
-//   (MSPS) of the recompute chain, the chain ending at sources alive at the back-access; MSPS of
-//   every remaining candidate is recomputed after each choice. Hybrid: fully hidden swaps first,
-//   then per tensor the cheaper of swap stall and recompute time. Stop once the predicted peak
-//   fits the budget.
-//   Guided execution: the plan's actions run after their ops each iteration; a prefetch found
-//   late at its back-access moves its trigger one op earlier next iteration; a changed access
-//   sequence sends the policy back to passive mode to measure again.
-// Deviations: op start times come from the measured kernel times laid end to end (the passive
-// iteration's stalls would otherwise look like free time and make every swap look hidden);
-// each access gap of a tensor is a candidate of its own, and parameters are swap
-// candidates too; MSPS counts memory net of the inputs a drop keeps alive; re-ranking after a
-// choice is lazy (the top candidate is re-evaluated before it is taken: scores only fall as
-// chains grow and copy lanes fill); a chain counts each tensor once (a shared ancestor is
-// recomputed once). The predicted memory curve counts tensors, plus the evicted inputs a
-// recomputation brings back early (they stay until their own back-access, as at run time), plus
-// each op's workspace as the memory manager allocated it in the measured iteration (the
-// paper's curve counts tensors only; ours follows the run's own allocations); a drop that does not lower the bytes over the budget is undone. A recomputation's workspace is
-// left to the passive fallback, which stays on in guided iterations; when the plan fits and a request
-// is within the budget (fragmentation), the fallback evicts nothing and the memory manager
-// compacts. A swap whose copy, queued, delays later swap-outs so much that the bytes over the
-// budget do not fall (or that one ends after its own prefetch) is not taken; the hybrid then
-// tries recomputing it. A recomputation never reads a tensor whose swap-out is still running
-// (the memory manager would wait for the copy and cancel the swap); one that reads a tensor on
-// host waits for its swap-in behind the prefetches on the lane. Swap-ins share one
-// H2D lane placed in its earliest free gap, not strictly in issue order. The hybrid's swap cost
-// is the predicted stall at the back-access (the memory manager frees at the release op, by when
-// the copy is predicted to have ended). Until the release op existed, blocks were freed at the
-// end of the second op after the eviction: long copies made compute wait there. Recomputation
-// happens on access, not pre-triggered. Measured times make the plan, and with it the memory
-// figures, vary from run to run on a wall-clock backend. Host budget (not in the paper): the plan
-// ignores it; a planned swap-out the host cannot take is skipped by the memory manager, and the
-// passive fallback drops a victim the host cannot take where it can be recomputed.
+//   Measured iteration: passive (LRU swap on OOM, swap in on access) while every access is timed.
+//   Plan (plan_capuchin, device-free): candidates are the access gaps that span ops over the
+//   budget. Swaps ranked by free time FT, each with an in-trigger walked back from the
+//   back-access until the copy hides and a release op where its queued copy is predicted to end
+//   (Action::free_after); recomputations ranked by memory saved per second of their chain
+//   (MSPS), re-ranked after each choice; the hybrid takes hidden swaps first, then per tensor the
+//   cheaper of swap stall and recompute. It stops once the predicted peak (tensors + workspaces) fits.
+//   Guided iterations run the plan; a late prefetch moves its trigger earlier next time; a
+//   changed access sequence goes back to measuring.
+// Deviations: release at a predicted op, not on copy completion (deterministic memory figures);
+// op times laid end to end from the measured kernel times; each access gap is a candidate,
+// parameters included; lazy re-ranking; recompute on access, not pre-triggered; the passive
+// fallback stays on; the plan ignores the host budget. Full notes: docs/design.md.
 #pragma once
 #include <string>
 #include <vector>

@@ -1,46 +1,17 @@
-// Gradient checkpointing (Chen et al., "Training Deep Nets with Sublinear Memory Cost", arXiv
-// 1604.06174): the sqrt(n) strategy, the baseline Capuchin's BERT figure is measured against,
-// and its budget-driven greedy (section 4.1, Alg. 2) with the search over the threshold.
-//   The forward pass is split into segments of consecutive units. A segment's checkpoints are
-//   the tensors it produces that a later segment reads. Every other forward activation of the
-//   segment is dropped after its last forward access and recomputed from its lineage when
-//   backward reaches it (the memory manager's recompute-on-access), so each segment's forward
-//   runs once more in backward: about one extra forward pass in all.
-//   Segments: with --checkpoint-segments N, N byte-balanced segments of builder layers
-//   (Graph::layers(); an op outside a layer joins the layer before it; a graph without layers,
-//   a replayed trace, splits by op). Without it, a search: candidates are those balanced layer
-//   plans for every N from 2 to L (at most 64, and round(sqrt(L))) and Chen's greedy over
-//   single forward ops (walk the forward, accumulate the bytes backward reads, cut once they
-//   reach b) for b on a geometric grid, each cut either after the op that reached b or, within
-//   the open segment, after the op with the fewest bytes live across the cut (so a huge layer
-//   output need not be a checkpoint). Rule with a budget (MemoryView::budget()): among the
-//   candidates whose predicted peak (predict_drop_plan_peak, exact) fits it, "no drops at all"
-//   (none's peak) included, the fewest recomputed FLOPs (the sum of Op::flops over the ops the
-//   plan re-runs, known at attach), then the lower peak, then the earlier candidate; if none
-//   fits, the lowest peak (the run then fails with the OOM naming it). Without a budget (cpu
-//   with no --budget), or if none fits: the lowest peak, then the fewest recomputed ops, then
-//   the earlier candidate. Deterministic; the report's "choice" names the rule that applied.
-//   The plan is static, made from the graph in attach(); nothing is evicted on demand: when the
-//   plan does not fit the budget the run ends with the usual OutOfMemoryError (as TensorFlow's
-//   checkpointing does), which names the plan's peak (exact in allocated bytes) as the
-//   smallest budget known to work.
-// Deviations from the paper:
-//   - Keeping the plan that fits the budget with the fewest recomputed FLOPs is ours: Chen
-//     minimises memory for a given cost, frameworks take the user's segments.
-//   - Chen picks b around sqrt(x * y) from estimated costs; we try the whole grid and judge
-//     each plan by the executor's replayed peak. The cut at the smallest crossing is ours. The fixed count balances bytes backward reads
-//     per segment, not layers: with equal counts VGG-16's first segment would hold over half of
-//     all activations.
-//   - The last segment is kept: its backward starts right after the forward, so recomputing it
-//     would cost a segment's forward and lower no peak.
-//   - Tensors the memory manager must keep stay: parameters, optimizer state, data (the first
-//     segment's input) and anything whose producer may not be re-run.
-//   - Recomputation is lazy, per tensor on its first backward access (Chen re-runs a whole
-//     segment at its backward's start); a recomputed tensor stays until its last backward use
-//     and an input kept for a later recomputation stays until then, so no op runs twice and
-//     the count equals the plan's expected_recomputed_ops.
-//   - A forward tensor backward does not read, but that a dropped tensor's recomputation needs,
-//     is dropped too after its last forward use (otherwise the lineage reference would keep it).
+// Gradient checkpointing (Chen et al., arXiv 1604.06174): the sqrt(n) strategy and its
+// budget-driven greedy, the baseline of Capuchin's BERT figure.
+//   The forward is split into segments; a segment's outputs that later segments read are kept
+//   (checkpoints), its other activations are dropped after their last forward use and
+//   recomputed from lineage on their first backward access: about one extra forward pass.
+//   Segments: --checkpoint-segments N gives N byte-balanced segments of builder layers;
+//   otherwise a search over balanced plans for N = 2..L (at most 64) and Chen's greedy over
+//   single ops on a geometric grid of thresholds, each plan judged by its exact replayed peak.
+//   With a budget: the plan that fits with the fewest recomputed FLOPs (no drops included);
+//   otherwise the lowest peak. Static plan made in attach(); nothing is evicted on demand, so a
+//   plan over the budget ends in OutOfMemoryError naming its peak.
+// Deviations: the fewest-FLOPs rule and the cut at the smallest crossing are ours; fixed counts
+// balance bytes, not layers; the last segment is kept; recomputation is lazy per tensor (Chen
+// re-runs whole segments). Full notes: docs/design.md.
 #pragma once
 #include <string>
 #include <vector>

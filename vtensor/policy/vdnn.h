@@ -1,31 +1,14 @@
-// vDNN (Rhu et al., "vDNN: Virtualized Deep Neural Networks for Scalable, Memory-Efficient
-// Neural Network Design", MICRO'16): layer-wise offload of feature maps, prefetch in backward.
+// vDNN (Rhu et al., MICRO'16): layer-wise offload of feature maps, prefetch in backward.
 //   vdnn-all / vdnn-conv: after the last forward use of a feature map that backward reads again
-//     (any op's input / conv ops' inputs only), swap it out on the d2h stream; the memory manager
-//     frees the device block when the copy completes. When layer n starts its backward, prefetch
-//     the maps of the nearest earlier offloaded layer not yet prefetched, searching back no
-//     further than the previous conv layer (the paper's sliding window), so the copy overlaps
-//     layer n's compute. The layer whose backward runs first keeps its maps: it needs them at once.
-//   vdnn-dyn: plans the peak of each configuration and takes the first that fits the budget:
-//     no offload with fast conv algorithms, conv offload, all offload, then the memory-lean conv
-//     algorithms (less workspace) with conv, then all offload.
-// Deviations from the paper:
-//   - The paper's layers are cuDNN calls (conv, activation, pool, ...) and each offloads its
-//     input X. Ours: a map is offloaded after its last forward reader (any op: the X of that op,
-//     which is the paper's layer), but prefetch windows and the report use the model builder's
-//     layers (conv+bn+relu, or a whole ResNet block, is one layer), so a window brings back all
-//     of a builder layer's maps at once.
-//   - vdnn-dyn's profiling pass is a plan, not trial runs: predict_peak() replays the executor's
-//     allocation sequence (outputs, workspaces, releases, swap-out completion points, prefetches)
-//     over the graph, exact in allocated bytes when the allocator does not fragment and an upper
-//     bound otherwise. It chooses by memory only; the paper also times the conv algorithms.
-//   - cuDNN's ReLU is in place; ours is not unless --inplace-relu-grad (share_relu_gradients)
-//     makes relu backward write dx over a dying dy. Without it VGG-16 at 256 needs 13.94 GiB
-//     under vdnn-all, with it 11.50 GiB (fits the paper's 12 GiB Titan X). Off by default.
-//   - No passive eviction: when the chosen configuration does not fit, the run stops with an
-//     OutOfMemoryError that names the smallest budget the plan needs.
-//   - Host budget (not in the paper): an offload the host cannot take is skipped by the memory
-//     manager and the feature map stays on the device; the plan does not account for it.
+//   (any op's input / conv inputs only) swap it out on the d2h stream, freed when the copy is
+//   done; when layer n starts its backward, prefetch the maps of the nearest earlier offloaded
+//   layer, searching back no further than the previous conv (the sliding window).
+//   vdnn-dyn: the first configuration whose planned peak fits: no offload with fast conv
+//   algorithms, conv, all, then memory-lean algorithms with conv, then all.
+// Deviations: windows are the model builder's layers (conv+bn+relu is one); vdnn-dyn plans
+// peaks by replaying the allocation sequence instead of trial runs and chooses by memory only;
+// ReLU is in place only with --inplace-relu-grad; no passive eviction (an OOM names the plan's
+// smallest budget); an offload the host budget cannot take is skipped. Full notes: docs/design.md.
 #pragma once
 #include <string>
 #include <vector>

@@ -1,44 +1,17 @@
 // Zero-overhead swap (Zhang et al., arXiv 1903.06631, section 3.2): swap only what the copies
-// can hide. Iteration 1 runs passive (LRU swap on OOM, like `lru`) and its access trace is the
-// measured iteration; at its end the policy plans the swaps every later iteration repeats.
-//   Candidates: for each non-persistent tensor, each absence interval between two consecutive
-//     accesses. The swap-out is issued right after the first access (op s) and names its release
-//     op r: the first op whose predicted end is at or after the copy's predicted end (the memory
-//     manager frees the block at the end of op r, a point fixed by the op sequence), so a long
-//     copy may span as many ops as it needs; the prefetch is issued after the latest op p whose
-//     end leaves a swap-in time before the next access. The block is absent during ops r+1..p.
-//   Scores (each ranked, ranks summed, smallest first): absence time, absence x size, and the
-//     load above the limit (bytes above it summed over the ops of the absence).
-//   Selection: while the predicted peak (persistent + live tensors + workspace per op) is above
-//     the target, take the best-ranked candidate whose absence covers the peak op and whose copies,
-//     queued with those already chosen on one copy stream per direction (issue order), still
-//     leave every hidden copy on time: hiding each copy alone is not enough once they queue. A
-//     queued swap-out ends later than alone, and its release op is taken from its queued end; a
-//     prefetch that would delay a chosen one is issued earlier while the absence still covers the peak.
-//   Two passes, kept the better (lower predicted peak; stick-to-limit: fits the target with fewer
-//     stalling copies): release ops anywhere, and at most two ops after the issue. The greedy is
-//     myopic: a long copy ranked first (VGG-16's first conv output) brings a large block back into
-//     a later window that becomes the new peak, where only short copies would have done better.
-//   no-overhead (`zero-overhead-swap`): only hidden copies; the target is 0, so it takes blocks
-//     while any covers the peak: the smallest budget it reaches is the peak it achieves.
-//   stick-to-limit (`zero-overhead-swap-limit`): the target is 95% of the budget; when hidden copies
-//     are not enough, copies that cannot be hidden are taken too (they stall; released where the
-//     copy would end alone, else two ops on), and anything still above the budget is evicted
-//     passively (LRU swap), as in iteration 1. A guided iteration that
-//     still evicts (the allocator fragmented beyond the headroom) makes it plan again from the
-//     measured iteration for a lower target, at most kZeroOverheadReplans times.
-// Op times: the kernels' own times from the trace, back to back, so that the stalls of a passive
-// measured iteration do not widen the windows.
-// The plan depends on measured times: on the cpu backend which blocks hide can change from run
-// to run (memory figures of one run are still exact); on the sim backend's virtual clock it is
-// deterministic.
-// Bandwidth: calibration copies by the memory manager (a fixed latency plus time per byte on the
-// backend's clock), the same both ways. Deviations: the paper swaps at the granularity of its memory pool's blocks
-// and assumes known bandwidth; we plan per tensor, measure op times from the trace, and keep a
-// passive fallback so a wrong estimate can never fail a run. The paper frees a block when its
-// copy is done; we free it at the end of the predicted op (deterministic memory figures).
-// Host budget (not in the paper): the plan ignores it; a planned swap-out the host cannot take
-// is skipped by the memory manager, and the passive fallback swaps victims that fit on host.
+// can hide. Iteration 1 runs passive (LRU swap on OOM) and is the measured iteration.
+//   Candidates: each absence interval between two consecutive accesses of a tensor; the
+//   swap-out follows the first access and is released at the op its predicted copy ends in, the
+//   prefetch is issued late enough to arrive before the next access.
+//   Scores: absence time, absence x size, load above the limit; their ranks summed.
+//   Selection: while the predicted peak exceeds the target, take the best candidate covering the
+//   peak op whose copies, queued with those chosen (one stream per direction), still hide.
+//   `zero-overhead-swap`: hidden copies only (target 0: the peak it reaches is its smallest budget).
+//   `zero-overhead-swap-limit`: target 95% of the budget; copies that cannot hide are taken too,
+//   the rest is evicted passively, and a guided iteration that still evicts plans again lower.
+// Deviations: per tensor rather than per pool block; bandwidth and op times measured (kernel
+// times back to back); release at a predicted op, not on copy completion; a passive fallback so
+// a wrong estimate never fails a run; the plan ignores the host budget. Full notes: docs/design.md.
 #pragma once
 #include <map>
 
