@@ -15,5 +15,5 @@ for inplace in "" --inplace-relu-grad; do
 done
 "$here/vdnn_tables.py" layers "$out/layers_inplace.csv" vgg16 256 vdnn-all > "$out/layers_vgg16_256.md"
 "$here/vdnn_tables.py" layers "$out/layers_inplace.csv" resnet50 128 vdnn-all > "$out/layers_resnet50_128.md"
-"$here/vdnn_maxbatch.sh" "$out" > /dev/null
+"$here/run.py" maxbatch-vdnn --out "$out" > /dev/null
 ls "$out"

@@ -2,7 +2,7 @@
 # Installs what vtensor needs from Debian's packages and builds it (Release) into build/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-pkgs=(build-essential cmake ninja-build libopenblas-dev nlohmann-json3-dev libcli11-dev libgtest-dev libbenchmark-dev)
+pkgs=(build-essential cmake ninja-build python3 libopenblas-dev nlohmann-json3-dev libcli11-dev libgtest-dev libbenchmark-dev)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

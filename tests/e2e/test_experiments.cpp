@@ -155,11 +155,11 @@ TEST(CliExperiments, SweepOnCpuReportsBitIdentity) {
   std::ifstream in(out);
   std::string header, line;
   std::getline(in, header);
-  EXPECT_EQ(header.substr(header.rfind(',') + 1), "bit_identical");
+  EXPECT_NE(header.find(",bit_identical,unmanaged_ms"), std::string::npos) << header;
   int rows = 0;
   while (std::getline(in, line)) {
     ++rows;
-    EXPECT_EQ(line.substr(line.rfind(',') + 1), "yes") << line;
+    EXPECT_NE(line.find(",yes,"), std::string::npos) << line;
   }
   EXPECT_EQ(rows, 2);
   std::filesystem::remove(out);

@@ -252,16 +252,16 @@ void write_sweep(const std::vector<SweepRow>& rows, const std::string& path) {
   if (csv) {
     text = "model,batch,policy,budget,budget_bytes,unmanaged_peak_bytes,status,peak_allocated_bytes,"
            "peak_reserved_bytes,iteration_ms,overhead,swapped_out_bytes,swapped_in_bytes,recomputed_ops,stall_ms,peak_host_bytes,"
-           "bit_identical\n";
+           "bit_identical,unmanaged_ms\n";
     for (const auto& r : rows) {
       char buf[512];
-      std::snprintf(buf, sizeof buf, "%s,%d,%s,%s,%zu,%zu,%s,%zu,%zu,%.3f,%.4f,%llu,%llu,%llu,%.3f,%zu,%s\n", r.model.c_str(),
+      std::snprintf(buf, sizeof buf, "%s,%d,%s,%s,%zu,%zu,%s,%zu,%zu,%.3f,%.4f,%llu,%llu,%llu,%.3f,%zu,%s,%.3f\n", r.model.c_str(),
                     r.batch, r.policy.c_str(), r.budget_label.c_str(), r.budget, r.unmanaged_peak,
                     r.run.ok ? "ok" : "oom", r.run.peak_allocated, r.run.peak_reserved, r.run.iteration_ms, r.overhead,
                     static_cast<unsigned long long>(r.run.swapped_out_bytes),
                     static_cast<unsigned long long>(r.run.swapped_in_bytes),
                     static_cast<unsigned long long>(r.run.recomputed_ops), r.run.stall_ms, r.run.peak_host,
-                    r.identical.c_str());
+                    r.identical.c_str(), r.unmanaged_ms);
       text += buf;
     }
   } else {
@@ -269,7 +269,7 @@ void write_sweep(const std::vector<SweepRow>& rows, const std::string& path) {
     for (const auto& r : rows) {
       nlohmann::json o = {{"model", r.model}, {"batch", r.batch}, {"policy", r.policy}, {"budget", r.budget_label},
                           {"budget_bytes", r.budget}, {"unmanaged_peak_bytes", r.unmanaged_peak},
-                          {"status", r.run.ok ? "ok" : "oom"}};
+                          {"status", r.run.ok ? "ok" : "oom"}, {"unmanaged_ms", r.unmanaged_ms}};
       if (r.run.ok) {
         o.update({{"peak_allocated_bytes", r.run.peak_allocated}, {"peak_reserved_bytes", r.run.peak_reserved},
                   {"iteration_ms", r.run.iteration_ms}, {"overhead", r.overhead},
