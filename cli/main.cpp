@@ -14,6 +14,7 @@
 #include "vtensor/models/models.h"
 #include "vtensor/policy/policy.h"
 #include "vtensor/train/experiments.h"
+#include "vtensor/train/report_html.h"
 #include "vtensor/train/trainer.h"
 
 using namespace vtensor;
@@ -52,9 +53,17 @@ void check_output_path(const std::string& path, const char* what) {
     throw std::invalid_argument(std::string(what) + " '" + path + "': directory '" + dir.string() + "' does not exist");
 }
 
+// The memory-timeline page of a finished run (--html).
+void write_html(const TrainResult& r, const std::string& path) {
+  write_file_atomically(timeline_html(nlohmann::json::parse(report_json(r))), path, "page");
+  std::printf("memory timeline written to %s\n", path.c_str());
+}
+
 int cmd_train(const TrainConfig& base, const std::string& budget_text, const std::string& host_budget_text_arg,
-              const std::string& report, bool quiet, const std::string& optimizer, bool lr_given) {
+              const std::string& report, const std::string& html, bool quiet, const std::string& optimizer, bool lr_given) {
   TrainConfig cfg = base;
+  check_output_path(html, "--html");
+  if (!html.empty()) cfg.timeline = true;
   cfg.optimizer.kind = parse_optimizer(optimizer);
   if (cfg.optimizer.kind != OptimizerKind::kSgd && !lr_given) cfg.optimizer.lr = 1e-3f;  // Adam's usual rate
   if (!budget_text.empty()) cfg.budget = parse_bytes(budget_text, "--budget");
@@ -112,6 +121,15 @@ int cmd_train(const TrainConfig& base, const std::string& budget_text, const std
     write_report(r, report);
     std::printf("report written to %s\n", report.c_str());
   }
+  if (!html.empty()) write_html(r, html);
+  return 0;
+}
+
+int cmd_view(const std::string& input, const std::string& out) {
+  check_output_path(out, "-o");
+  const std::string text = view_html(read_json_file(input), input);
+  write_file_atomically(text, out, "page");
+  std::printf("%s written from %s\n", out.c_str(), input.c_str());
   return 0;
 }
 
@@ -121,7 +139,7 @@ double mib(size_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
 
 struct ReplayArgs {
   ReplayConfig cfg;
-  std::string budget_text, host_budget_text, report;
+  std::string budget_text, host_budget_text, report, html;
   bool quiet = false;
 };
 
@@ -135,6 +153,8 @@ CLI::App* add_replay(CLI::App& app, ReplayArgs& a) {
   c->add_option("--allocator", a.cfg.allocator, "device allocator: " + join(allocator_names()));
   c->add_option("--iters", a.cfg.iters, "iterations to replay (default 3)");
   c->add_option("--report", a.report, "write a JSON report to this file");
+  c->add_option("--html", a.html, "write the last iteration's memory timeline as an HTML page");
+  c->add_flag("--timeline", a.cfg.timeline, "put the last iteration's per-op memory timeline in the report");
   c->add_flag("--quiet", a.quiet, "no per-iteration lines");
   return c;
 }
@@ -143,6 +163,8 @@ int cmd_replay(ReplayArgs a) {
   if (!a.budget_text.empty()) a.cfg.budget = parse_bytes(a.budget_text, "--budget");
   a.cfg.host_budget = parse_host_budget(a.host_budget_text);
   check_output_path(a.report, "--report");
+  check_output_path(a.html, "--html");
+  if (!a.html.empty()) a.cfg.timeline = true;
   std::printf("vtensor replay: %s on %s, policy %s%s\n", a.cfg.trace.c_str(), a.cfg.gpu.c_str(), a.cfg.policy.c_str(),
               host_budget_suffix(a.cfg.host_budget).c_str());
   std::fflush(stdout);
@@ -159,6 +181,7 @@ int cmd_replay(ReplayArgs a) {
     write_report(r, a.report);
     std::printf("report written to %s\n", a.report.c_str());
   }
+  if (!a.html.empty()) write_html(r, a.html);
   return 0;
 }
 
@@ -415,6 +438,8 @@ int main(int argc, char** argv) {
   train->add_option("--trace", cfg.trace_path, "write the access trace (JSON lines) to this file");
   train->add_flag("--deterministic", cfg.deterministic, "cuda: deterministic cuDNN algorithms only (bit-identical reruns)");
   train->add_flag("--timeline", cfg.timeline, "put the last iteration's per-op memory timeline in the report");
+  std::string html;
+  train->add_option("--html", html, "write the last iteration's memory timeline as an HTML page (implies --timeline)");
   train->add_flag("--quiet", quiet, "no per-iteration lines");
 
   ReplayArgs replay_args;
@@ -429,14 +454,18 @@ int main(int argc, char** argv) {
   for (auto* c : {replay, maxbatch, sweep_cmd, costs})
     c->add_option("--gpu-file", gpu_file, "JSON file with more GPUs for --gpu (gpu_specs.h has the fields)");
 
+  std::string view_in, view_out;
+  auto* view = app.add_subcommand("view", "an HTML page from a report with a memory timeline, or from a sweep's JSON");
+  view->add_option("input", view_in, "train / replay --report JSON (with --timeline), or sweep --out JSON")->required();
+  view->add_option("-o,--out", view_out, "the HTML file to write")->required();
   auto* models = app.add_subcommand("models", "list the models");
   auto* policies = app.add_subcommand("policies", "list the memory policies");
 
   if (argc > 1 && argv[1][0] != '-') {
     const std::string cmd = argv[1];
     if (cmd != "train" && cmd != "models" && cmd != "policies" && cmd != "replay" && cmd != "maxbatch" &&
-        cmd != "sweep" && cmd != "costs") {
-      std::fprintf(stderr, "vtensor: unknown command '%s'; accepted: train, replay, maxbatch, sweep, costs, models, policies\n",
+        cmd != "sweep" && cmd != "costs" && cmd != "view") {
+      std::fprintf(stderr, "vtensor: unknown command '%s'; accepted: train, replay, maxbatch, sweep, costs, view, models, policies\n",
                    cmd.c_str());
       return kExitBadInput;
     }
@@ -472,7 +501,8 @@ int main(int argc, char** argv) {
     if (maxbatch->parsed()) return cmd_maxbatch(maxbatch_args);
     if (sweep_cmd->parsed()) return cmd_sweep(sweep_args);
     if (costs->parsed()) return cmd_costs(costs_args);
-    return cmd_train(cfg, budget_text, host_budget_arg, report, quiet, optimizer, lr->count() > 0);
+    if (view->parsed()) return cmd_view(view_in, view_out);
+    return cmd_train(cfg, budget_text, host_budget_arg, report, html, quiet, optimizer, lr->count() > 0);
   } catch (const OutOfMemoryError& e) {
     std::fprintf(stderr, "vtensor: %s\n", e.what());
     return kExitOom;

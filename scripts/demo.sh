@@ -3,7 +3,8 @@
 #   1. resnet-tiny trained on the cpu backend (real data) under none, then under the lossless
 #      policies at 1/2 and 1/4 of none's peak: peak, time against none, MiB moved, ops
 #      recomputed, and whether losses and weights are bit-identical to none's;
-#   2. one of those runs again with its JSON report (capuchin at 1/4);
+#   2. one of those runs again with its JSON report and its memory timeline as an HTML page
+#      (capuchin at 1/4);
 #   3. paper scale on the sim backend: ResNet-50 at batch 256 (21 GiB unmanaged) in a 16 GiB P100.
 # Everything lands in demo-out/. About 30 s on two cores.
 set -euo pipefail
@@ -18,13 +19,14 @@ $vt sweep --backend cpu --model resnet-tiny --iters 20 --budgets 50%,25% \
 
 budget=$(awk -F, '$3 == "capuchin" && $4 == "25%" { print $5 }' "$out/resnet-tiny.csv")
 echo
-echo "== 2. capuchin at 1/4 of the peak ($budget bytes), with its report"
+echo "== 2. capuchin at 1/4 of the peak ($budget bytes), with its report and its memory timeline"
 $vt train --model resnet-tiny --iters 20 --policy capuchin --budget "$budget" --quiet \
-  --report "$out/resnet-tiny.capuchin.report.json" | grep -E '^(done|report)'
+  --report "$out/resnet-tiny.capuchin.report.json" --html "$out/resnet-tiny.capuchin.html" | grep -E '^(done|report|memory)'
 
 echo
 echo "== 3. paper scale (sim, predicted times): ResNet-50 at batch 256 in a 16 GiB P100"
 $vt sweep --model resnet50 --gpu p100-16g --batches 256 --budgets 16GiB \
   --policies capuchin,dtr,lru-recompute --out "$out/resnet50-p100.csv" | tail -n +2
 echo
-echo "CSV and the report are in $out/; every policy and GPU: build/vtensor policies, docs/results.md"
+echo "CSV, the report and the timeline page ($out/resnet-tiny.capuchin.html, open it in a browser) are in $out/;"
+echo "every policy side by side at paper scale: docs/results.md"

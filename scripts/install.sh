@@ -3,6 +3,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pkgs=(build-essential cmake ninja-build python3 libopenblas-dev nlohmann-json3-dev libcli11-dev libgtest-dev libbenchmark-dev)
+# The browser test (tests/e2e/test_view.cpp) opens a timeline page in headless Chromium: large,
+# so only when asked for; without it that test skips and says why.
+[ "${VTENSOR_BROWSER_TESTS:-0}" = 1 ] && pkgs+=(chromium)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -9,6 +9,19 @@
 
 namespace vtensor {
 
+const char* to_string(HeldBy h) {
+  switch (h) {
+    case HeldBy::kParameters: return "parameters";
+    case HeldBy::kGradients: return "gradients";
+    case HeldBy::kOptimizerState: return "optimizer state";
+    case HeldBy::kActivations: return "activations";
+    case HeldBy::kInFlight: return "in flight to / from host";
+    case HeldBy::kWorkspace: return "workspace";
+    case HeldBy::kCount: break;
+  }
+  return "?";
+}
+
 const char* to_string(Residency r) {
   switch (r) {
     case Residency::kUnallocated: return "unallocated";
@@ -93,6 +106,8 @@ void MemoryManager::begin_iteration(int iteration) {
   host_.reset_peak();
   counters_ = {};
   timeline_.clear();
+  timeline_prev_ = {};
+  op_scratch_ = 0;
   tracker_.begin_iteration(iteration, backend_.now_ms());
   for (auto& s : states_)
     if (!s.persistent) s.released = false;
@@ -186,6 +201,7 @@ float* MemoryManager::allocate(TensorId id) {
 
 void* MemoryManager::allocate_scratch(size_t bytes, const char* what) {
   const size_t off = alloc_block(bytes, -1, what);
+  op_scratch_ += bytes;
   return static_cast<char*>(backend_.arena_base()) + off;
 }
 
@@ -545,8 +561,49 @@ void MemoryManager::after_op(int op_index) {
   if (timeline_enabled_) sample_timeline(op_index);
 }
 
+namespace {
+HeldBy held_by(TensorKind k) {
+  switch (k) {
+    case TensorKind::kParam:
+    case TensorKind::kBuffer: return HeldBy::kParameters;
+    case TensorKind::kOptimizerState: return HeldBy::kOptimizerState;
+    case TensorKind::kGradient: return HeldBy::kGradients;
+    case TensorKind::kData:
+    case TensorKind::kActivation: break;
+  }
+  return HeldBy::kActivations;
+}
+}  // namespace
+
 void MemoryManager::sample_timeline(int op_index) {
-  timeline_.push_back({op_index, allocator_->stats().allocated, allocator_->stats().reserved});
+  TimelinePoint p{op_index, allocator_->stats().allocated, allocator_->stats().reserved, {}, {}};
+  auto add = [&](HeldBy h, size_t bytes) { p.held[static_cast<size_t>(h)] += bytes; };
+  for (const auto& t : graph_.tensors()) {
+    if (t.view_of != kNoTensor) continue;  // a view's bytes are its base's
+    const State& s = st(t.id);
+    if (s.residency == Residency::kSwappingOut || s.residency == Residency::kSwappingIn) add(HeldBy::kInFlight, s.bytes);
+    else if (s.residency == Residency::kResident) add(held_by(t.kind), s.bytes);
+  }
+  p.held[static_cast<size_t>(HeldBy::kWorkspace)] = op_scratch_;
+  op_scratch_ = 0;
+  const MemoryCounters& a = counters_;
+  const MemoryCounters& b = timeline_prev_;
+  MemoryCounters& e = p.events;  // by name: a counter added later is zero here until it is listed
+  e.swapped_out_bytes = a.swapped_out_bytes - b.swapped_out_bytes;
+  e.swapped_in_bytes = a.swapped_in_bytes - b.swapped_in_bytes;
+  e.swap_outs = a.swap_outs - b.swap_outs;
+  e.swap_ins = a.swap_ins - b.swap_ins;
+  e.prefetches = a.prefetches - b.prefetches;
+  e.dropped = a.dropped - b.dropped;
+  e.recomputed_ops = a.recomputed_ops - b.recomputed_ops;
+  e.recompute_ms = a.recompute_ms - b.recompute_ms;
+  e.stall_ms = a.stall_ms - b.stall_ms;
+  e.evictions = a.evictions - b.evictions;
+  e.compactions = a.compactions - b.compactions;
+  e.compacted_bytes = a.compacted_bytes - b.compacted_bytes;
+  e.host_skipped_swaps = a.host_skipped_swaps - b.host_skipped_swaps;
+  timeline_prev_ = counters_;
+  timeline_.push_back(p);
 }
 
 // ---------------------------------------------------------------- MemoryView

@@ -23,6 +23,7 @@
 // and recompute act on the base. A view is never a victim on its own; the executor keeps the
 // base alive until the last use of the base and of all its views.
 #pragma once
+#include <array>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -46,9 +47,19 @@ struct MemoryCounters {
   uint64_t host_skipped_swaps = 0;  // swap-outs not taken for lack of host budget (planned or eviction)
 };
 
+// What holds the device bytes of a timeline point (the memory view's stacked categories).
+enum class HeldBy { kParameters, kGradients, kOptimizerState, kActivations, kInFlight, kWorkspace, kCount };
+constexpr size_t kHeldByCount = static_cast<size_t>(HeldBy::kCount);
+const char* to_string(HeldBy h);
+
 struct TimelinePoint {
   int op_index;
   size_t allocated, reserved;
+  // Device bytes after the op: parameters (and buffers), gradients, optimizer state, activations
+  // (and data), tensors in flight to or from host; kWorkspace is the scratch the op allocated
+  // while it ran (freed by now), so allocated + held[kWorkspace] is the op's own peak.
+  std::array<size_t, kHeldByCount> held{};
+  MemoryCounters events;  // what happened since the previous point (swaps, drops, recomputations, stalls)
 };
 
 class MemoryManager final : public MemoryView {
@@ -188,6 +199,8 @@ class MemoryManager final : public MemoryView {
   uint64_t op_seq_ = 0;  // ops completed since construction
   int iteration_ = 0;
   bool timeline_enabled_ = false;
+  size_t op_scratch_ = 0;          // scratch bytes allocated since the last timeline point
+  MemoryCounters timeline_prev_;   // the counters at the last timeline point
   std::vector<TimelinePoint> timeline_;
   std::vector<ConvAlgo> conv_algos_;  // the policy's choice for this iteration
   void calibrate_copies() const;

@@ -49,6 +49,7 @@ TrainResult replay_trace(const ReplayConfig& c, const std::function<void(const I
   cfg.budget = c.budget;
   cfg.host_budget = c.host_budget;
   cfg.iters = c.iters;
+  cfg.timeline = c.timeline;
   Trainer t(cfg);
   return t.run(on_iteration);
 }

@@ -19,6 +19,7 @@ struct ReplayConfig {
   size_t budget = 0;  // 0: the GPU's memory
   size_t host_budget = 0;  // 0: unlimited
   int iters = 3;
+  bool timeline = false;  // the last iteration's per-op memory timeline
 };
 TrainResult replay_trace(const ReplayConfig& c, const std::function<void(const IterationStats&)>& on_iteration = {});
 

@@ -69,6 +69,14 @@ TrainResult Trainer::run(const std::function<void(const IterationStats&)>& on_it
     if (on_iteration) on_iteration(r.iterations.back());
   }
   r.timeline = mm_->timeline();
+  r.timeline_ops = nlohmann::json::array();
+  for (const auto& p : r.timeline) {
+    const Op& op = graph_.op(p.op_index);
+    nlohmann::json ins = nlohmann::json::array(), outs = nlohmann::json::array();
+    for (TensorId t : op.inputs) ins.push_back(graph_.tensor(t).name);
+    for (TensorId t : op.outputs) outs.push_back(graph_.tensor(t).name);
+    r.timeline_ops.push_back({{"name", op.name}, {"kind", to_string(op.kind)}, {"inputs", ins}, {"outputs", outs}});
+  }
   for (const auto& s : r.iterations) r.host_peak = std::max(r.host_peak, s.peak_host);
   r.policy_report = mm_->policy().report();
   r.policy_summary = mm_->policy().summary();
@@ -141,7 +149,19 @@ std::string report_json(const TrainResult& r) {
                      {"evictions", s.counters.evictions}});
   }
   json timeline = json::array();
-  for (const auto& p : r.timeline) timeline.push_back({p.op_index, p.allocated, p.reserved});
+  json timeline_columns = {"op_index", "allocated_bytes", "reserved_bytes"};
+  for (size_t h = 0; h < kHeldByCount; ++h) timeline_columns.push_back(std::string("held: ") + to_string(static_cast<HeldBy>(h)));
+  for (const char* e : {"swap_outs", "swap_ins", "prefetches", "dropped", "recomputed_ops", "stall_ms", "evictions"})
+    timeline_columns.push_back(e);
+  for (const auto& p : r.timeline) {
+    json row = {p.op_index, p.allocated, p.reserved};
+    for (size_t b : p.held) row.push_back(b);
+    const MemoryCounters& e = p.events;
+    for (json v : {json(e.swap_outs), json(e.swap_ins), json(e.prefetches), json(e.dropped), json(e.recomputed_ops),
+                   json(e.stall_ms), json(e.evictions)})
+      row.push_back(v);
+    timeline.push_back(row);
+  }
   json j = {
       {"config",
        {{"model", c.model.name},
@@ -179,8 +199,8 @@ std::string report_json(const TrainResult& r) {
   };
   if (!r.policy_report.is_null()) j["policy_report"] = r.policy_report;
   if (!r.allocator_report.is_null()) j["allocator_report"] = r.allocator_report;
-  if (!r.timeline.empty()) j["memory_timeline"] = {{"columns", {"op_index", "allocated_bytes", "reserved_bytes"}},
-                                                   {"points", timeline}};
+  if (!r.timeline.empty())
+    j["memory_timeline"] = {{"columns", timeline_columns}, {"points", timeline}, {"ops", r.timeline_ops}};
   return j.dump(2);
 }
 

@@ -42,6 +42,7 @@ struct TrainResult {
   size_t num_ops = 0, num_tensors = 0;
   std::vector<IterationStats> iterations;
   std::vector<TimelinePoint> timeline;
+  nlohmann::json timeline_ops;  // per timeline point: the op's name, kind, input and output tensor names
   size_t host_peak = 0;  // host pool bytes held (in use + cached), peak over the iterations
   nlohmann::json policy_report;     // Policy::report(): null when the policy has nothing to say
   std::string policy_summary;       // Policy::summary()

@@ -1,0 +1,322 @@
+#include "vtensor/train/report_html.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+#include <vector>
+
+#include "vtensor/core/errors.h"
+
+namespace vtensor {
+namespace {
+
+using nlohmann::json;
+
+// Chart geometry (SVG user units).
+constexpr double kLeft = 80, kTop = 30, kWidth = 1100, kHeight = 360;
+constexpr double kMarkRow = 12;  // one row of event marks below the chart
+
+std::string esc(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    switch (c) {
+      case '&': o += "&amp;"; break;
+      case '<': o += "&lt;"; break;
+      case '>': o += "&gt;"; break;
+      case '"': o += "&quot;"; break;
+      default: o += c;
+    }
+  }
+  return o;
+}
+
+std::string num(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f", v);
+  return b;
+}
+
+std::string page(const std::string& title, const std::string& body) {
+  return "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>" + esc(title) +
+         "</title>\n<style>\n"
+         "body{font:13px sans-serif;margin:16px;color:#222}h1{font-size:17px;margin:0 0 4px}"
+         ".sub{color:#555;margin-bottom:8px}svg text{font:11px sans-serif;fill:#333}"
+         ".axis{stroke:#888;stroke-width:1}.grid{stroke:#ddd;stroke-width:1}"
+         ".budget{stroke:#c00;stroke-width:1.5;stroke-dasharray:6 3}.reserved{fill:none;stroke:#333;stroke-width:1}"
+         "g.op:hover rect{opacity:.6}.legend span{display:inline-block;margin-right:14px}"
+         ".legend i{display:inline-block;width:11px;height:11px;margin-right:4px;vertical-align:-1px}"
+         "#details{white-space:pre-wrap;font:12px monospace;background:#f6f6f6;padding:6px;min-height:3em}"
+         "\n</style></head><body>\n" +
+         body + "</body></html>\n";
+}
+
+const char* const kHeldColors[] = {"#4e79a7", "#f28e2b", "#9c755f", "#59a14f", "#b07aa1", "#edc948", "#bab0ac"};
+const char* const kPolicyColors[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",
+                                     "#ff9da7", "#9c755f", "#bab0ac", "#17becf", "#7f7f7f", "#bcbd22", "#1f77b4"};
+
+struct Mark {
+  const char* column;  // the timeline column it reads
+  const char* label;
+  const char* color;
+};
+const Mark kMarks[] = {{"swap_outs", "swap-out", "#e15759"},   {"prefetches", "prefetch", "#4e79a7"},
+                       {"dropped", "drop", "#9c755f"},          {"recomputed_ops", "recompute", "#59a14f"},
+                       {"stall_ms", "stall", "#000000"}};
+
+// Ticks at round steps (1, 2, 2.5 or 5 times a power of ten of the unit) up to ymax.
+double nice_step(double ymax, double unit) {
+  const double raw = ymax / 4 / unit, mag = std::pow(10, std::floor(std::log10(raw)));
+  for (double m : {1.0, 2.0, 2.5, 5.0, 10.0})
+    if (m * mag >= raw) return m * mag * unit;
+  return 10 * mag * unit;
+}
+
+std::string y_axis(double ymax, bool bytes) {
+  const double unit = !bytes ? 1.0 : ymax >= 4.0 * (1 << 30) ? double(1 << 30) : ymax >= 4.0 * (1 << 20) ? double(1 << 20) : 1024.0;
+  const double step = nice_step(ymax, unit);
+  std::string s;
+  for (double v = 0; v <= ymax * (1 + 1e-9); v += step) {
+    const double y = kTop + kHeight * (1 - v / ymax);
+    s += "<line class=\"grid\" x1=\"" + num(kLeft) + "\" x2=\"" + num(kLeft + kWidth) + "\" y1=\"" + num(y) +
+         "\" y2=\"" + num(y) + "\"/>";
+    char label[64];
+    if (bytes) std::snprintf(label, sizeof label, "%g %s", v / unit, unit == double(1 << 30) ? "GiB" : unit == double(1 << 20) ? "MiB" : "KiB");
+    else std::snprintf(label, sizeof label, "%.2fx", v);
+    s += "<text x=\"" + num(kLeft - 6) + "\" y=\"" + num(y + 4) + "\" text-anchor=\"end\">" + label + "</text>\n";
+  }
+  s += "<line class=\"axis\" x1=\"" + num(kLeft) + "\" x2=\"" + num(kLeft) + "\" y1=\"" + num(kTop) + "\" y2=\"" +
+       num(kTop + kHeight) + "\"/>";
+  return s;
+}
+
+}  // namespace
+
+std::string timeline_html(const json& report) {
+  if (!report.is_object() || !report.contains("memory_timeline"))
+    throw std::invalid_argument("the report has no memory timeline: run train or replay with --timeline (or --html)");
+  const json& tl = report["memory_timeline"];
+  const json& cols = tl.at("columns");
+  const json& points = tl.at("points");
+  const json& ops = tl.contains("ops") ? tl["ops"] : json::array();
+  if (!points.is_array() || points.empty()) throw std::invalid_argument("the report's memory timeline has no points");
+  std::map<std::string, size_t> at;
+  for (size_t i = 0; i < cols.size(); ++i) at[cols[i].get<std::string>()] = i;
+  for (const char* need : {"op_index", "allocated_bytes", "reserved_bytes"})
+    if (!at.count(need)) throw std::invalid_argument(std::string("the memory timeline has no column '") + need + "'");
+  std::vector<std::pair<std::string, size_t>> held;  // stacked bottom to top
+  for (const auto& [name, i] : at)
+    if (name.rfind("held: ", 0) == 0) held.emplace_back(name.substr(6), i);
+  // Persistent state at the bottom, the op's transient workspace on top.
+  const std::vector<std::string> order = {"parameters", "optimizer state", "gradients", "activations",
+                                          "in flight to / from host", "workspace"};
+  std::sort(held.begin(), held.end(), [&](const auto& a, const auto& b) {
+    auto rank = [&](const std::string& n) { return std::find(order.begin(), order.end(), n) - order.begin(); };
+    return rank(a.first) < rank(b.first);
+  });
+  auto val = [&](const json& p, size_t i) { return p.at(i).get<double>(); };
+  auto col = [&](const json& p, const std::string& name) { return at.count(name) ? val(p, at[name]) : 0.0; };
+
+  const json& cfg = report.value("config", json::object());
+  const double budget = cfg.value("budget_bytes", 0.0);
+  double ymax = budget;
+  for (const auto& p : points) ymax = std::max({ymax, col(p, "reserved_bytes"), col(p, "allocated_bytes") + col(p, "held: workspace")});
+  ymax = ymax > 0 ? ymax * 1.05 : 1;
+  auto y = [&](double b) { return kTop + kHeight * (1 - b / ymax); };
+  const size_t n = points.size();
+  const double bw = kWidth / static_cast<double>(n);
+  const double marks_top = kTop + kHeight + 8;
+  const double svg_h = marks_top + kMarkRow * std::size(kMarks) + 24;
+
+  std::ostringstream svg;
+  svg << "<svg id=\"timeline\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << num(kLeft + kWidth + 20) << "\" height=\""
+      << num(svg_h) << "\" data-top=\"" << num(kTop) << "\" data-height=\"" << num(kHeight) << "\" data-ymax=\""
+      << num(ymax) << "\" data-ops=\"" << n << "\">\n"
+      << y_axis(ymax, true);
+  std::string reserved_line;
+  for (size_t i = 0; i < n; ++i) {
+    const json& p = points[i];
+    const double x = kLeft + bw * static_cast<double>(i);
+    const double alloc = col(p, "allocated_bytes"), resv = col(p, "reserved_bytes");
+    std::string title;
+    if (i < ops.size()) {
+      const json& o = ops[i];
+      title = o.value("name", "") + " (" + o.value("kind", "") + ")\ninputs: ";
+      for (const auto& t : o.value("inputs", json::array())) title += t.get<std::string>() + " ";
+      title += "\noutputs: ";
+      for (const auto& t : o.value("outputs", json::array())) title += t.get<std::string>() + " ";
+    } else {
+      title = "op " + std::to_string(static_cast<long long>(col(p, "op_index")));
+    }
+    title += "\nallocated " + format_bytes(static_cast<size_t>(alloc)) + ", reserved " + format_bytes(static_cast<size_t>(resv));
+    svg << "<g class=\"op\" data-op=\"" << static_cast<long long>(col(p, "op_index")) << "\" data-allocated=\""
+        << static_cast<long long>(alloc) << "\">";
+    double base = 0;
+    for (size_t k = 0; k < held.size(); ++k) {
+      double b = val(p, held[k].second);
+      if (held[k].first == "workspace") {
+        // The residual (alignment, blocks no category names) goes below the workspace so the
+        // stack's top without the workspace is exactly the allocated bytes.
+        const double other = alloc - base;
+        if (other > 0) {
+          svg << "<rect fill=\"" << kHeldColors[6] << "\" x=\"" << num(x) << "\" y=\"" << num(y(base + other))
+              << "\" width=\"" << num(bw) << "\" height=\"" << num(kHeight * other / ymax) << "\"/>";
+          base += other;
+        }
+      }
+      if (b <= 0) continue;
+      title += "\n  " + held[k].first + ": " + format_bytes(static_cast<size_t>(b));
+      svg << "<rect fill=\"" << kHeldColors[k % 6] << "\" x=\"" << num(x) << "\" y=\"" << num(y(base + b)) << "\" width=\""
+          << num(bw) << "\" height=\"" << num(kHeight * b / ymax) << "\"/>";
+      base += b;
+    }
+    for (const Mark& m : kMarks)
+      if (col(p, m.column) > 0) title += std::string("\n") + m.label + ": " + num(col(p, m.column));
+    svg << "<title>" << esc(title) << "</title></g>\n";
+    reserved_line += num(x) + "," + num(y(resv)) + " " + num(x + bw) + "," + num(y(resv)) + " ";
+    for (size_t r = 0; r < std::size(kMarks); ++r)
+      if (col(p, kMarks[r].column) > 0)
+        svg << "<rect class=\"mark\" data-mark=\"" << kMarks[r].label << "\" fill=\"" << kMarks[r].color << "\" x=\""
+            << num(x) << "\" y=\"" << num(marks_top + kMarkRow * static_cast<double>(r)) << "\" width=\""
+            << num(std::max(bw, 2.0)) << "\" height=\"" << num(kMarkRow - 3) << "\"/>";
+  }
+  svg << "<polyline class=\"reserved\" points=\"" << reserved_line << "\"/>\n";
+  if (budget > 0)
+    svg << "<line id=\"budget\" class=\"budget\" data-bytes=\"" << static_cast<long long>(budget) << "\" x1=\"" << num(kLeft)
+        << "\" x2=\"" << num(kLeft + kWidth) << "\" y1=\"" << num(y(budget)) << "\" y2=\"" << num(y(budget))
+        << "\"/><text x=\"" << num(kLeft + kWidth) << "\" y=\"" << num(y(budget) - 4) << "\" text-anchor=\"end\">budget "
+        << format_bytes(static_cast<size_t>(budget)) << "</text>\n";
+  for (size_t r = 0; r < std::size(kMarks); ++r)
+    svg << "<text x=\"" << num(kLeft - 6) << "\" y=\"" << num(marks_top + kMarkRow * static_cast<double>(r) + 9)
+        << "\" text-anchor=\"end\">" << kMarks[r].label << "</text>";  // baseline in the row
+  svg << "<text x=\"" << num(kLeft + kWidth / 2) << "\" y=\"" << num(svg_h - 4)
+      << "\" text-anchor=\"middle\">ops of the last iteration, in order</text></svg>\n";
+
+  std::string legend = "<div class=\"legend\">";
+  for (size_t k = 0; k < held.size(); ++k)
+    legend += "<span><i style=\"background:" + std::string(kHeldColors[k % 6]) + "\"></i>" + esc(held[k].first) + "</span>";
+  legend += "<span><i style=\"background:" + std::string(kHeldColors[6]) + "\"></i>other (alignment)</span>"
+            "<span><i style=\"border-top:1px solid #333;height:0\"></i>reserved</span>"
+            "<span><i style=\"border-top:2px dashed #c00;height:0\"></i>budget</span></div>\n";
+  const json& sum = report.value("summary", json::object());
+  const std::string title = cfg.value("model", std::string("?")) + " under " + cfg.value("policy", std::string("?"));
+  std::string sub = "backend " + cfg.value("backend", std::string("?"));
+  if (cfg.contains("gpu") && cfg["gpu"].is_string()) sub += " (" + cfg["gpu"].get<std::string>() + ")";
+  sub += ", batch " + std::to_string(cfg.value("batch", 0)) + ", budget " + format_bytes(static_cast<size_t>(budget)) +
+         "; peak allocated " + format_bytes(sum.value("peak_allocated_bytes", size_t{0})) + ", peak reserved " +
+         format_bytes(sum.value("peak_reserved_bytes", size_t{0})) + "; memory after each op of the last iteration, "
+         "stacked by what holds it; the workspace is the op's own scratch, freed after it";
+  const std::string js =
+      "<script>\nconst d=document.getElementById('details');\n"
+      "for(const g of document.querySelectorAll('g.op')){g.addEventListener('mouseenter',()=>{"
+      "d.textContent=g.querySelector('title').textContent;});}\n</script>\n";
+  return page(title, "<h1>" + esc(title) + "</h1><div class=\"sub\">" + esc(sub) + "</div>" + legend + svg.str() +
+                         "<div id=\"details\">hover an op</div>\n" + js);
+}
+
+std::string sweep_html(const json& rows) {
+  if (!rows.is_array() || rows.empty()) throw std::invalid_argument("the sweep has no rows");
+  // One chart per (model, batch): overhead against the budget as a fraction of the unmanaged peak.
+  std::map<std::pair<std::string, int>, std::vector<const json*>> groups;
+  for (const auto& r : rows) {
+    if (!r.is_object() || !r.contains("policy") || !r.contains("budget_bytes"))
+      throw std::invalid_argument("a sweep row lacks 'policy' or 'budget_bytes'");
+    groups[{r.value("model", std::string("?")), r.value("batch", 0)}].push_back(&r);
+  }
+  std::string body = "<h1>Overhead against budget, per policy</h1><div class=\"sub\">time per iteration against the "
+                     "unmanaged run (none, no budget); x: the budget as a fraction of the unmanaged peak; "
+                     "&times;: out of memory</div>\n";
+  for (const auto& [key, rs] : groups) {
+    std::vector<std::string> policies;
+    double xmax = 0, ymax = 1;
+    for (const json* r : rs) {
+      const std::string p = (*r)["policy"];
+      if (std::find(policies.begin(), policies.end(), p) == policies.end()) policies.push_back(p);
+      const double peak = r->value("unmanaged_peak_bytes", 0.0);
+      if (peak > 0) xmax = std::max(xmax, r->value("budget_bytes", 0.0) / peak);
+      if (r->value("status", std::string()) == "ok") ymax = std::max(ymax, r->value("overhead", 0.0));
+    }
+    xmax = xmax > 0 ? xmax * 1.05 : 1;
+    ymax *= 1.1;
+    auto xs = [&](double f) { return kLeft + kWidth * f / xmax; };
+    auto ys = [&](double o) { return kTop + kHeight * (1 - o / ymax); };
+    std::ostringstream svg;
+    svg << "<h2>" << esc(key.first) << ", batch " << key.second << "</h2>\n<svg class=\"sweep\" xmlns=\"http://www.w3.org/2000/svg\" width=\""
+        << num(kLeft + kWidth + 20) << "\" height=\"" << num(kTop + kHeight + 40) << "\">" << y_axis(ymax, false);
+    for (int i = 0; i <= 4; ++i) {
+      const double f = xmax * i / 4;
+      svg << "<text x=\"" << num(xs(f)) << "\" y=\"" << num(kTop + kHeight + 16) << "\" text-anchor=\"middle\">"
+          << num(100 * f) << "%</text>";
+    }
+    std::string legend = "<div class=\"legend\">";
+    for (size_t k = 0; k < policies.size(); ++k) {
+      const char* color = kPolicyColors[k % std::size(kPolicyColors)];
+      std::vector<std::pair<double, const json*>> pts;
+      for (const json* r : rs)
+        if ((*r)["policy"] == policies[k] && r->value("unmanaged_peak_bytes", 0.0) > 0)
+          pts.emplace_back(r->value("budget_bytes", 0.0) / r->value("unmanaged_peak_bytes", 1.0), r);
+      std::sort(pts.begin(), pts.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+      std::string line;
+      for (const auto& [f, r] : pts) {
+        const std::string label = esc(policies[k] + " at " + r->value("budget", std::string()));
+        if (r->value("status", std::string()) == "ok") {
+          line += num(xs(f)) + "," + num(ys(r->value("overhead", 0.0))) + " ";
+          svg << "<circle fill=\"" << color << "\" cx=\"" << num(xs(f)) << "\" cy=\"" << num(ys(r->value("overhead", 0.0)))
+              << "\" r=\"3\"><title>" << label << ": " << num(r->value("overhead", 0.0)) << "x</title></circle>";
+        } else {
+          svg << "<text class=\"oom\" fill=\"" << color << "\" x=\"" << num(xs(f)) << "\" y=\"" << num(kTop + 10)
+              << "\" text-anchor=\"middle\">&#215;<title>" << label << ": out of memory</title></text>";
+        }
+      }
+      svg << "<polyline class=\"policy\" data-policy=\"" << esc(policies[k]) << "\" fill=\"none\" stroke=\"" << color
+          << "\" stroke-width=\"1.5\" points=\"" << line << "\"/>\n";
+      legend += "<span><i style=\"background:" + std::string(color) + "\"></i>" + esc(policies[k]) + "</span>";
+    }
+    svg << "</svg>\n";
+    body += legend + "</div>" + svg.str();
+  }
+  return page("vtensor sweep", body);
+}
+
+std::string view_html(const json& doc, const std::string& source) {
+  if (doc.is_object() && doc.contains("memory_timeline")) return timeline_html(doc);
+  if (doc.is_object() && doc.contains("config") && doc.contains("iterations"))
+    throw std::invalid_argument("'" + source + "' is a report without a memory timeline: rerun train or replay with "
+                                "--timeline (or --html)");
+  if (doc.is_array() && !doc.empty() && doc[0].is_object() && doc[0].contains("policy") && doc[0].contains("budget_bytes"))
+    return sweep_html(doc);
+  throw std::invalid_argument("'" + source + "' is neither a report with a memory timeline nor a sweep; accepted: the "
+                              "JSON of train / replay --report with --timeline, or of sweep --out X.json");
+}
+
+json read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument("cannot read '" + path + "' (is it there?)");
+  try {
+    return json::parse(in);
+  } catch (const json::parse_error& e) {
+    throw std::invalid_argument("'" + path + "' is not JSON: " + e.what());
+  }
+}
+
+void write_file_atomically(const std::string& text, const std::string& path, const std::string& what) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    if (!out) throw std::invalid_argument("cannot write " + what + " '" + path + "' (is the directory there and writable?)");
+    out << text;
+    if (!out) {
+      std::remove(tmp.c_str());
+      throw std::runtime_error("error writing " + what + " '" + path + "'");
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw std::runtime_error("cannot move " + what + " into '" + path + "'");
+  }
+}
+
+}  // namespace vtensor
