@@ -3,6 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pkgs=(build-essential cmake ninja-build libopenblas-dev nlohmann-json3-dev libcli11-dev libgtest-dev libbenchmark-dev)
+pkgs+=(python3-dev pybind11-dev python3-torch python3-pytest)  # the Python package (python/) and its tests
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -24,7 +24,10 @@ TensorId add(Graph& g, const std::string& name, size_t bytes, TensorKind kind) {
   return g.add_tensor(t);
 }
 
-UnitGraph build(const std::vector<ModuleUnit>& units) {
+// The chain as a graph for one choice: a chosen module's backward also reads its inputs (the
+// checkpoint saves them), and a module output has bytes only where something saves it (the
+// figure is saved bytes, so an output only passed on to the next module counts nothing).
+UnitGraph build(const std::vector<ModuleUnit>& units, const std::vector<int>& chosen) {
   UnitGraph u;
   Graph& g = u.g;
   const int n = static_cast<int>(units.size());
@@ -38,7 +41,14 @@ UnitGraph build(const std::vector<ModuleUnit>& units) {
     const ModuleUnit& m = units[static_cast<size_t>(i)];
     g.add_layer(m.name, LayerKind::kOther);
     u.saved.push_back(add(g, m.name + ".saved", m.saved_bytes, TensorKind::kActivation));
-    u.out.push_back(add(g, m.name + ".out", m.out_bytes, TensorKind::kActivation));
+    bool kept = false;
+    for (int k = 0; k < n; ++k) {
+      const ModuleUnit& o = units[static_cast<size_t>(k)];
+      kept |= std::find(o.saves.begin(), o.saves.end(), i) != o.saves.end();
+      kept |= std::find(chosen.begin(), chosen.end(), k) != chosen.end() &&
+              std::find(o.inputs.begin(), o.inputs.end(), i) != o.inputs.end();
+    }
+    u.out.push_back(add(g, m.name + ".out", kept ? m.out_bytes : 0, TensorKind::kActivation));
     Op f;
     f.kind = OpKind::kReplay;
     f.name = m.name;
@@ -62,6 +72,9 @@ UnitGraph build(const std::vector<ModuleUnit>& units) {
     b.inputs.push_back(u.saved[static_cast<size_t>(i)]);
     for (int j : m.saves)
       if (j >= 0 && j <= i) b.inputs.push_back(u.out[static_cast<size_t>(j)]);
+    if (std::find(chosen.begin(), chosen.end(), i) != chosen.end())
+      for (int j : m.inputs)
+        if (j >= 0) b.inputs.push_back(u.out[static_cast<size_t>(j)]);
     if (grad != kNoTensor) b.inputs.push_back(grad);
     grad = add(g, m.name + ".grad", 0, TensorKind::kGradient);
     b.outputs = {grad};
@@ -99,18 +112,17 @@ Plan checkpoint_plan(const UnitGraph& u, const std::vector<ModuleUnit>& units, c
 }  // namespace
 
 size_t predict_checkpoint_peak(const std::vector<ModuleUnit>& units, const std::vector<int>& chosen) {
-  const UnitGraph u = build(units);
+  const UnitGraph u = build(units, chosen);
   return predict_drop_plan_peak(u.g, checkpoint_plan(u, units, chosen));
 }
 
 CheckpointChoice choose_checkpoints(const std::vector<ModuleUnit>& units, size_t budget) {
-  const UnitGraph u = build(units);
   const int n = static_cast<int>(units.size());
   CheckpointChoice out;
   auto peak_of = [&](std::vector<int> c) {
     std::sort(c.begin(), c.end());
     ++out.evaluated;
-    return predict_drop_plan_peak(u.g, checkpoint_plan(u, units, c));
+    return predict_checkpoint_peak(units, c);
   };
   auto cost_of = [&](const std::vector<int>& c) {
     double s = 0;

@@ -25,7 +25,7 @@ namespace vtensor::pyb {
 struct ModuleUnit {
   std::string name;
   size_t saved_bytes = 0;          // saved for backward, apart from its inputs and output
-  size_t out_bytes = 0;
+  size_t out_bytes = 0;            // its output's bytes (views of its input: 0)
   std::vector<int> inputs;         // units whose outputs it reads (-1: from outside the chain)
   std::vector<int> saves;          // units whose outputs it saves for backward (its own: its index)
   double cost_ns = 0;              // measured forward time: the recomputation's cost

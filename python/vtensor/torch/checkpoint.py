@@ -115,7 +115,7 @@ def measure_modules(model, example, loss_fn=None, modules=None):
     units = [dict(name=n, saved=0, out=0, inputs=set(), saves=set(), cost_ns=0.0, pending={}, in_ptrs=set()) for n, _ in cands]
     stack, producer, t_start = [], {}, {}
     rec = _Recorder()
-    saved_outputs = set()  # modules whose output autograd saves (only those bytes count)
+    saved_outputs = set()  # modules whose output autograd saves
     outside = [0]
 
     def pre(i, mod, args):
@@ -187,9 +187,6 @@ def measure_modules(model, example, loss_fn=None, modules=None):
             h.remove()
     for p in model.parameters():
         p.grad = None
-    for i, u in enumerate(units):
-        if i not in saved_outputs:
-            u["out"] = 0  # not saved: not part of the saved bytes the budget is on
     return cands, units, rec.peak, outside[0]
 
 

@@ -90,7 +90,7 @@ class _ArenaStore:
     """CPU torch: the device is an arena of `budget` bytes, sub-allocated by vtensor's caching allocator."""
 
     def __init__(self, budget):
-        self.arena = _vtensor.Arena(budget, "caching")
+        self.arena = _vtensor.Arena(max(budget // 256 * 256, 256), "caching")  # blocks are 256-aligned: stay within
         self._mem = torch.empty(self.arena.capacity + 256, dtype=torch.uint8)
         self._base = (-self._mem.data_ptr()) % 256  # blocks 256-byte aligned in host memory too
 
@@ -425,7 +425,9 @@ class Offload:
             op_ns = [float(times[k + 1] - times[k]) for k in range(n - 1)] + [0.0] if n else []
             accesses = [(eid, k, kind == "w", times[k]) for k, (kind, eid, _, _) in enumerate(ev)]
             small = set(i for i, b in enumerate(nbytes) if b < self.min_bytes)
-            r = _vtensor.capuchin_swap_plan(nbytes, accesses, op_ns, self.swap_ns_per_byte, self.budget)
+            # Block sizes as the arena allocates them (256-byte aligned), so a plan that fits fits the arena.
+            blocks = [(b + 255) // 256 * 256 for b in nbytes]
+            r = _vtensor.capuchin_swap_plan(blocks, accesses, op_ns, self.swap_ns_per_byte, self.budget // 256 * 256)
             for kind, eid, op, _free_after in r["actions"]:
                 if eid in small:
                     continue
