@@ -12,7 +12,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python", "test
 import torch  # noqa: E402
 
 import vtensor.torch as vt  # noqa: E402
-from models import cnn_batch, gpt_batch, loss_of, small_cnn, small_gpt, train_step  # noqa: E402
+from models import cnn_batch, gpt_batch, small_cnn, small_gpt, train_step  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--frac", type=float, default=0.5)

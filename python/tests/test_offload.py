@@ -1,7 +1,6 @@
 """offload(): bit-identical losses and gradients with and without the hooks, the plan learned on the
 measured step used by the next ones, and the bytes saved activations hold on the device, measured."""
 import pytest
-import torch
 
 import vtensor.torch as vt
 from models import assert_identical, cnn_batch, gpt_batch, small_cnn, small_gpt, train_step

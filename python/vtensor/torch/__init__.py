@@ -14,3 +14,7 @@ from vtensor.torch.allocator import (  # noqa: F401
 from vtensor.torch.checkpoint import auto_checkpoint, measure_modules  # noqa: F401
 from vtensor.torch.offload import POLICIES, Offload, offload  # noqa: F401
 from vtensor.torch._util import parse_budget  # noqa: F401
+
+__all__ = ["ALLOCATORS", "HostDevice", "OutOfMemoryError", "Offload", "POLICIES", "auto_checkpoint", "last_oom",
+           "max_memory_allocated", "measure_modules", "memory_allocated", "offload", "parse_budget",
+           "reset_peak_memory_stats", "stats", "step", "use_allocator"]

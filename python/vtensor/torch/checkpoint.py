@@ -55,7 +55,7 @@ def _candidates(model, modules):
     for name, m in model.named_modules():
         if name in inside or any(name.startswith(p + ".") for p in inside):
             continue
-        if isinstance(m, (nn.Sequential, nn.ModuleList)) and m is not model or (m is model and isinstance(m, nn.Sequential)):
+        if isinstance(m, (nn.Sequential, nn.ModuleList)):
             for cn, c in m.named_children():
                 full = f"{name}.{cn}" if name else cn
                 out.append((full, c))
