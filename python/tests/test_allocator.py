@@ -26,6 +26,7 @@ def test_tensors_live_in_the_arena_and_stats_follow(dev):
     torch.matmul(a, a, out=b)
     assert torch.equal(b, a @ a)  # the arena's bytes are ordinary tensor memory
     assert vt.max_memory_allocated() == 512 * 1024
+    assert vt.stats()["allocated_bytes.all.peak"] == 512 * 1024 == vt.stats()["reserved_bytes.all.current"]
     del a
     gc.collect()
     assert vt.memory_allocated() == 256 * 1024

@@ -64,11 +64,15 @@ def _require():
 def stats():
     """PyTorch-named figures of the arena: allocated_bytes, reserved_bytes, peak_allocated_bytes,
     peak_reserved_bytes, num_ooms, fragmentation (1 - largest free block / free bytes),
-    largest_free_block_bytes, capacity_bytes, num_allocs, num_frees, allocator, and `plan` (the
-    allocator's report: for `planned`, planned and fallback requests)."""
+    largest_free_block_bytes, capacity_bytes, num_allocs, num_frees, allocator, `plan` (the
+    allocator's report: for `planned`, planned and fallback requests), and torch.cuda.memory_stats()'s
+    "allocated_bytes.all.current" / ".all.peak" (and reserved_bytes') for the same figures."""
     _require()
     s = _vtensor.pluggable_stats()
     s["allocator"] = _vtensor.pluggable_name()
+    # torch.cuda.memory_stats()'s keys for the same figures (one pool: "all").
+    for k in ("allocated_bytes", "reserved_bytes"):
+        s[f"{k}.all.current"], s[f"{k}.all.peak"] = s[k], s[f"peak_{k}"]
     import json
     s["plan"] = json.loads(_vtensor.pluggable_report())
     return s
