@@ -1,0 +1,104 @@
+"""offload(): bit-identical losses and gradients with and without the hooks, the plan learned on the
+measured step used by the next ones, and the bytes saved activations hold on the device, measured."""
+import pytest
+
+import vtensor.torch as vt
+from models import assert_identical, cnn_batch, gpt_batch, small_cnn, small_gpt, train_step
+
+MODELS = {"cnn": (small_cnn, cnn_batch), "gpt": (small_gpt, gpt_batch)}
+
+
+def unmanaged_saved_peak(model, x, y):
+    """Peak of live saved-activation bytes of a step without offload (a large budget: nothing moves)."""
+    off = vt.offload(policy="swap", budget="1GiB")
+    with off:
+        train_step(model, x, y)
+    s = off.stats()
+    assert s["swapped_out_bytes"] == 0 and s["peak_device_bytes"] >= s["peak_saved_bytes"]
+    return s["peak_saved_bytes"]
+
+
+@pytest.mark.parametrize("policy", ["capuchin", "swap"])
+@pytest.mark.parametrize("name", ["cnn", "gpt"])
+def test_identical_math_plan_used_and_memory_lowered(name, policy):
+    make, batch = MODELS[name]
+    model = make()
+    x, y = batch()
+    ref = train_step(model, x, y)
+    peak = unmanaged_saved_peak(model, x, y)
+    budget = peak // 2
+    off = vt.offload(policy=policy, budget=budget)
+    for step in range(3):
+        with off:
+            got = train_step(model, x, y)
+        assert_identical(ref, got)  # every step, measured and guided
+        s = off.stats()
+        assert s["peak_saved_bytes"] == peak  # the same tensors were saved...
+        assert s["peak_device_bytes"] <= budget < peak  # ...but the device held at most the budget
+        assert s["swapped_out_bytes"] > 0 and s["swapped_in_bytes"] == s["swapped_out_bytes"]
+        if step == 0:
+            assert s["mode"] == "measured" and s["planned_swap_outs"] == 0 and s["passive_evictions"] > 0
+            assert s["plan"]["actions"] > 0
+        else:
+            # The plan from step 1 drives the step: its swap-outs and prefetches, no passive eviction.
+            assert s["mode"] == "guided" and not s["sequence_changed"]
+            assert s["planned_swap_outs"] > 0 and s["prefetches"] > 0 and s["passive_evictions"] == 0
+            assert s["late"] < off.history[0]["late"]
+    assert len(off.history) == 3
+
+
+def test_capuchin_swaps_only_what_the_plan_chose():
+    model = small_cnn()
+    x, y = cnn_batch()
+    peak = unmanaged_saved_peak(model, x, y)
+    # A budget just under the peak: Capuchin moves a few tensors, vDNN's swap moves every one.
+    moved = {}
+    for policy in ("capuchin", "swap"):
+        off = vt.offload(policy=policy, budget=int(peak * 0.9))
+        for _ in range(2):
+            with off:
+                train_step(model, x, y)
+        moved[policy] = off.stats()["swapped_out_bytes"]
+        assert off.stats()["peak_device_bytes"] <= int(peak * 0.9)
+    assert 0 < moved["capuchin"] < moved["swap"] == off.stats()["saved_bytes"]
+
+
+def test_changed_step_measures_again():
+    model = small_cnn()
+    x, y = cnn_batch()
+    off = vt.offload(policy="capuchin", budget="256KiB")
+    with off:
+        train_step(model, x, y)
+    with off:
+        train_step(model, x[:4], y[:4])  # other shapes: the plan does not apply
+    assert off.stats()["sequence_changed"] and "plan" in off.stats()
+    ref = train_step(model, x[:4], y[:4])
+    with off:
+        got = train_step(model, x[:4], y[:4])
+    assert_identical(ref, got)
+    assert off.stats()["mode"] == "guided" and not off.stats()["sequence_changed"]
+
+
+def test_budget_too_small_is_an_oom_with_the_arena_figures():
+    model = small_cnn()
+    x, y = cnn_batch()
+    off = vt.offload(policy="capuchin", budget="64KiB")  # one saved feature map is 128 KiB
+    # Raised in the pack hook; torch hands it on as a RuntimeError carrying the message.
+    with pytest.raises((vt.OutOfMemoryError, RuntimeError), match=r"requested 128.00 KiB .* of a 64.00 KiB budget .*largest free block"):
+        with off:
+            train_step(model, x, y)
+
+
+def test_bad_arguments_name_what_is_accepted():
+    with pytest.raises(ValueError, match="accepted: 'capuchin', 'swap'"):
+        vt.offload(policy="lru", budget="1GiB")
+    with pytest.raises(ValueError, match="issue 12.*accepted: 'capuchin', 'swap'"):
+        vt.offload(policy="compress", budget="1GiB")
+    with pytest.raises(ValueError, match="budget is required"):
+        vt.offload(policy="swap")
+    with pytest.raises(ValueError, match="accepted: a number with an optional unit"):
+        vt.offload(policy="swap", budget="12 parsecs")
+    with pytest.raises(ValueError, match="min_bytes"):
+        vt.offload(policy="swap", budget="1GiB", min_bytes=-1)
+    with pytest.raises(ValueError, match="device"):
+        vt.offload(policy="swap", budget="1GiB", device="tpu")
