@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sys/wait.h>
 
 #include "tests/support/cli.h"
@@ -78,6 +79,23 @@ TEST(Cli, OutOfMemoryIsAClearErrorAndWritesNoReport) {
   EXPECT_NE(r.output.find("budget"), std::string::npos) << r.output;
   EXPECT_FALSE(std::filesystem::exists(report));
   EXPECT_FALSE(std::filesystem::exists(report + ".tmp"));
+}
+
+// The OOM message names the free bytes, the largest free block and the fragmentation they imply.
+TEST(Cli, OutOfMemoryNamesTheFragmentation) {
+  Result r = run("train --model vgg-tiny --policy lru --budget 600KiB --iters 2 --quiet");
+  ASSERT_EQ(r.code, 3) << r.output;
+  std::smatch m;
+  const std::regex clause(R"(free ([0-9.]+) (B|KiB|MiB|GiB), largest free block ([0-9.]+) (B|KiB|MiB|GiB) \(fragmentation ([0-9]+)%\))");
+  ASSERT_TRUE(std::regex_search(r.output, m, clause)) << r.output;
+  auto bytes = [](const std::string& v, const std::string& unit) {
+    const double scale = unit == "GiB" ? 1 << 30 : unit == "MiB" ? 1 << 20 : unit == "KiB" ? 1 << 10 : 1;
+    return std::stod(v) * scale;
+  };
+  const double free = bytes(m[1], m[2]), largest = bytes(m[3], m[4]);
+  ASSERT_GT(free, 0);
+  EXPECT_LE(largest, free);
+  EXPECT_NEAR(std::stoi(m[5]), 100 * (1 - largest / free), 1.0) << r.output;
 }
 
 TEST(Cli, CudaWithoutCudaSaysWhy) {

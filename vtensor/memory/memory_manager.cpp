@@ -1,6 +1,7 @@
 #include "vtensor/memory/memory_manager.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <stdexcept>
@@ -181,8 +182,9 @@ std::string MemoryManager::usage_summary() const {
   const auto& a = allocator_->stats();
   return "in use: " + format_bytes(locked) + " by the running op, " + format_bytes(persistent) +
          " parameters and optimizer state, " + format_bytes(other) + " other tensors, " +
-         format_bytes(a.allocated > tensors ? a.allocated - tensors : 0) + " scratch and rounding; largest free block " +
-         format_bytes(a.largest_free_block);
+         format_bytes(a.allocated > tensors ? a.allocated - tensors : 0) + " scratch and rounding; free " +
+         format_bytes(a.free_bytes) + ", largest free block " + format_bytes(a.largest_free_block) + " (fragmentation " +
+         std::to_string(static_cast<int>(std::lround(100 * a.fragmentation()))) + "%)";
 }
 
 float* MemoryManager::allocate(TensorId id) {
