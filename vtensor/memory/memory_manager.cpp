@@ -563,6 +563,23 @@ void MemoryManager::after_op(int op_index) {
   if (timeline_enabled_) sample_timeline(op_index);
 }
 
+MemoryCounters& MemoryCounters::operator-=(const MemoryCounters& b) {
+  swapped_out_bytes -= b.swapped_out_bytes;
+  swapped_in_bytes -= b.swapped_in_bytes;
+  swap_outs -= b.swap_outs;
+  swap_ins -= b.swap_ins;
+  prefetches -= b.prefetches;
+  dropped -= b.dropped;
+  recomputed_ops -= b.recomputed_ops;
+  recompute_ms -= b.recompute_ms;
+  stall_ms -= b.stall_ms;
+  evictions -= b.evictions;
+  compactions -= b.compactions;
+  compacted_bytes -= b.compacted_bytes;
+  host_skipped_swaps -= b.host_skipped_swaps;
+  return *this;
+}
+
 namespace {
 HeldBy held_by(TensorKind k) {
   switch (k) {
@@ -588,22 +605,8 @@ void MemoryManager::sample_timeline(int op_index) {
   }
   p.held[static_cast<size_t>(HeldBy::kWorkspace)] = op_scratch_;
   op_scratch_ = 0;
-  const MemoryCounters& a = counters_;
-  const MemoryCounters& b = timeline_prev_;
-  MemoryCounters& e = p.events;  // by name: a counter added later is zero here until it is listed
-  e.swapped_out_bytes = a.swapped_out_bytes - b.swapped_out_bytes;
-  e.swapped_in_bytes = a.swapped_in_bytes - b.swapped_in_bytes;
-  e.swap_outs = a.swap_outs - b.swap_outs;
-  e.swap_ins = a.swap_ins - b.swap_ins;
-  e.prefetches = a.prefetches - b.prefetches;
-  e.dropped = a.dropped - b.dropped;
-  e.recomputed_ops = a.recomputed_ops - b.recomputed_ops;
-  e.recompute_ms = a.recompute_ms - b.recompute_ms;
-  e.stall_ms = a.stall_ms - b.stall_ms;
-  e.evictions = a.evictions - b.evictions;
-  e.compactions = a.compactions - b.compactions;
-  e.compacted_bytes = a.compacted_bytes - b.compacted_bytes;
-  e.host_skipped_swaps = a.host_skipped_swaps - b.host_skipped_swaps;
+  p.events = counters_;
+  p.events -= timeline_prev_;
   timeline_prev_ = counters_;
   timeline_.push_back(p);
 }

@@ -45,6 +45,8 @@ struct MemoryCounters {
   uint64_t evictions = 0;                 // victims taken by the OOM ladder
   uint64_t compactions = 0, compacted_bytes = 0;  // defragmentation moves
   uint64_t host_skipped_swaps = 0;  // swap-outs not taken for lack of host budget (planned or eviction)
+  // Field by field (the timeline's events between two points): a counter added above goes here too.
+  MemoryCounters& operator-=(const MemoryCounters& b);
 };
 
 // What holds the device bytes of a timeline point (the memory view's stacked categories).
