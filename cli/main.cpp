@@ -13,6 +13,7 @@
 #include "vtensor/memory/planners.h"
 #include "vtensor/models/models.h"
 #include "vtensor/policy/policy.h"
+#include "vtensor/policy/um.h"
 #include "vtensor/train/experiments.h"
 #include "vtensor/train/trainer.h"
 
@@ -41,7 +42,7 @@ void check_checkpoint_segments(const TrainConfig& cfg) {
 // --um-page-size / --um-lookahead (policies um, um-prefetch).
 struct UmArgs {
   std::string page_text;
-  int lookahead = 0;
+  int lookahead = -1;  // not given
 };
 
 void add_um_options(CLI::App* c, UmArgs& u) {
@@ -53,14 +54,17 @@ void add_um_options(CLI::App* c, UmArgs& u) {
 void apply_um_options(TrainConfig& cfg, const UmArgs& u, const std::string& policy) {
   if (!u.page_text.empty()) cfg.um_page_bytes = parse_bytes(u.page_text, "--um-page-size");
   if (!u.page_text.empty() && cfg.um_page_bytes == 0) check_page_bytes(0);
-  cfg.um_lookahead = u.lookahead;
-  if (u.lookahead != 0 || !u.page_text.empty()) {
+  if (u.lookahead != -1) {
+    check_um_lookahead(u.lookahead);
+    cfg.um_lookahead = u.lookahead;
+  }
+  if (u.lookahead != -1 || !u.page_text.empty()) {
     auto p = make_policy(policy.empty() ? "um-prefetch" : policy);
     configure_um_policy(*p, cfg);  // range checks
   }
   if (!policy.empty() && !u.page_text.empty() && policy != "um" && policy != "um-prefetch")
     throw std::invalid_argument("--um-page-size applies to --policy um or um-prefetch only, got --policy " + policy);
-  if (!policy.empty() && u.lookahead != 0 && policy != "um-prefetch")
+  if (!policy.empty() && u.lookahead != -1 && policy != "um-prefetch")
     throw std::invalid_argument("--um-lookahead applies to --policy um-prefetch only, got --policy " + policy);
 }
 
