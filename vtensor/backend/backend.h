@@ -99,6 +99,9 @@ class Backend {
   virtual void um_fault_batch(size_t pages) {}
   // Reads `bytes` at `offset` of an unmapped page's host frame (reading results).
   virtual void um_read_host(void* dst, size_t page, size_t offset, size_t bytes);
+  // Does a page migrated in keep a valid host copy until written (the page state `both`)?
+  // cuda: no, the driver moves pages, so evicting a clean page still copies it.
+  virtual bool um_keeps_host_copy() const { return true; }
 };
 
 // Backends by name: "cpu", "cuda", "sim". Unknown names throw std::invalid_argument with the accepted list.

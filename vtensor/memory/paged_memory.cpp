@@ -114,7 +114,7 @@ void PagedMemory::migrate_in(PageId p, Stream s, size_t requested) {
   if (copy && pg.live == 0 && policy_.invalidate_freed()) ++counters_.invalid_migrations;
   backend_.um_migrate_in(s, p, static_cast<size_t>(*f), copy);
   pg.frame = *f;
-  pg.state = copy ? PageState::kBoth : PageState::kDevice;
+  pg.state = copy && backend_.um_keeps_host_copy() ? PageState::kBoth : PageState::kDevice;
   pg.event = s == Stream::kCompute ? nullptr : backend_.record(s);
   ++device_pages_;
   touch(p);
