@@ -47,7 +47,8 @@ void check_model(const std::string& model, OptimizerKind opt, size_t percent = 5
     for (const auto& s : run.iters) {
       ASSERT_TRUE(s.paged);
       EXPECT_LE(s.paging.peak_device_bytes, budget);  // checked at every fault, this is its maximum
-      EXPECT_GT(s.paging.faults, 0u);
+      // um faults every iteration; um-prefetch in the first, while its table is learnt.
+      if (policy == "um" || s.iteration == 0) EXPECT_GT(s.paging.faults, 0u);
       EXPECT_GT(s.paging.pages_out, 0u);  // the budget binds: pages really went to the host
       EXPECT_GT(s.paging.pages_in, 0u);
       EXPECT_EQ(s.peak_allocated, ref.iters[0].peak_allocated);  // the managed range holds what `none` held

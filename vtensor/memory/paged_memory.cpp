@@ -149,7 +149,13 @@ void PagedMemory::invalidate(PageId p) {
   Page& pg = pages_[p];
   if (pg.state == PageState::kInvalid) return;
   if (on_device(pg)) {
-    evict(p, Stream::kD2H);  // live == 0: no copy, the page becomes invalid
+    // Its bytes are dead but its frame stays: the caching allocator often puts the next tensor
+    // right there. It becomes the least recently used page, so it is the first victim unless
+    // the policy wants it soon, and its eviction copies nothing (live == 0).
+    pg.state = PageState::kDevice;
+    lru_.erase({pg.last_use, p});
+    pg.last_use = 0;
+    lru_.insert({0, p});
   } else {
     pg.state = PageState::kInvalid;  // the host frame's bytes are dropped
   }

@@ -8,7 +8,9 @@
 // the bits they compute. Per page: device / host / both / invalid (page_policy.h).
 // After the faults, the policy may prefetch pages (h2d stream) and pre-evict pages (d2h
 // stream) ahead of the next kernels; a page whose live blocks are all freed is invalidated
-// when the policy asks for it: its frame is dropped and it is never copied in either direction.
+// when the policy asks for it: its bytes are dead, it is never copied in either direction; on
+// the host it becomes invalid, on the device it keeps its frame as the first victim (free to
+// evict), since the allocator often places the next tensor there.
 // Where it deviates from CUDA's driver: faults are raised per kernel for whole tensors, not per
 // access by the GPU's MMU (so a kernel never faults mid-way), and a page migrated in keeps its
 // host copy until written (kBoth) so a read-only page is evicted without a copy; the cuda
