@@ -154,6 +154,13 @@ size_t MemoryManager::alloc_block(size_t bytes, int64_t tag, const char* what) {
               (tag >= 0 ? " '" + graph_.tensor(static_cast<TensorId>(tag)).name + "'" : "") + ", policy '" +
               policy_->name() + "'; device budget " + format_bytes(budget()));
     }
+    if (!progressed && paged_) {  // the managed range stands for the host memory behind the pages
+      throw OutOfMemoryError::host(
+          bytes, allocator_->stats().allocated, allocator_->stats().capacity,
+          std::string(what) + (tag >= 0 ? " '" + graph_.tensor(static_cast<TensorId>(tag)).name + "'" : "") +
+              ": the unified-memory range (" + std::to_string(kManagedRangeFactor) + " x the device budget of " +
+              format_bytes(budget()) + ") is full, policy '" + policy_->name() + "'");
+    }
     if (!progressed) {
       std::string ctx = std::string(what) + (tag >= 0 ? " '" + graph_.tensor(static_cast<TensorId>(tag)).name + "'" : "") +
                         ", policy '" + policy_->name() + "' found nothing more to evict; " + usage_summary();
