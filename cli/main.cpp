@@ -13,6 +13,7 @@
 #include "vtensor/memory/planners.h"
 #include "vtensor/models/models.h"
 #include "vtensor/policy/policy.h"
+#include "vtensor/policy/um.h"
 #include "vtensor/train/experiments.h"
 #include "vtensor/train/report_html.h"
 #include "vtensor/train/trainer.h"
@@ -37,6 +38,35 @@ void check_checkpoint_segments(const TrainConfig& cfg) {
                                 std::to_string(cfg.checkpoint_segments));
   if (cfg.checkpoint_segments > 0 && cfg.policy != "checkpoint")
     throw std::invalid_argument("--checkpoint-segments applies to --policy checkpoint only, got --policy " + cfg.policy);
+}
+
+// --um-page-size / --um-lookahead (policies um, um-prefetch).
+struct UmArgs {
+  std::string page_text;
+  int lookahead = -1;  // not given
+};
+
+void add_um_options(CLI::App* c, UmArgs& u) {
+  c->add_option("--um-page-size", u.page_text, "policies um, um-prefetch: unified-memory page, a power of two from 4KiB to 1GiB (default 2MiB)");
+  c->add_option("--um-lookahead", u.lookahead, "policy um-prefetch: kernels whose pages are prefetched ahead, 1 to 64 (default 4)");
+}
+
+// Validates and applies them; `policy` non-empty: a single run, whose policy they must fit.
+void apply_um_options(TrainConfig& cfg, const UmArgs& u, const std::string& policy) {
+  if (!u.page_text.empty()) cfg.um_page_bytes = parse_bytes(u.page_text, "--um-page-size");
+  if (!u.page_text.empty() && cfg.um_page_bytes == 0) check_page_bytes(0);
+  if (u.lookahead != -1) {
+    check_um_lookahead(u.lookahead);
+    cfg.um_lookahead = u.lookahead;
+  }
+  if (u.lookahead != -1 || !u.page_text.empty()) {
+    auto p = make_policy(policy.empty() ? "um-prefetch" : policy);
+    configure_um_policy(*p, cfg);  // range checks
+  }
+  if (!policy.empty() && !u.page_text.empty() && policy != "um" && policy != "um-prefetch")
+    throw std::invalid_argument("--um-page-size applies to --policy um or um-prefetch only, got --policy " + policy);
+  if (!policy.empty() && u.lookahead != -1 && policy != "um-prefetch")
+    throw std::invalid_argument("--um-lookahead applies to --policy um-prefetch only, got --policy " + policy);
 }
 
 constexpr const char* kHostBudgetHelp = "pinned host memory for swaps, e.g. 64GB (default: unlimited)";
@@ -191,6 +221,7 @@ struct ExperimentArgs {
       policies_text = "none,lru,lru-recompute";
   std::string out, report, trace, optimizer = "sgd";
   int max_limit = 1 << 20;
+  UmArgs um;
 };
 
 // --optimizer: the kind only (learning rates do not change memory or predicted time).
@@ -210,6 +241,7 @@ void add_experiment_model_options(CLI::App* c, ExperimentArgs& a, bool model_req
   c->add_option("--iters", a.cfg.iters, "iterations per run (default 3: policies that measure need more than one)");
   c->add_option("--host-budget", a.host_budget_text, kHostBudgetHelp);
   c->add_flag("--inplace-relu-grad", a.cfg.inplace_relu_grad, "relu backward writes dx over dy where dy dies");
+  add_um_options(c, a.um);
 }
 
 CLI::App* add_maxbatch(CLI::App& app, ExperimentArgs& a) {
@@ -441,6 +473,8 @@ int main(int argc, char** argv) {
   std::string html;
   train->add_option("--html", html, "write the last iteration's memory timeline as an HTML page (implies --timeline)");
   train->add_flag("--quiet", quiet, "no per-iteration lines");
+  UmArgs train_um;
+  add_um_options(train, train_um);
 
   ReplayArgs replay_args;
   ExperimentArgs maxbatch_args, sweep_args;
@@ -498,10 +532,17 @@ int main(int argc, char** argv) {
     }
     if (!gpu_file.empty()) load_gpu_file(gpu_file);
     if (replay->parsed()) return cmd_replay(replay_args);
-    if (maxbatch->parsed()) return cmd_maxbatch(maxbatch_args);
-    if (sweep_cmd->parsed()) return cmd_sweep(sweep_args);
+    if (maxbatch->parsed()) {
+      apply_um_options(maxbatch_args.cfg, maxbatch_args.um, maxbatch_args.cfg.policy);
+      return cmd_maxbatch(maxbatch_args);
+    }
+    if (sweep_cmd->parsed()) {
+      apply_um_options(sweep_args.cfg, sweep_args.um, "");
+      return cmd_sweep(sweep_args);
+    }
     if (costs->parsed()) return cmd_costs(costs_args);
     if (view->parsed()) return cmd_view(view_in, view_out);
+    apply_um_options(cfg, train_um, cfg.policy);
     return cmd_train(cfg, budget_text, host_budget_arg, report, html, quiet, optimizer, lr->count() > 0);
   } catch (const OutOfMemoryError& e) {
     std::fprintf(stderr, "vtensor: %s\n", e.what());

@@ -29,6 +29,10 @@
 
 #include <nlohmann/json.hpp>
 
+#ifdef VTENSOR_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
 #include "vtensor/backend/backend.h"
 #include "vtensor/backend/cpu/kernels.h"
 #include "vtensor/memory/allocator.h"
@@ -555,6 +559,47 @@ TEST_P(CudaTraining, LruAtHalfThePeakMatchesNoneBitForBit) {
   for (size_t i = 0; i < base.params.size(); ++i)
     EXPECT_EQ(0, std::memcmp(base.params[i].data(), lru.params[i].data(), base.params[i].size() * sizeof(float)))
         << "parameter " << i;
+}
+
+// Unified memory on cuda (never run in the session that wrote it: no GPU there): um-prefetch at
+// half the unmanaged peak, bit-identical to none, and the device memory the process uses, sampled
+// at each iteration's end, within the budget plus what cuBLAS / cuDNN keep.
+TEST_P(CudaTraining, UnifiedMemoryAtHalfThePeakMatchesNoneWithinTheBudget) {
+  VT_REQUIRE_GPU();
+#ifdef VTENSOR_HAVE_CUDA
+  const int iters = 3;
+  const TrainRun base = train(GetParam(), "cuda", "none", 0, iters);
+  size_t peak = 0;
+  for (const auto& s : base.iters) peak = std::max(peak, s.peak_allocated);
+  const size_t page = size_t{16} << 10;
+  const size_t budget = align_up(static_cast<size_t>(static_cast<double>(peak) * 0.75), page);
+  size_t free0 = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free0, &total), cudaSuccess);
+  TrainConfig cfg;
+  cfg.model.name = GetParam();
+  cfg.backend = "cuda";
+  cfg.policy = "um-prefetch";
+  cfg.budget = budget;
+  cfg.iters = iters;
+  cfg.deterministic = true;
+  cfg.um_page_bytes = page;
+  Trainer t(cfg);
+  size_t worst = 0;
+  const auto res = t.run([&](const IterationStats&) {
+    size_t f = 0, tot = 0;
+    cudaMemGetInfo(&f, &tot);
+    worst = std::max(worst, free0 > f ? free0 - f : 0);
+  });
+  const size_t reserve = (size_t{32} << 20) + (size_t{64} << 20);  // cuBLAS workspace, cuDNN and streams
+  EXPECT_LE(worst, budget + reserve + (size_t{96} << 20));
+  for (size_t i = 0; i < base.iters.size(); ++i) {
+    EXPECT_EQ(0, std::memcmp(&base.iters[i].loss, &res.iterations[i].loss, sizeof(float))) << "iteration " << i;
+    EXPECT_LE(res.iterations[i].paging.peak_device_bytes, budget);
+  }
+  const auto params = t.read_params();
+  for (size_t i = 0; i < base.params.size(); ++i)
+    EXPECT_EQ(0, std::memcmp(base.params[i].data(), params[i].data(), base.params[i].size() * sizeof(float))) << "parameter " << i;
+#endif
 }
 
 // The command line: with a GPU a cuda run trains and says so in its report; without one it

@@ -133,6 +133,9 @@ TEST(GptTiny, EveryLosslessPolicyMatchesNone) {
   int checked = 0;
   for (const auto& info : policy_registry()) {
     if (info.name == "none") continue;
+    // um, um-prefetch page in 2 MiB by default, more than gpt-tiny holds: tests/e2e/test_um.cpp
+    // runs them with pages sized for tiny models.
+    if (info.name == "um" || info.name == "um-prefetch") continue;
     SCOPED_TRACE(info.name);
     // Static planners (vDNN) cannot evict on demand: when 60% is below what their plan needs,
     // they say so in the error, and the run is repeated at that budget, which must not exceed

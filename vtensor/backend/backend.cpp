@@ -13,6 +13,13 @@ const char* to_string(Stream s) {
   return "?";
 }
 
+void* Backend::um_reserve(size_t, size_t, size_t) {
+  throw std::invalid_argument("backend " + name() + " has no unified memory (paged residency); accepted: cpu, sim, cuda");
+}
+void Backend::um_migrate_in(Stream, size_t, size_t, bool) { throw std::logic_error("um_migrate_in: no managed range"); }
+void Backend::um_migrate_out(Stream, size_t, size_t, bool) { throw std::logic_error("um_migrate_out: no managed range"); }
+void Backend::um_read_host(void*, size_t, size_t, size_t) { throw std::logic_error("um_read_host: no managed range"); }
+
 std::vector<std::string> backend_names() { return {"cpu", "cuda", "sim"}; }
 
 std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOptions& opts) {

@@ -81,6 +81,27 @@ class Backend {
 
   // Time on this backend's clock (wall clock, CUDA events, or the simulator's virtual clock).
   virtual double now_ms() = 0;
+
+  // --- unified memory (the paged residency, vtensor/memory/paged_memory.h) ---
+  // A managed address range of `range_bytes` in pages of `page_bytes`, each backed by one of
+  // `frames` device frames (frames x page_bytes <= the budget) or by its own host frame.
+  // Returns the range's base; kernels see a page only while it is mapped to a device frame.
+  // Backends without it throw std::invalid_argument.
+  virtual void* um_reserve(size_t range_bytes, size_t page_bytes, size_t frames);
+  // Page -> device frame on stream `s` (asynchronous there), mapped for kernels from now on;
+  // `copy`: the host frame holds the page's bytes (false: nothing valid to bring, no transfer).
+  virtual void um_migrate_in(Stream s, size_t page, size_t frame, bool copy);
+  // Device frame -> host frame on stream `s`; the page is unmapped for kernels from now on.
+  // `copy` false: the device bytes are not needed (host copy already valid, or page invalid).
+  virtual void um_migrate_out(Stream s, size_t page, size_t frame, bool copy);
+  // The fault-handling cost of one batch of `pages` demand faults, on the compute stream
+  // (sim: the fault model's latency; cpu and cuda: nothing to add, the work itself is the cost).
+  virtual void um_fault_batch(size_t pages) {}
+  // Reads `bytes` at `offset` of an unmapped page's host frame (reading results).
+  virtual void um_read_host(void* dst, size_t page, size_t offset, size_t bytes);
+  // Does a page migrated in keep a valid host copy until written (the page state `both`)?
+  // cuda: no, the driver moves pages, so evicting a clean page still copies it.
+  virtual bool um_keeps_host_copy() const { return true; }
 };
 
 // Backends by name: "cpu", "cuda", "sim". Unknown names throw std::invalid_argument with the accepted list.

@@ -51,6 +51,7 @@ MemoryManager::MemoryManager(Backend& backend, const Graph& graph, std::unique_p
     s.persistent = t.persistent();
   }
   tracker_.set_swap_ns_per_byte(copy_ms_per_byte() * 1e6);
+  if (PagePolicy* pp = policy_->paging()) init_paging(*pp);
   policy_->attach(*this);
 }
 
@@ -96,6 +97,10 @@ void MemoryManager::init_persistent(uint64_t seed) {
   for (const auto& t : graph_.tensors()) {
     if (!t.persistent()) continue;
     float* p = allocate(t.id);
+    if (paged_) {  // its pages onto the device before the values are written
+      paged_->fault(-1, {{st(t.id).offset, st(t.id).bytes, true}});
+      paged_->unpin();
+    }
     backend_.init_tensor(t, p, seed);
   }
 }
@@ -106,6 +111,7 @@ void MemoryManager::begin_iteration(int iteration) {
   allocator_->reset_peak();
   host_.reset_peak();
   counters_ = {};
+  if (paged_) paged_->begin_iteration();
   timeline_.clear();
   timeline_prev_ = {};
   op_scratch_ = 0;
@@ -132,7 +138,10 @@ void MemoryManager::end_iteration() {
 
 size_t MemoryManager::alloc_block(size_t bytes, int64_t tag, const char* what) {
   for (;;) {
-    if (auto off = allocator_->allocate(bytes, tag)) return *off;
+    if (auto off = allocator_->allocate(bytes, tag)) {
+      if (paged_) paged_->on_alloc(*off, allocator_->block_size(*off));
+      return *off;
+    }
     if (finish_oldest_swap_out()) continue;  // wait for the oldest in-flight swap-out to free its block
     std::vector<Victim> victims = policy_->choose_victims(bytes, *this);
     bool progressed = false;
@@ -151,7 +160,7 @@ size_t MemoryManager::alloc_block(size_t bytes, int64_t tag, const char* what) {
     }
     if (!progressed && finish_prefetches()) continue;  // landed prefetches can be evicted again
     // Compaction; an allocator may also free room by giving up a layout (the planned pool's plan).
-    if (!progressed && allocator_->stats().free_bytes >= align_up(bytes) &&
+    if (!progressed && !paged_ && allocator_->stats().free_bytes >= align_up(bytes) &&
         (compact() || allocator_->stats().largest_free_block >= align_up(bytes)))
       continue;
     if (!progressed && host_refused) {
@@ -160,6 +169,13 @@ size_t MemoryManager::alloc_block(size_t bytes, int64_t tag, const char* what) {
           "swap-out to make room for a device allocation of " + format_bytes(bytes) + " for " + what +
               (tag >= 0 ? " '" + graph_.tensor(static_cast<TensorId>(tag)).name + "'" : "") + ", policy '" +
               policy_->name() + "'; device budget " + format_bytes(budget()));
+    }
+    if (!progressed && paged_) {  // the managed range stands for the host memory behind the pages
+      throw OutOfMemoryError::host(
+          bytes, allocator_->stats().allocated, allocator_->stats().capacity,
+          std::string(what) + (tag >= 0 ? " '" + graph_.tensor(static_cast<TensorId>(tag)).name + "'" : "") +
+              ": the unified-memory range (" + std::to_string(kManagedRangeFactor) + " x the device budget of " +
+              format_bytes(budget()) + ") is full, policy '" + policy_->name() + "'");
     }
     if (!progressed) {
       std::string ctx = std::string(what) + (tag >= 0 ? " '" + graph_.tensor(static_cast<TensorId>(tag)).name + "'" : "") +
@@ -204,11 +220,13 @@ float* MemoryManager::allocate(TensorId id) {
 void* MemoryManager::allocate_scratch(size_t bytes, const char* what) {
   const size_t off = alloc_block(bytes, -1, what);
   op_scratch_ += bytes;
-  return static_cast<char*>(backend_.arena_base()) + off;
+  return arena() + off;
 }
 
 void MemoryManager::free_scratch(void* p) {
-  allocator_->free(static_cast<size_t>(static_cast<char*>(p) - static_cast<char*>(backend_.arena_base())));
+  const size_t off = static_cast<size_t>(static_cast<char*>(p) - arena());
+  if (paged_) paged_->on_free(off, allocator_->block_size(off));
+  allocator_->free(off);
 }
 
 float* MemoryManager::device_ptr(TensorId id) const {
@@ -216,7 +234,7 @@ float* MemoryManager::device_ptr(TensorId id) const {
   const State& s = st(id);
   if (s.residency != Residency::kResident && s.residency != Residency::kSwappingOut)
     throw std::logic_error("device_ptr: tensor " + graph_.tensor(id).name + " is " + to_string(s.residency));
-  return reinterpret_cast<float*>(static_cast<char*>(backend_.arena_base()) + s.offset);
+  return reinterpret_cast<float*>(arena() + s.offset);
 }
 
 void MemoryManager::lock(TensorId id) { ++st(storage_of(id)).locks; }
@@ -290,6 +308,10 @@ void MemoryManager::read(TensorId id, void* host_dst) {
                                 backend_.name() + " holds no tensor values");
   id = storage_of(id);
   State& s = st(id);
+  if (paged_ && s.residency == Residency::kResident) {  // its pages, wherever they are
+    paged_->read(s.offset, s.bytes, host_dst);
+    return;
+  }
   if (s.residency == Residency::kOnHost || s.residency == Residency::kSwappingOut) {
     if (s.event) s.event->wait();
     std::memcpy(host_dst, s.host, s.bytes);
@@ -414,7 +436,10 @@ void MemoryManager::complete_swap_out(TensorId id) {
   if (s.released && s.lineage_refs == 0) destroy(id);
 }
 
-void MemoryManager::free_device(State& s) { allocator_->free(s.offset); }
+void MemoryManager::free_device(State& s) {
+  if (paged_) paged_->on_free(s.offset, allocator_->block_size(s.offset));
+  allocator_->free(s.offset);
+}
 
 void MemoryManager::free_host(State& s) {
   if (s.host) host_.release(s.host, s.bytes);
@@ -623,6 +648,44 @@ std::vector<TensorId> MemoryManager::evictable() const {
   for (size_t i = 0; i < states_.size(); ++i)
     if (states_[i].residency == Residency::kResident && states_[i].locks == 0) out.push_back(static_cast<TensorId>(i));
   return out;
+}
+
+}  // namespace vtensor
+
+namespace vtensor {
+
+// ---------------------------------------------------------------- unified memory (paged residency)
+
+void MemoryManager::init_paging(PagePolicy& pp) {
+  if (allocator_->name() != "caching")
+    throw std::invalid_argument("policy " + policy_->name() + " places tensors in a managed range with the caching allocator; "
+                                "--allocator " + allocator_->name() + " is not accepted with it (accepted: caching)");
+  // Every tensor has an address in the managed range; the budget bounds the device frames only.
+  const size_t range = kManagedRangeFactor * budget() / pp.page_bytes() * pp.page_bytes();
+  paged_ = std::make_unique<PagedMemory>(backend_, pp, range, budget());
+  allocator_ = make_allocator("caching", paged_->range_bytes());
+}
+
+void MemoryManager::fault_pages(int op_index, const void* workspace, size_t workspace_bytes) {
+  if (!paged_) return;
+  const Op& op = graph_.op(op_index);
+  std::vector<PagedMemory::Range> ranges;
+  for (TensorId in : op.inputs) {
+    const bool write = std::find(op.inplace.begin(), op.inplace.end(), in) != op.inplace.end();
+    const State& s = st(storage_of(in));
+    ranges.push_back({s.offset, s.bytes, write});
+  }
+  for (TensorId out : op.outputs) {
+    const State& s = st(storage_of(out));
+    ranges.push_back({s.offset, s.bytes, true});
+  }
+  if (workspace)
+    ranges.push_back({static_cast<size_t>(static_cast<const char*>(workspace) - arena()), workspace_bytes, true});
+  paged_->fault(op_index, ranges);
+}
+
+void MemoryManager::kernel_launched() {
+  if (paged_) paged_->unpin();
 }
 
 }  // namespace vtensor

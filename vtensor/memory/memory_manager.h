@@ -33,6 +33,7 @@
 #include "vtensor/memory/access_tracker.h"
 #include "vtensor/memory/allocator.h"
 #include "vtensor/memory/host_pool.h"
+#include "vtensor/memory/paged_memory.h"
 #include "vtensor/policy/policy.h"
 
 namespace vtensor {
@@ -103,6 +104,12 @@ class MemoryManager final : public MemoryView {
   // After op `op_index` was launched: complete the swap-outs whose release point this op is,
   // carry out the policy's actions.
   void after_op(int op_index);
+  // Unified memory (policies with paging(), paged_memory.h): before op `op_index`'s kernel, fault
+  // in the pages of its inputs, outputs and workspace; after the launch, let them go again.
+  // No-ops without paging.
+  void fault_pages(int op_index, const void* workspace, size_t workspace_bytes);
+  void kernel_launched();
+  const PagedMemory* paged() const { return paged_.get(); }
   // The executor recomputed `id` (a dropped output): its inputs no longer need to stay alive for it.
   void recomputed(TensorId id) { add_lineage_refs(id, -1); }
   void note_recompute(double ms) {
@@ -206,6 +213,9 @@ class MemoryManager final : public MemoryView {
   std::vector<TimelinePoint> timeline_;
   std::vector<ConvAlgo> conv_algos_;  // the policy's choice for this iteration
   void calibrate_copies() const;
+  void init_paging(PagePolicy& pp);  // managed range, caching allocator over it
+  char* arena() const { return paged_ ? paged_->base() : static_cast<char*>(backend_.arena_base()); }
+  std::unique_ptr<PagedMemory> paged_;
   mutable double copy_ms_per_byte_ = -1, copy_latency_ms_ = -1;  // not measured yet
 };
 

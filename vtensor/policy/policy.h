@@ -13,6 +13,7 @@
 
 #include "vtensor/core/graph.h"
 #include "vtensor/memory/access_tracker.h"
+#include "vtensor/policy/page_policy.h"
 #include "vtensor/policy/plan.h"
 
 namespace vtensor {
@@ -86,6 +87,9 @@ class Policy {
   virtual nlohmann::json report() const { return nullptr; }
   // One line for the console after a run (e.g. vdnn-dyn's chosen configuration); empty: none.
   virtual std::string summary() const { return {}; }
+  // Unified-memory policies (um, um-prefetch) decide pages too: the memory manager then runs
+  // the paged residency (vtensor/memory/paged_memory.h). Null: no paging.
+  virtual PagePolicy* paging() { return nullptr; }
 };
 
 struct PolicyInfo {

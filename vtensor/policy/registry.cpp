@@ -6,6 +6,7 @@
 #include "vtensor/policy/dtr.h"
 #include "vtensor/policy/lru.h"
 #include "vtensor/policy/none.h"
+#include "vtensor/policy/um.h"
 #include "vtensor/policy/vdnn.h"
 #include "vtensor/policy/zero_overhead_swap.h"
 
@@ -39,6 +40,10 @@ const std::vector<PolicyInfo>& policy_registry() {
        [] { return std::make_unique<ZeroOverheadSwapPolicy>(false); }},
       {"zero-overhead-swap-limit", "Zhang et al., stick-to-limit: planned swaps until the predicted peak meets the budget, stalling where copies cannot hide",
        [] { return std::make_unique<ZeroOverheadSwapPolicy>(true); }},
+      {"um", "unified memory: tensors in a managed range paged to the device on fault, least-recently-used pages evicted (--um-page-size)",
+       [] { return std::make_unique<UmPolicy>(false); }},
+      {"um-prefetch", "DeepUM: unified memory with a correlation table of kernels and pages, prefetch of the next --um-lookahead kernels' pages, pre-eviction, invalidation of freed pages",
+       [] { return std::make_unique<UmPolicy>(true); }},
   };
   return registry;
 }

@@ -45,6 +45,10 @@ IterationStats Executor::run_iteration(int iteration) {
   s.peak_host = mm_.host_pool().peak_held();
   s.host_limited = mm_.host_pool().limited();
   s.counters = mm_.counters();
+  if (const PagedMemory* pm = mm_.paged()) {
+    s.paged = true;
+    s.paging = pm->counters();
+  }
   return s;
 }
 
@@ -68,11 +72,13 @@ void Executor::run_op(int op_index) {
   }
   args.conv_algo = mm_.conv_algo(op.index);
   if (const size_t ws = mm_.workspace_bytes(op)) args.workspace = mm_.allocate_scratch(ws, "workspace");
+  mm_.fault_pages(op_index, args.workspace, args.workspace ? mm_.workspace_bytes(op) : 0);  // unified memory
   // Only now: an allocation above may have compacted the arena and moved tensors.
   for (TensorId in : op.inputs) args.inputs.push_back(mm_.device_ptr(in));
   for (TensorId out : op.outputs) args.outputs.push_back(mm_.device_ptr(out));
   const double t0 = backend_.now_ms();
   backend_.launch(g_, op, args);
+  mm_.kernel_launched();
   mm_.tracker().record_op(op_index, backend_.now_ms() - t0);
   if (args.workspace) mm_.free_scratch(args.workspace);
   for (TensorId in : op.inputs) mm_.unlock(in);

@@ -20,6 +20,8 @@ struct IterationStats {
   size_t peak_host = 0;      // host pool bytes held (in use + cached), peak this iteration
   bool host_limited = false; // a --host-budget is set
   MemoryCounters counters;
+  bool paged = false;       // unified memory (policies um, um-prefetch)
+  PagingCounters paging;
 };
 
 class Executor {

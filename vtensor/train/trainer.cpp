@@ -9,8 +9,18 @@
 #include "vtensor/core/errors.h"
 #include "vtensor/memory/allocator.h"
 #include "vtensor/policy/checkpoint.h"
+#include "vtensor/policy/um.h"
 
 namespace vtensor {
+
+void configure_um_policy(Policy& policy, const TrainConfig& cfg) {
+  if (cfg.um_page_bytes != 0) check_page_bytes(cfg.um_page_bytes);
+  if (cfg.um_lookahead != 0) check_um_lookahead(cfg.um_lookahead);
+  auto* um = dynamic_cast<UmPolicy*>(&policy);
+  if (!um) return;  // a sweep applies the flags to its um runs only
+  if (cfg.um_page_bytes != 0) um->set_page_bytes(cfg.um_page_bytes);
+  if (cfg.um_lookahead != 0) um->set_lookahead(cfg.um_lookahead);
+}
 
 Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
   if (cfg_.iters <= 0) throw std::invalid_argument("--iters must be positive, got " + std::to_string(cfg_.iters));
@@ -24,6 +34,7 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
     // cpu or sim without a GPU and no --budget: the default arena stands for "unlimited".
     c->set_budget_aware(cfg_.budget != 0 || cfg_.backend == "cuda" || (cfg_.backend == "sim" && !cfg_.gpu.empty()));
   }
+  configure_um_policy(*policy, cfg_);
   if (!cfg_.gpu.empty() && cfg_.backend != "sim")
     throw std::invalid_argument("--gpu applies to --backend sim only (backend is '" + cfg_.backend + "')");
   if (cfg_.budget == 0 && cfg_.backend != "cuda")  // cuda: the backend takes the free memory less a margin
@@ -97,6 +108,20 @@ std::vector<std::vector<float>> Trainer::read_params() {
   return out;
 }
 
+std::string format_paging(const PagingCounters& p) {
+  char buf[400];
+  std::snprintf(buf, sizeof buf,
+                "um: faults %llu in %llu batches, pages in %llu out %llu, prefetched %llu (hit %llu, late %llu, "
+                "useless %llu), pre-evicted %llu, invalidated %llu, stall %.1f ms, device peak %.2f MiB",
+                static_cast<unsigned long long>(p.faults), static_cast<unsigned long long>(p.fault_batches),
+                static_cast<unsigned long long>(p.pages_in), static_cast<unsigned long long>(p.pages_out),
+                static_cast<unsigned long long>(p.prefetches), static_cast<unsigned long long>(p.prefetch_hits),
+                static_cast<unsigned long long>(p.prefetch_late), static_cast<unsigned long long>(p.prefetch_useless),
+                static_cast<unsigned long long>(p.pre_evictions), static_cast<unsigned long long>(p.invalidated), p.stall_ms,
+                static_cast<double>(p.peak_device_bytes) / (1024.0 * 1024.0));
+  return buf;
+}
+
 std::string format_iteration_line(const IterationStats& s, int total) {
   char buf[320], loss[32];
   const double mib = 1024.0 * 1024.0;
@@ -116,7 +141,30 @@ std::string format_iteration_line(const IterationStats& s, int total) {
     line += buf;
     if (s.counters.host_skipped_swaps > 0) line += " (" + std::to_string(s.counters.host_skipped_swaps) + " swaps skipped)";
   }
+  if (s.paged) line += "\n    " + format_paging(s.paging);
   return line;
+}
+
+nlohmann::json paging_json(const PagingCounters& p) {
+  const uint64_t used = p.prefetch_hits + p.prefetch_late;
+  return {{"faults", p.faults},
+          {"fault_batches", p.fault_batches},
+          {"pages_in", p.pages_in},
+          {"pages_out", p.pages_out},
+          {"first_touch_pages", p.first_touch},
+          {"dead_pages_out", p.dead_pages_out},
+          {"evictions", p.evictions},
+          {"prefetches", p.prefetches},
+          {"prefetch_hits", p.prefetch_hits},
+          {"prefetch_late", p.prefetch_late},
+          {"prefetch_useless", p.prefetch_useless},
+          {"prefetch_accuracy", p.prefetches ? nlohmann::json(static_cast<double>(used) / static_cast<double>(p.prefetches))
+                                             : nlohmann::json(nullptr)},
+          {"pre_evictions", p.pre_evictions},
+          {"invalidated_pages", p.invalidated},
+          {"invalidated_page_migrations", p.invalid_migrations},
+          {"stall_ms", p.stall_ms},
+          {"peak_device_bytes", p.peak_device_bytes}};
 }
 
 std::string report_json(const TrainResult& r) {
@@ -147,6 +195,7 @@ std::string report_json(const TrainResult& r) {
                      {"recompute_ms", s.counters.recompute_ms},
                      {"stall_ms", s.counters.stall_ms},
                      {"evictions", s.counters.evictions}});
+    if (s.paged) iters.back()["unified_memory"] = paging_json(s.paging);
   }
   json timeline = json::array();
   json timeline_columns = {"op_index", "allocated_bytes", "reserved_bytes"};

@@ -30,6 +30,8 @@ struct TrainConfig {
   OptimizerConfig optimizer;
   bool inplace_relu_grad = false;  // share_relu_gradients(): relu backward writes dx over a dying dy
   int checkpoint_segments = 0;     // policy checkpoint's segment count (0: search); others ignore it
+  size_t um_page_bytes = 0;  // policies um, um-prefetch: page size (0: kDefaultPageBytes)
+  int um_lookahead = 0;      // policy um-prefetch: kernels prefetched ahead (0: kDefaultUmLookahead)
   bool timeline = false;    // per-op allocated / reserved bytes of the last iteration
   std::string trace_path;   // access trace as JSON lines
   std::shared_ptr<const Graph> graph;  // prebuilt (trace replay): used instead of model + autodiff
@@ -48,6 +50,10 @@ struct TrainResult {
   std::string policy_summary;       // Policy::summary()
   nlohmann::json allocator_report;  // DeviceAllocator::report()
 };
+
+// --um-page-size / --um-lookahead onto a um policy (other policies ignore them); throws
+// std::invalid_argument naming the flag and what is accepted.
+void configure_um_policy(Policy& policy, const TrainConfig& cfg);
 
 class Trainer {
  public:
@@ -78,5 +84,8 @@ std::string report_json(const TrainResult& r);
 // Writes atomically: a failed run leaves no half-written report.
 void write_report(const TrainResult& r, const std::string& path);
 std::string format_iteration_line(const IterationStats& s, int total);
+// Unified memory (policies um, um-prefetch): the report's object and the console line.
+nlohmann::json paging_json(const PagingCounters& p);
+std::string format_paging(const PagingCounters& p);
 
 }  // namespace vtensor

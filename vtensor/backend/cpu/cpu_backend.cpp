@@ -76,6 +76,7 @@ CpuBackend::CpuBackend(const BackendOptions& opts) : arena_bytes_(opts.arena_byt
 
 CpuBackend::~CpuBackend() {
   synchronize();
+  um_release();
   munmap(arena_, arena_bytes_);
 }
 

@@ -68,8 +68,24 @@ class CpuBackend final : public Backend {
   void launch(const Graph& g, const Op& op, const KernelArgs& args) override;
   void init_tensor(const TensorInfo& t, void* dev, uint64_t seed) override;
   double now_ms() override;
+  // Unified memory (cpu_managed.cpp): the managed range's pages are remapped with mmap(MAP_FIXED)
+  // onto a device memfd of frames x page bytes or onto the page's place in a host memfd.
+  void* um_reserve(size_t range_bytes, size_t page_bytes, size_t frames) override;
+  void um_migrate_in(Stream s, size_t page, size_t frame, bool copy) override;
+  void um_migrate_out(Stream s, size_t page, size_t frame, bool copy) override;
+  void um_read_host(void* dst, size_t page, size_t offset, size_t bytes) override;
 
  private:
+  struct Managed {
+    char* base = nullptr;       // the range kernels address; a page is PROT_NONE unless on a device frame
+    char* device = nullptr;     // the device memfd, all frames (copies go through here)
+    char* host = nullptr;       // the host memfd, one frame per page
+    size_t range = 0, page = 0, frames = 0;
+    int device_fd = -1, host_fd = -1;
+  };
+  void um_release();
+  void run_on(Stream s, std::function<void()> task);
+  Managed um_;
   CpuStreamWorker& worker(Stream s);
   void* arena_ = nullptr;
   size_t arena_bytes_ = 0;

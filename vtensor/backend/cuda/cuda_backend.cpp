@@ -124,6 +124,8 @@ void CudaBackend::release() noexcept {
   if (cublas_ws_) VT_CHECK_NOTHROW(cudaFree(cublas_ws_));
   if (staging_) VT_CHECK_NOTHROW(cudaFree(staging_));
   if (arena_) VT_CHECK_NOTHROW(cudaFree(arena_));
+  if (managed_) VT_CHECK_NOTHROW(cudaFree(managed_));
+  managed_ = nullptr;
   cudnn_ = nullptr;
   cublas_ = nullptr;
   cublas_ws_ = staging_ = arena_ = nullptr;

@@ -49,6 +49,13 @@ class CudaBackend final : public Backend {
   void init_tensor(const TensorInfo& t, void* dev, uint64_t seed) override;
   double now_ms() override;
   size_t workspace_bytes(const Graph& g, const Op& op, ConvAlgo algo) override;
+  // Unified memory (cuda_managed.cpp): cudaMallocManaged range, moves by cudaMemPrefetchAsync,
+  // invalidated pages discarded; the arena is given back first so the frames fit.
+  void* um_reserve(size_t range_bytes, size_t page_bytes, size_t frames) override;
+  void um_migrate_in(Stream s, size_t page, size_t frame, bool copy) override;
+  void um_migrate_out(Stream s, size_t page, size_t frame, bool copy) override;
+  void um_read_host(void* dst, size_t page, size_t offset, size_t bytes) override;
+  bool um_keeps_host_copy() const override { return false; }
 
   cudaStream_t stream(Stream s) const { return streams_[static_cast<int>(s)]; }
   bool deterministic() const { return deterministic_; }
@@ -65,6 +72,8 @@ class CudaBackend final : public Backend {
   std::unique_ptr<cuda::ConvPlans> conv_;
   void* staging_ = nullptr;
   bool deterministic_ = false, sync_timing_ = false;
+  void* managed_ = nullptr;
+  size_t um_range_ = 0, um_page_ = 0;
 };
 
 }  // namespace vtensor

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "vtensor/backend/sim/um_model.h"
 #include "vtensor/core/errors.h"
 
 namespace vtensor {
@@ -88,6 +89,39 @@ void SimBackend::launch(const Graph& g, const Op& op, const KernelArgs& args) {
   clk(Stream::kCompute) += d;
   counters_.compute_busy_ms += d;
   ++counters_.kernels;
+}
+
+// Fake like the arena: a managed range nobody dereferences, far from the arena and the host pool.
+constexpr uintptr_t kFakeManagedBase = uintptr_t{0x5e} << 40;
+
+void* SimBackend::um_reserve(size_t, size_t page_bytes, size_t) {
+  um_page_ = page_bytes;
+  return reinterpret_cast<void*>(kFakeManagedBase);
+}
+
+void SimBackend::um_copy(Stream s, bool to_device) {
+  const double gbps = to_device ? gpu_.h2d_gbps : gpu_.d2h_gbps;
+  if (s == Stream::kCompute) {  // a demand fault: the kernel waits, at the driver's migration rate
+    const double d = static_cast<double>(um_page_) / (gbps * 1e9 * kUmDemandLinkEfficiency) * 1e3;
+    clk(Stream::kCompute) += d;
+    (to_device ? counters_.h2d_busy_ms : counters_.d2h_busy_ms) += d;
+    ++counters_.copies;
+    return;
+  }
+  copy_async(s, nullptr, nullptr, um_page_);  // prefetch / pre-eviction: an explicit async copy
+}
+
+void SimBackend::um_migrate_in(Stream s, size_t, size_t, bool copy) {
+  if (copy) um_copy(s, true);
+}
+
+void SimBackend::um_migrate_out(Stream s, size_t, size_t, bool copy) {
+  if (copy) um_copy(s, false);
+}
+
+void SimBackend::um_fault_batch(size_t pages) {
+  const double d = (kUmFaultBatchUs + kUmFaultPerPageUs * static_cast<double>(pages)) * 1e-3;
+  clk(Stream::kCompute) += d;
 }
 
 std::unique_ptr<Backend> make_sim_backend(const BackendOptions& opts) { return std::make_unique<SimBackend>(opts); }

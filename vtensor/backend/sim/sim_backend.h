@@ -58,6 +58,11 @@ class SimBackend final : public Backend {
   void launch(const Graph& g, const Op& op, const KernelArgs& args) override;
   void init_tensor(const TensorInfo& t, void* dev, uint64_t seed) override {}
   double now_ms() override { return clock(Stream::kCompute); }
+  // Unified memory: the fault model of um_model.h; no bytes, so nothing is mapped.
+  void* um_reserve(size_t range_bytes, size_t page_bytes, size_t frames) override;
+  void um_migrate_in(Stream s, size_t page, size_t frame, bool copy) override;
+  void um_migrate_out(Stream s, size_t page, size_t frame, bool copy) override;
+  void um_fault_batch(size_t pages) override;
 
   const GpuSpec& gpu() const { return gpu_; }
   double clock(Stream s) const { return clock_[static_cast<size_t>(s)]; }
@@ -69,6 +74,8 @@ class SimBackend final : public Backend {
   size_t arena_bytes_;
   std::array<double, kNumStreams> clock_{};
   uintptr_t next_host_;
+  size_t um_page_ = 0;
+  void um_copy(Stream s, bool to_device);
   SimCounters counters_;
 };
 
