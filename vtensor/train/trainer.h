@@ -30,6 +30,11 @@ struct TrainConfig {
   OptimizerConfig optimizer;
   bool inplace_relu_grad = false;  // share_relu_gradients(): relu backward writes dx over a dying dy
   int checkpoint_segments = 0;     // policy checkpoint's segment count (0: search); others ignore it
+  // Policies compress / compress+swap: mechanism switches and codecs (the ablation flags), the
+  // densities a sim run sizes compressed tensors by, and where a run with data writes its own.
+  CompressionOptions compression;
+  std::string codecs;              // --codecs: comma-separated (empty: all)
+  std::string densities_path, densities_out;
   bool timeline = false;    // per-op allocated / reserved bytes of the last iteration
   std::string trace_path;   // access trace as JSON lines
   std::shared_ptr<const Graph> graph;  // prebuilt (trace replay): used instead of model + autodiff
@@ -46,6 +51,8 @@ struct TrainResult {
   nlohmann::json policy_report;     // Policy::report(): null when the policy has nothing to say
   std::string policy_summary;       // Policy::summary()
   nlohmann::json allocator_report;  // DeviceAllocator::report()
+  std::vector<CompressionStat> compression;  // the last iteration's, per compressed tensor
+  std::vector<std::string> tensor_names;     // by id, for the report
 };
 
 class Trainer {
