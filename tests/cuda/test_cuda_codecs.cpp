@@ -44,7 +44,7 @@ std::vector<float> inputs(size_t n, int kind, uint32_t seed) {
 TensorInfo tensor_of(size_t n) {
   TensorInfo t;
   t.id = 0;
-  t.name = "x";
+  t.name = std::string("cuda codec test input");
   t.shape = Shape({static_cast<int64_t>(n)});
   return t;
 }

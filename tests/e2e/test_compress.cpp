@@ -226,8 +226,18 @@ TEST(CompressCli, BadInputExitsTwoNamingWhatIsAccepted) {
   r = run_cli("train --model resnet-tiny --policy compress --backend sim --gpu p100-16g --iters 1 --densities " + bad);
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("not JSON"), std::string::npos) << r.output;
+  std::ofstream(bad) << "{\"format\": \"vtensor-densities-1\", \"tensors\": {\"x#1\": {\"elements\": 4, \"nonzeros\": 2}}}";
+  r = run_cli("train --model resnet-tiny --policy compress --backend sim --gpu p100-16g --iters 1 --densities " + bad);
+  EXPECT_EQ(r.code, 2) << r.output;  // recorded for another model
+  EXPECT_NE(r.output.find("has no entry for tensor"), std::string::npos) << r.output;
+  r = run_cli("train --model resnet-tiny --policy compress --densities " + bad + " --iters 1");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("--densities applies to --backend sim only"), std::string::npos) << r.output;
   EXPECT_FALSE(std::filesystem::exists(report)) << "a failed run wrote a report";
   std::filesystem::remove(bad);
+  // A model without ReLU or max-pool needs no densities on sim.
+  r = run_cli("train --model gpt-tiny --policy compress --backend sim --gpu p100-16g --iters 2 --quiet");
+  EXPECT_EQ(r.code, 0) << r.output;
 }
 
 TEST(CompressCli, OutOfMemoryNamesRequestedInUseAndBudget) {

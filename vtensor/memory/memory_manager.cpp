@@ -147,6 +147,7 @@ size_t MemoryManager::alloc_block(size_t bytes, int64_t tag, const char* what) {
         (compact() || allocator_->stats().largest_free_block >= align_up(bytes)))
       continue;
     if (!progressed && release_idle_buffers()) continue;  // persistent buffers not holding a tensor now give way
+    if (!progressed && drop_compressed(bytes)) continue;  // compressed tensors that can be recomputed, least recent first
     if (!progressed && host_refused) {
       throw OutOfMemoryError::host(
           host_refused, host_.in_use(), host_.budget(),
@@ -355,9 +356,15 @@ void MemoryManager::prefetch(TensorId id) {
 void MemoryManager::drop(TensorId id) {
   id = storage_of(id);
   State& s = st(id);
-  if (s.residency != Residency::kResident) throw std::logic_error("drop of a tensor that is " + std::string(to_string(s.residency)));
+  if (s.residency != Residency::kResident && s.residency != Residency::kCompressed)
+    throw std::logic_error("drop of a tensor that is " + std::string(to_string(s.residency)));
   if (!can_recompute(id)) throw std::logic_error("drop of " + graph_.tensor(id).name + ", which cannot be recomputed now");
-  free_device(s);
+  if (s.residency == Residency::kCompressed) {  // its buffer goes, persistent or not
+    free_buffer(s, true);
+    s.codec = Codec::kNone;
+  } else {
+    free_device(s);
+  }
   s.residency = Residency::kDropped;
   add_lineage_refs(id, +1);
   ++counters_.dropped;
@@ -589,6 +596,24 @@ void MemoryManager::free_buffer(State& s, bool even_persistent) {
   allocator_->free(s.comp_offset);
   s.has_buffer = false;
   s.comp_capacity = 0;
+}
+
+bool MemoryManager::drop_compressed(size_t bytes) {
+  std::vector<TensorId> cands;
+  for (size_t i = 0; i < states_.size(); ++i)
+    if (states_[i].residency == Residency::kCompressed && states_[i].locks == 0) cands.push_back(static_cast<TensorId>(i));
+  std::sort(cands.begin(), cands.end(), [&](TensorId a, TensorId b) {
+    return st(a).last_access != st(b).last_access ? st(a).last_access < st(b).last_access : a < b;
+  });
+  size_t freed = 0;
+  for (TensorId id : cands) {
+    if (freed >= bytes) break;
+    if (!can_recompute(id)) continue;
+    freed += st(id).comp_capacity;
+    drop(id);
+    ++counters_.evictions;
+  }
+  return freed > 0;
 }
 
 bool MemoryManager::release_idle_buffers() {

@@ -11,6 +11,7 @@
 //      none, wait for in-flight prefetches, which makes them evictable, and ask again;
 //   4. if enough bytes are free but scattered, compact: slide tensors down the arena; then free
 //      the persistent compression buffers (and the sliding workspace) that hold nothing now;
+//      then drop compressed tensors that can be recomputed (least recently used first);
 //   5. throw OutOfMemoryError{requested, in use, budget}.
 // Host budget (--host-budget): a swap-out that does not fit in the host pool is not taken. A
 // planned one (Action kSwapOut) is skipped, the tensor stays resident; an eviction victim is
@@ -134,7 +135,7 @@ class MemoryManager final : public MemoryView {
   // a planned swap-out names its own release op (Action::free_after).
   void swap_out(TensorId id);
   void prefetch(TensorId id);              // on_host -> swapping_in (async)
-  void drop(TensorId id);                  // resident -> dropped
+  void drop(TensorId id);                  // resident (or compressed) -> dropped
   // resident -> compressing (async on the compression stream); completed at the end of op
   // sequence number release_seq. False (nothing changes) when no buffer or workspace fits.
   bool compress(TensorId id, Codec codec, size_t capacity, uint64_t release_seq);
@@ -217,6 +218,7 @@ class MemoryManager final : public MemoryView {
   void free_buffer(State& s, bool even_persistent);
   void free_own_workspace(State& s);
   bool release_idle_buffers();  // OOM ladder: persistent buffers of tensors not compressed now
+  bool drop_compressed(size_t bytes);  // OOM ladder, last: compressed tensors that can be recomputed
   void complete_compress(TensorId id);
   void cancel_compress(TensorId id);           // compressing -> resident
   void finish_decompress(TensorId id);         // decompressing -> resident

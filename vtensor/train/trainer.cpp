@@ -50,10 +50,6 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
     if (!cfg_.densities_out.empty()) throw only("--densities-out");
     if (!cfg_.densities_path.empty()) throw only("--densities");
   } else {
-    if (cfg_.backend == "sim" && cfg_.densities_path.empty() && cfg_.compression.bitmask)
-      throw std::invalid_argument("--policy " + cfg_.policy +
-                                  " on --backend sim needs --densities FILE: the non-zero counts a cpu run of the same "
-                                  "model recorded with --densities-out (or --codecs sign, which needs none)");
     if (!cfg_.densities_path.empty() && cfg_.backend != "sim")
       throw std::invalid_argument("--densities applies to --backend sim only (backend '" + cfg_.backend +
                                   "' measures its own tensors; --densities-out writes them)");
@@ -74,6 +70,25 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
     graph_ = build_model(cfg_.model);
     build_backward(graph_, cfg_.optimizer);
     if (cfg_.inplace_relu_grad) share_relu_gradients(graph_);
+  }
+  if (compress_policy && cfg_.backend == "sim" && cfg_.densities_path.empty() && cfg_.compression.bitmask) {
+    bool sparse = false;  // ReLU or max-pool outputs: what the bitmask codec is for
+    for (const Op& op : graph_.ops()) sparse = sparse || op.kind == OpKind::kRelu || op.kind == OpKind::kMaxPool;
+    if (sparse)
+      throw std::invalid_argument("--policy " + cfg_.policy + " on --backend sim needs --densities FILE for model " +
+                                  cfg_.model.name +
+                                  ": the non-zero counts a cpu run of the same model recorded with --densities-out "
+                                  "(or --codecs sign, which needs none)");
+  }
+  if (densities) {  // recorded for this model: every ReLU / max-pool output has its count
+    for (const Op& op : graph_.ops()) {
+      if (op.kind != OpKind::kRelu && op.kind != OpKind::kMaxPool) continue;
+      const TensorInfo& t = graph_.tensor(op.outputs[0]);
+      if (!densities->tensors.count(density_key(t)))
+        throw std::invalid_argument("--densities '" + cfg_.densities_path + "' (" + densities->source +
+                                    ") has no entry for tensor '" + density_key(t) + "' of model " + cfg_.model.name +
+                                    "; accepted: a file written by train --densities-out for the same model");
+    }
   }
   if (!cfg_.planner.empty() && cfg_.allocator != "planned")
     throw std::invalid_argument("--planner applies to --allocator planned only, got --allocator " + cfg_.allocator);
