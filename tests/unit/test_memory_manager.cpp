@@ -821,6 +821,42 @@ TEST(ScriptedPolicy, CompressThenDecompressIsBitIdentical) {
   }
 }
 
+// The OOM ladder's last resort drops a compressed tensor (its buffer goes) when it can be
+// recomputed: its next access recomputes it, bits unchanged. Dropped here by hand mid-gap.
+TEST(ScriptedPolicy, DroppedCompressedTensorIsRecomputed) {
+  const ModelConfig model = tiny("resnet-tiny", 8);
+  const RunOut ref = baseline(model);
+  Graph g = build_model(model);
+  build_backward(g, OptimizerConfig{});
+  Plan plan;
+  std::vector<TensorId> chosen;
+  for (const auto& t : g.tensors()) {
+    if (!is_forward_activation(g, t.id) || g.op(t.producer).kind != OpKind::kRelu) continue;
+    const Uses u = uses_of(g, t.id);
+    if (u.first_backward < 0 || u.first_backward - u.last_forward < 6) continue;
+    Action a{ActionKind::kCompress, t.id, u.last_forward, u.last_forward + 2};
+    a.codec = Codec::kBitmask;
+    a.capacity = codec_bound(Codec::kBitmask, static_cast<size_t>(t.shape.numel()));
+    plan.actions.push_back(a);
+    chosen.push_back(t.id);
+  }
+  ASSERT_FALSE(chosen.empty());
+  auto rig = make_rig(model, plan);
+  int dropped = 0;
+  rig->policy->set_probe([&](int, int op) {
+    for (TensorId id : chosen) {
+      const Uses u = uses_of(g, id);
+      if (op == u.first_backward - 1 && rig->mm->residency(id) == Residency::kCompressed && rig->mm->can_recompute(id)) {
+        rig->mm->drop(id);
+        ++dropped;
+      }
+    }
+  });
+  const RunOut got = run(*rig);
+  expect_identical(got, ref);
+  EXPECT_GT(dropped, 0);
+}
+
 // A buffer too small for the data (denser than planned): the tensor stays resident, training is
 // unchanged and the overflow is counted.
 TEST(ScriptedPolicy, CompressionOverflowKeepsTheTensor) {
