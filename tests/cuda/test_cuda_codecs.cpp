@@ -86,6 +86,41 @@ TEST(CudaCodecs, SameBytesAndBitsAsCpu) {
       }
 }
 
+// Lossy codecs on finite values: the same bytes and the same decompressed bits as the cpu.
+TEST(CudaCodecs, LossyCodecsMatchCpuOnFiniteValues) {
+  VT_REQUIRE_GPU();
+  auto be = make_backend("cuda", {.arena_bytes = size_t{64} << 20});
+  char* dev = static_cast<char*>(be->arena_base());
+  std::mt19937 rng(4);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  const size_t n = 300001;
+  std::vector<float> x(n);
+  for (auto& v : x) v = normal(rng);
+  x[0] = 0.0f, x[1] = -0.0f, x[2] = 70000.0f, x[3] = 1e-8f;
+  const TensorInfo t = tensor_of(n);
+  for (Codec c : {Codec::kBf16, Codec::kFp16, Codec::kInt8}) {
+    SCOPED_TRACE(to_string(c));
+    const size_t bytes = codec_bytes(c, n, 0);
+    std::vector<uint8_t> want(bytes);
+    cpu::compress(c, x.data(), n, want.data(), bytes, nullptr, 0);
+    char* packed = dev + 4 * n + 4096;
+    char* back = packed + bytes + 4096;
+    be->copy_to_device(dev, x.data(), 4 * n);
+    CodecResult r, d;
+    be->compress_async(Stream::kCompress, c, t, dev, packed, bytes, nullptr, 0, &r);
+    be->decompress_async(Stream::kCompress, c, t, packed, bytes, back, &d);
+    be->record(Stream::kCompress)->wait();
+    EXPECT_EQ(r.bytes, bytes);
+    std::vector<uint8_t> got(bytes);
+    be->copy_to_host(got.data(), packed, bytes);
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), bytes));
+    std::vector<float> y(n), ref(n);
+    be->copy_to_host(y.data(), back, 4 * n);
+    cpu::decompress(c, want.data(), n, ref.data());
+    EXPECT_EQ(0, std::memcmp(y.data(), ref.data(), 4 * n));
+  }
+}
+
 TEST(CudaCodecs, OverflowReportsTheSizeLikeCpu) {
   VT_REQUIRE_GPU();
   auto be = make_backend("cuda", {.arena_bytes = size_t{16} << 20});

@@ -5,6 +5,8 @@
 // change what they should; bad input exits 2 naming what is accepted.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -238,6 +240,38 @@ TEST(CompressCli, BadInputExitsTwoNamingWhatIsAccepted) {
   // A model without ReLU or max-pool needs no densities on sim.
   r = run_cli("train --model gpt-tiny --policy compress --backend sim --gpu p100-16g --iters 2 --quiet");
   EXPECT_EQ(r.code, 0) << r.output;
+}
+
+// Opt-in lossy codecs: the math changes (losses drift from `none`, a little), the report says so,
+// and the run's config names the mode. Lossless policies refuse --lossy.
+TEST(Compress, LossyCodecsDriftALittleAndSaySo) {
+  const int iters = 8;
+  const RunOutcome base = run_training(config("resnet-tiny", "none", 0, iters));
+  const size_t budget = align_up(base.peak * 35 / 100);
+  for (const std::string mode : {"bf16", "fp16", "int8"}) {
+    SCOPED_TRACE(mode);
+    TrainConfig cfg = config("resnet-tiny", "compress", budget, iters);
+    cfg.lossy = mode;
+    const RunOutcome r = run_training(cfg);
+    bool lossy_used = false, differs = false;
+    for (const auto& c : r.result.compression) lossy_used = lossy_used || c.codec == parse_lossy(mode);
+    EXPECT_TRUE(lossy_used);
+    for (size_t i = 0; i < r.iters.size(); ++i) {
+      differs = differs || std::memcmp(&r.iters[i].loss, &base.iters[i].loss, 4) != 0 || r.params != base.params;
+      EXPECT_NEAR(r.iters[i].loss, base.iters[i].loss, 0.01 * std::fabs(base.iters[i].loss)) << "iteration " << i;
+    }
+    EXPECT_TRUE(differs) << "a lossy codec that changes nothing";
+    EXPECT_LE(max_peak(r.iters), budget);
+    const nlohmann::json report = nlohmann::json::parse(report_json(r.result));
+    EXPECT_EQ(report["config"]["lossy"], mode);
+    EXPECT_EQ(report["policy_report"]["lossy"], mode);
+  }
+  const auto r = run_cli("train --model resnet-tiny --policy capuchin --lossy bf16 --iters 1");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("is lossless only; accepted: --policy compress or compress+swap"), std::string::npos) << r.output;
+  const auto u = run_cli("train --model resnet-tiny --policy compress --lossy fp8 --iters 1");
+  EXPECT_EQ(u.code, 2) << u.output;
+  EXPECT_NE(u.output.find("unknown lossy mode 'fp8'; accepted: bf16, fp16, int8"), std::string::npos) << u.output;
 }
 
 TEST(CompressCli, OutOfMemoryNamesRequestedInUseAndBudget) {

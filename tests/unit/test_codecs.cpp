@@ -139,3 +139,74 @@ TEST(Codecs, NamesParseAndUnknownOnesSayWhatIsAccepted) {
     EXPECT_NE(std::string(e.what()).find("bitmask, sign"), std::string::npos);
   }
 }
+
+// ---------------------------------------------------------------- lossy codecs (opt-in)
+
+namespace {
+
+std::vector<float> lossy_round_trip(Codec c, const std::vector<float>& x) {
+  size_t size = 0;
+  const auto packed = compress_all(c, x, 0, &size);
+  EXPECT_EQ(size, codec_bytes(c, x.size(), 0));
+  std::vector<float> y(x.size());
+  cpu::decompress(c, packed.data(), x.size(), y.data());
+  return y;
+}
+
+}  // namespace
+
+TEST(LossyCodecs, HalfPrecisionRoundsToNearestEvenAndKeepsSpecials) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> x = {1.0f, -2.5f, 65504.0f, 65519.0f, 65520.0f, 1e9f, std::ldexp(1.0f, -24), std::ldexp(1.0f, -26),
+                                -0.0f, inf, -inf, nan, 1.0f + std::ldexp(1.0f, -11), 1.0f + 3 * std::ldexp(1.0f, -11)};
+  const auto h = lossy_round_trip(Codec::kFp16, x);
+  EXPECT_EQ(h[0], 1.0f);
+  EXPECT_EQ(h[1], -2.5f);
+  EXPECT_EQ(h[2], 65504.0f);  // the largest half
+  EXPECT_EQ(h[3], 65504.0f);  // rounds down
+  EXPECT_EQ(h[4], inf);       // rounds up past the largest half
+  EXPECT_EQ(h[5], inf);
+  EXPECT_EQ(h[6], std::ldexp(1.0f, -24));  // the smallest denormal half
+  EXPECT_EQ(h[7], 0.0f);                   // a quarter of it: to zero
+  EXPECT_TRUE(std::signbit(h[8]) && h[8] == 0.0f);
+  EXPECT_EQ(h[9], inf);
+  EXPECT_EQ(h[10], -inf);
+  EXPECT_TRUE(std::isnan(h[11]));
+  EXPECT_EQ(h[12], 1.0f);                                // a tie: to even
+  EXPECT_EQ(h[13], 1.0f + 2 * std::ldexp(1.0f, -10));  // a tie: to even (up)
+  const auto b = lossy_round_trip(Codec::kBf16, x);
+  EXPECT_EQ(b[0], 1.0f);
+  EXPECT_EQ(b[1], -2.5f);
+  EXPECT_EQ(b[9], inf);
+  EXPECT_TRUE(std::isnan(b[11]));
+  EXPECT_TRUE(std::signbit(b[8]));
+  for (size_t i = 0; i < x.size(); ++i)  // bf16 keeps the float's range: 8 bits of mantissa
+    if (std::isfinite(x[i])) EXPECT_LE(std::fabs(b[i] - x[i]), std::fabs(x[i]) * std::ldexp(1.0f, -8)) << i;
+}
+
+TEST(LossyCodecs, Int8ErrorIsAtMostHalfAStep) {
+  const auto x = random_values(5000, 0.2, 21);
+  std::vector<float> v;
+  for (float f : x) v.push_back(std::isfinite(f) ? std::fmod(f, 1000.0f) : 3.0f);
+  const auto y = lossy_round_trip(Codec::kInt8, v);
+  float amax = 0;
+  for (float f : v) amax = std::max(amax, std::fabs(f));
+  const float step = amax / 127.0f;
+  for (size_t i = 0; i < v.size(); ++i) ASSERT_LE(std::fabs(y[i] - v[i]), step * 0.5f * 1.0001f) << i;
+  const auto z = lossy_round_trip(Codec::kInt8, std::vector<float>(100, 0.0f));
+  for (float f : z) EXPECT_EQ(f, 0.0f);
+}
+
+TEST(LossyCodecs, NamesParseAndUnknownOnesSayWhatIsAccepted) {
+  EXPECT_EQ(parse_lossy("bf16"), Codec::kBf16);
+  EXPECT_EQ(parse_lossy("fp16"), Codec::kFp16);
+  EXPECT_EQ(parse_lossy("int8"), Codec::kInt8);
+  EXPECT_FALSE(codec_lossless(Codec::kInt8));
+  EXPECT_TRUE(codec_lossless(Codec::kBitmask));
+  try {
+    parse_lossy("fp8");
+    FAIL() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown lossy mode 'fp8'; accepted: bf16, fp16, int8"), std::string::npos);
+  }
+}

@@ -10,6 +10,9 @@
 //   kSign: 1 bit per element, (x > 0). Decompresses to 1.0f / 0.0f. Only for a tensor whose every
 //     later reader needs nothing but x > 0 (ReLU backward reads its output y only as y > 0); the
 //     policy proves that from the graph. Size 4*ceil(n/32).
+//   Lossy, opt-in only (--lossy), for tensors no lossless codec fits, read only by backward ops:
+//   kBf16 (the upper 16 bits, rounded to nearest even), kFp16 (IEEE half, rounded to nearest
+//   even, overflow to infinity), kInt8 (one float scale = max |x| / 127, then round(x / scale)).
 // The paper also packs max-pool argmax into 8-bit window indices; our max-pool backward finds
 // the maximum again from the input, so the graph has no argmax tensor to pack.
 // Deviation: FreeLunch's lossless path is a zero-value compression of ReLU outputs on the GPU; we
@@ -22,10 +25,13 @@
 
 namespace vtensor {
 
-enum class Codec { kNone, kBitmask, kSign };
+enum class Codec { kNone, kBitmask, kSign, kBf16, kFp16, kInt8 };
 const char* to_string(Codec c);
+inline bool codec_lossless(Codec c) { return c == Codec::kBitmask || c == Codec::kSign || c == Codec::kNone; }
 // "bitmask", "sign"; throws std::invalid_argument naming the accepted ones.
 Codec parse_codec(const std::string& name);
+// --lossy: "bf16", "fp16", "int8"; throws std::invalid_argument naming the accepted ones.
+Codec parse_lossy(const std::string& name);
 
 constexpr size_t kCodecWordBits = 32;
 inline size_t codec_mask_bytes(size_t n) { return (n + kCodecWordBits - 1) / kCodecWordBits * 4; }
@@ -34,6 +40,9 @@ inline size_t codec_bytes(Codec c, size_t n, size_t nonzeros) {
   switch (c) {
     case Codec::kBitmask: return codec_mask_bytes(n) + 4 * nonzeros;
     case Codec::kSign: return codec_mask_bytes(n);
+    case Codec::kBf16:
+    case Codec::kFp16: return 2 * n;
+    case Codec::kInt8: return 4 + n;  // the scale, then one byte per element
     case Codec::kNone: return 4 * n;
   }
   return 4 * n;

@@ -20,12 +20,20 @@ TensorId base_of(const Graph& g, TensorId id) {
   return id;
 }
 
-// Outputs FreeLunch compresses: ReLU and max-pool outputs (mostly zeros after a ReLU).
+// Outputs FreeLunch compresses losslessly: ReLU and max-pool outputs (mostly zeros after a ReLU).
 bool compressible(const Graph& g, TensorId id) {
   const TensorInfo& t = g.tensor(id);
   if (t.persistent() || t.producer < 0 || t.view_of != kNoTensor || t.dtype != DType::kF32 || t.bytes() == 0) return false;
   const OpKind k = g.op(t.producer).kind;
   return k == OpKind::kRelu || k == OpKind::kMaxPool;
+}
+
+// What a lossy codec may take (--lossy): any forward activation of floats.
+bool lossy_compressible(const Graph& g, TensorId id) {
+  const TensorInfo& t = g.tensor(id);
+  if (t.persistent() || t.producer < 0 || t.view_of != kNoTensor || t.dtype != DType::kF32 || t.bytes() == 0) return false;
+  const Op& op = g.op(t.producer);
+  return !op.backward && !op.optimizer && op.kind != OpKind::kData && op.kind != OpKind::kTokenData;
 }
 
 // Does op `o` read tensor `id` only as a ReLU backward's y (it needs y > 0, nothing more)?
@@ -148,34 +156,44 @@ class Planner {
   }
 
   void find_candidates() {
+    const Codec lossy = in_.options.lossy;
     for (size_t id = 0; id < b_.tensors.size(); ++id) {
       const auto tid = static_cast<TensorId>(id);
-      if (!compressible(g_, tid)) continue;
+      const bool sparse = compressible(g_, tid), lossy_ok = lossy != Codec::kNone && lossy_compressible(g_, tid);
+      if (!sparse && !lossy_ok) continue;
       const auto& ops = ops_of_[id];
       const size_t bytes = b_.tensors[id].bytes, n = bytes / 4;
       for (size_t k = 0; k + 1 < ops.size(); ++k) {
         const int e = ops[k], b = ops[k + 1];
         if (b < e + 2 || !hits_over(e + 1, b - 1)) continue;
-        bool sign = true;
-        for (size_t j = k + 1; j < ops.size() && sign; ++j) sign = reads_sign_only(g_, ops[j], tid);
+        bool sign = sparse && in_.options.sign, backward_only = true;
+        for (size_t j = k + 1; j < ops.size(); ++j) {
+          sign = sign && reads_sign_only(g_, ops[j], tid);
+          backward_only = backward_only && g_.op(ops[j]).backward;
+        }
         CompressCandidate c;
         c.id = tid;
         c.bytes = bytes;
         c.evict_op = e;
         c.back_op = b;
-        if (sign && !in_.options.sign && !in_.options.bitmask) continue;
-        if (sign && !in_.options.sign) sign = false;
         if (sign) {
           c.codec = Codec::kSign;
           c.compressed = c.capacity = codec_bytes(Codec::kSign, n, 0);
-        } else {
-          if (!in_.options.bitmask || id >= in_.nonzeros.size() || !in_.nonzeros[id]) continue;  // not measured
+        } else if (sparse && in_.options.bitmask && id < in_.nonzeros.size() && in_.nonzeros[id]) {
           const size_t nnz = *in_.nonzeros[id];
           c.codec = Codec::kBitmask;
           c.compressed = codec_bytes(Codec::kBitmask, n, nnz);
           const auto room = static_cast<size_t>(std::ceil(static_cast<double>(nnz) * (1.0 + kValueSlack)));
           c.capacity = codec_bytes(Codec::kBitmask, n, std::min(n, room));
         }
+        // Lossy only where no lossless codec saves enough, and only for backward readers: the
+        // forward pass always sees exact values.
+        if ((c.codec == Codec::kNone || static_cast<double>(align_up(c.capacity)) > (1.0 - kMinSaving) * static_cast<double>(bytes)) &&
+            lossy_ok && backward_only) {
+          c.codec = lossy;
+          c.compressed = c.capacity = codec_bytes(lossy, n, 0);
+        }
+        if (c.codec == Codec::kNone) continue;
         c.capacity = align_up(c.capacity);
         if (static_cast<double>(c.capacity) > (1.0 - kMinSaving) * static_cast<double>(bytes)) continue;
         const double rate = out_.element_ns_per_byte;
@@ -401,6 +419,7 @@ nlohmann::json CompressPolicy::report() const {
             {"sliding_workspace", options_.sliding_workspace},
             {"persistent_buffers", options_.persistent_buffers},
             {"on_compute_stream", options_.on_compute_stream},
+            {"lossy", options_.lossy == Codec::kNone ? nlohmann::json(nullptr) : nlohmann::json(to_string(options_.lossy))},
             {"element_ns_per_byte", plan_.element_ns_per_byte},
             {"sliding_workspace_bytes", plan_.workspace_bytes},
             {"candidates", plan_.candidates.size()},

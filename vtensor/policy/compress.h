@@ -22,7 +22,9 @@
 // Capuchin does, so a budget that needs less compression pays less. Buffers are sized from the
 // measured iteration with kValueSlack headroom; a tensor grown denser than that stays resident
 // (counted as an overflow). Max-pool argmax packing is not done: our max-pool backward reads its
-// input, so there is no argmax tensor. kSign is ours (the 1 bit per element).
+// input, so there is no argmax tensor. kSign is ours (the 1 bit per element). Lossy codecs
+// (--lossy bf16|fp16|int8, never by default) take forward activations no lossless codec fits,
+// only in gaps whose later readers are all backward ops.
 #pragma once
 #include <optional>
 #include <string>
@@ -74,6 +76,7 @@ class CompressPolicy final : public Policy {
   explicit CompressPolicy(bool hybrid) : hybrid_(hybrid) {}
   std::string name() const override { return hybrid_ ? "compress+swap" : "compress"; }
   void set_options(const CompressionOptions& o) { options_ = o; }
+  bool lossless() const override { return codec_lossless(options_.lossy); }
   void attach(const MemoryView& view) override { view_ = &view; }
   std::vector<Action> after_op(int op_index) override;
   std::vector<Victim> choose_victims(size_t bytes, const MemoryView& view) override;

@@ -65,6 +65,7 @@ struct CompressionOptions {
   bool on_compute_stream = false;  // run the codecs on the compute stream (no overlap)
   size_t workspace_bytes = size_t{64} << 10;  // the sliding workspace's size (at most)
   bool bitmask = true, sign = true;  // the codecs the policy may use (--codecs)
+  Codec lossy = Codec::kNone;        // --lossy: opt-in lossy codec for what no lossless one fits
   bool operator==(const CompressionOptions&) const = default;
 };
 

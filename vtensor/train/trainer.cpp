@@ -38,8 +38,13 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
       at = comma + 1;
     }
   }
+  if (!cfg_.lossy.empty()) {
+    cfg_.compression.lossy = parse_lossy(cfg_.lossy);  // throws naming the accepted modes
+    if (!compress_policy)
+      throw std::invalid_argument("--lossy " + cfg_.lossy + ": policy '" + cfg_.policy +
+                                  "' is lossless only; accepted: --policy compress or compress+swap");
+  }
   if (!compress_policy) {
-    const CompressionOptions def;
     auto only = [&](const std::string& flag) {
       return std::invalid_argument(flag + " applies to --policy compress or compress+swap only, got --policy " + cfg_.policy);
     };
@@ -237,6 +242,7 @@ std::string report_json(const TrainResult& r) {
         {"width", c.model.width},
         {"classes", c.model.classes},
         {"policy", c.policy},
+        {"lossy", c.lossy.empty() ? json(nullptr) : json(c.lossy)},  // lossy compression: the math changes
         {"backend", c.backend},
         {"gpu", c.gpu.empty() ? json(nullptr) : json(c.gpu)},
         {"allocator", c.allocator},

@@ -34,6 +34,7 @@ struct TrainConfig {
   // densities a sim run sizes compressed tensors by, and where a run with data writes its own.
   CompressionOptions compression;
   std::string codecs;              // --codecs: comma-separated (empty: all)
+  std::string lossy;               // --lossy: bf16, fp16, int8 (empty: lossless only)
   std::string densities_path, densities_out;
   bool timeline = false;    // per-op allocated / reserved bytes of the last iteration
   std::string trace_path;   // access trace as JSON lines

@@ -233,6 +233,13 @@ void CudaBackend::compress_async(Stream s, Codec c, const TensorInfo& t, const v
     if (result->bytes <= capacity) cuda::compress_sign(cs, n, static_cast<const float*>(src), dst);
     return;
   }
+  if (c == Codec::kBf16 || c == Codec::kFp16 || c == Codec::kInt8) {
+    result->bytes = codec_bytes(c, n, 0);  // fixed: known now
+    if (result->bytes > capacity) return;
+    if (c == Codec::kInt8) cuda::compress_int8(cs, n, static_cast<const float*>(src), dst);
+    else cuda::compress_half(cs, c == Codec::kBf16, n, static_cast<const float*>(src), dst);
+    return;
+  }
   if (c != Codec::kBitmask) throw std::logic_error("cuda compress: codec " + std::string(to_string(c)));
   if (!codec_dev_) count_nonzeros(t, src);  // allocates the rings (and syncs once)
   const size_t slot = codec_next_++ % kCodecSlots;
@@ -246,6 +253,8 @@ void CudaBackend::decompress_async(Stream s, Codec c, const TensorInfo& t, const
   const auto n = static_cast<size_t>(t.shape.numel());
   if (c == Codec::kSign) cuda::decompress_sign(stream(s), n, src, static_cast<float*>(dst));
   else if (c == Codec::kBitmask) cuda::decompress_bitmask(stream(s), n, src, static_cast<float*>(dst));
+  else if (c == Codec::kInt8) cuda::decompress_int8(stream(s), n, src, static_cast<float*>(dst));
+  else if (c == Codec::kBf16 || c == Codec::kFp16) cuda::decompress_half(stream(s), c == Codec::kBf16, n, src, static_cast<float*>(dst));
   else throw std::logic_error("cuda decompress: codec " + std::string(to_string(c)));
 }
 

@@ -77,5 +77,11 @@ void compress_bitmask(cudaStream_t s, size_t n, const float* x, void* dst, size_
 void compress_sign(cudaStream_t s, size_t n, const float* x, void* dst);
 void decompress_bitmask(cudaStream_t s, size_t n, const void* src, float* y);
 void decompress_sign(cudaStream_t s, size_t n, const void* src, float* y);
+// Lossy (opt-in): bf16 / fp16 rounded to nearest even; int8 with one scale (max finite |x| / 127)
+// in the first 4 bytes, found by an atomic max before the quantisation.
+void compress_half(cudaStream_t s, bool bf16, size_t n, const float* x, void* dst);
+void decompress_half(cudaStream_t s, bool bf16, size_t n, const void* src, float* y);
+void compress_int8(cudaStream_t s, size_t n, const float* x, void* dst);
+void decompress_int8(cudaStream_t s, size_t n, const void* src, float* y);
 
 }  // namespace vtensor::cuda

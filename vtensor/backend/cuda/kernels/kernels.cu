@@ -6,6 +6,9 @@
 #include <cmath>
 #include <cstdint>
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include "vtensor/backend/cuda/cuda_check.h"
 #include "vtensor/backend/cuda/kernels.h"
 
@@ -697,6 +700,64 @@ void decompress_bitmask(cudaStream_t s, size_t n, const void* src, float* y) {
 
 void decompress_sign(cudaStream_t s, size_t n, const void* src, float* y) {
   VT_ELEMENTWISE(sign_expand_k, n, static_cast<const uint32_t*>(src), y);
+}
+
+// ---------------------------------------------------------------- lossy codecs (opt-in)
+
+namespace {
+
+__global__ void to_half_k(size_t n, bool bf16, const float* x, uint16_t* h) {
+  VT_GRID_STRIDE(i, n) h[i] = bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(x[i])) : __half_as_ushort(__float2half_rn(x[i]));
+}
+__global__ void from_half_k(size_t n, bool bf16, const uint16_t* h, float* y) {
+  VT_GRID_STRIDE(i, n) y[i] = bf16 ? __bfloat162float(__ushort_as_bfloat16(h[i])) : __half2float(__ushort_as_half(h[i]));
+}
+// Max finite |x| as float bits: for non-negative floats the bit order is the value order.
+__global__ void absmax_k(size_t n, const float* x, unsigned int* amax) {
+  unsigned int m = 0;
+  VT_GRID_STRIDE(i, n) {
+    const float a = fabsf(x[i]);
+    if (isfinite(a)) m = max(m, __float_as_uint(a));
+  }
+  atomicMax(amax, m);
+}
+__global__ void quantize_k(size_t n, const float* x, float* scale_slot, int8_t* q) {
+  const float amax = *scale_slot;  // the absmax bits, read as a float
+  const float scale = amax > 0.0f ? amax / 127.0f : 1.0f;
+  VT_GRID_STRIDE(i, n) q[i] = static_cast<int8_t>(isnan(x[i]) ? 0.0f : nearbyintf(fminf(fmaxf(x[i] / scale, -127.0f), 127.0f)));
+}
+__global__ void store_scale_k(float* scale_slot) {
+  const float amax = *scale_slot;
+  *scale_slot = amax > 0.0f ? amax / 127.0f : 1.0f;
+}
+__global__ void dequantize_k(size_t n, const float* scale_slot, const int8_t* q, float* y) {
+  const float scale = *scale_slot;
+  VT_GRID_STRIDE(i, n) y[i] = static_cast<float>(q[i]) * scale;
+}
+
+}  // namespace
+
+void compress_half(cudaStream_t s, bool bf16, size_t n, const float* x, void* dst) {
+  VT_ELEMENTWISE(to_half_k, n, bf16, x, static_cast<uint16_t*>(dst));
+}
+void decompress_half(cudaStream_t s, bool bf16, size_t n, const void* src, float* y) {
+  VT_ELEMENTWISE(from_half_k, n, bf16, static_cast<const uint16_t*>(src), y);
+}
+void compress_int8(cudaStream_t s, size_t n, const float* x, void* dst) {
+  auto* slot = static_cast<float*>(dst);
+  VT_CHECK(cudaMemsetAsync(slot, 0, 4, s));
+  if (n) {
+    absmax_k<<<blocks_for(n), kThreads, 0, s>>>(n, x, reinterpret_cast<unsigned int*>(slot));
+    VT_CHECK_LAUNCH("absmax_k");
+    quantize_k<<<blocks_for(n), kThreads, 0, s>>>(n, x, slot, reinterpret_cast<int8_t*>(slot + 1));
+    VT_CHECK_LAUNCH("quantize_k");
+  }
+  store_scale_k<<<1, 1, 0, s>>>(slot);
+  VT_CHECK_LAUNCH("store_scale_k");
+}
+void decompress_int8(cudaStream_t s, size_t n, const void* src, float* y) {
+  const auto* slot = static_cast<const float*>(src);
+  VT_ELEMENTWISE(dequantize_k, n, slot, reinterpret_cast<const int8_t*>(slot + 1), y);
 }
 
 }  // namespace vtensor::cuda
