@@ -8,6 +8,10 @@ Usage: bench/capuchin_compare.py [--models resnet-tiny,vgg-tiny|resnet50:32,...]
            [--backend cpu] [--gpu NAME] [--iters 6] [--policies ...] [--max-batch-limit 4096]
            [--precision 0] [--timeout 300] > out.csv
 Paper scale (sim): bench/capuchin_compare.py --models resnet50,vgg16,gpt2-small --backend sim --gpu p100-16g --iters 4 --precision 0.02
+Compression (FreeLunch): --densities DIR passes DIR/MODEL.json (written by a cpu run with
+--densities-out, bench/compress_compare.sh) to the compress policies on sim; a policy written
+POLICY@FLAG[@FLAG] runs with --FLAG (the ablation: compress@no-sliding-workspace,
+compress@no-persistent-buffers, compress@compress-on-compute-stream).
 Needs build/vtensor. Policies the binary does not list (e.g. vdnn-conv before its branch is
 merged) are skipped with a note on stderr. The first iteration is left out of the timings: it
 is Capuchin's measured (passive) iteration and warms caches for everyone else. Times are the
@@ -23,8 +27,12 @@ def run(args, model, policy, batch, budget, iters, tmp):
     report = os.path.join(tmp, "r.json")
     if os.path.exists(report):
         os.remove(report)
+    policy, *flags = policy.split("@")
     cmd = [BIN, "train", "--model", model, "--policy", policy, "--iters", str(iters), "--quiet",
-           "--backend", args.backend, "--report", report]
+           "--backend", args.backend, "--report", report] + ["--" + f for f in flags]
+    dens = os.path.join(args.densities, model + ".json") if args.densities else ""
+    if policy.startswith("compress") and dens and os.path.exists(dens) and args.backend == "sim":
+        cmd += ["--densities", dens]  # none for a model without ReLU (gpt, bert): nothing to size
     if args.gpu:
         cmd += ["--gpu", args.gpu]
     if batch:
@@ -88,16 +96,18 @@ def main():
     ap.add_argument("--max-batch-limit", type=int, default=4096)
     ap.add_argument("--precision", type=float, default=0.0, help="relative precision of the maximum batch (0: exact)")
     ap.add_argument("--timeout", type=float, default=300, help="seconds per run; a run past it counts as failed")
+    ap.add_argument("--densities", default="", help="directory of MODEL.json densities for the compress policies on sim")
     args = ap.parse_args()
     listed = subprocess.run([BIN, "policies"], capture_output=True, text=True).stdout
     policies = []
     for p in args.policies.split(","):
-        if any(line.split()[:1] == [p] for line in listed.splitlines()):
+        if any(line.split()[:1] == [p.split("@")[0]] for line in listed.splitlines()):
             policies.append(p)
         else:
             print(f"skipping policy {p}: not in this build", file=sys.stderr)
     print("model,backend,gpu,fraction,budget_bytes,policy,batch,peak_allocated_bytes,best_iteration_ms,none_best_iteration_ms,"
-          "overhead_vs_none,swapped_out_bytes_per_iter,recomputed_ops_per_iter,stall_ms_per_iter,max_batch,max_batch_vs_none")
+          "overhead_vs_none,swapped_out_bytes_per_iter,recomputed_ops_per_iter,stall_ms_per_iter,max_batch,max_batch_vs_none,"
+          "compressed_bytes_per_iter,compression_ratio")
     with tempfile.TemporaryDirectory() as tmp:
         for spec in args.models.split(","):
             model, _, ref_batch = spec.partition(":")
@@ -116,12 +126,16 @@ def main():
                     mb = none_max if p == "none" else max_batch(args, model, p, budget, batch, tmp)
                     if rep is None:
                         row = [model, args.backend, args.gpu, frac, budget, p, batch, "", "", f"{none_ms:.3f}", "oom", "", "", ""]
+                        comp = ["", ""]
                     else:
                         ms = steady(rep, "time_ms")
                         row = [model, args.backend, args.gpu, frac, budget, p, batch, rep["summary"]["peak_allocated_bytes"],
                                f"{ms:.3f}", f"{none_ms:.3f}", f"{ms / none_ms:.3f}", f"{steady(rep, 'swapped_out_bytes'):.0f}",
                                f"{steady(rep, 'recomputed_ops'):.1f}", f"{steady(rep, 'stall_ms'):.3f}"]
-                    row += [mb, f"{mb / none_max:.2f}" if none_max else "inf"]
+                        cb = steady(rep, "compressed_bytes") if "compressed_bytes" in rep["iterations"][0] else 0
+                        ca = steady(rep, "compressed_to_bytes") if cb else 0
+                        comp = [f"{cb:.0f}", f"{ca / cb:.3f}" if cb else ""]
+                    row += [mb, f"{mb / none_max:.2f}" if none_max else "inf"] + comp
                     print(",".join(str(x) for x in row), flush=True)
 
 

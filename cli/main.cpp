@@ -475,6 +475,14 @@ int main(int argc, char** argv) {
   train->add_flag("--quiet", quiet, "no per-iteration lines");
   UmArgs train_um;
   add_um_options(train, train_um);
+  bool no_sliding = false, no_persistent = false;
+  train->add_flag("--no-sliding-workspace", no_sliding, "compress policies: a worst-case workspace per compression instead of one fixed sliding workspace (ablation)");
+  train->add_flag("--no-persistent-buffers", no_persistent, "compress policies: allocate each compressed buffer per use instead of once per tensor (ablation)");
+  train->add_flag("--compress-on-compute-stream", cfg.compression.on_compute_stream, "compress policies: run the codecs on the compute stream (ablation: no overlap)");
+  train->add_option("--lossy", cfg.lossy, "compress policies: opt-in lossy codec for what no lossless codec fits, read only by backward: bf16, fp16, int8 (default: none; losses then drift from `none`)");
+  train->add_option("--codecs", cfg.codecs, "compress policies: codecs to use, comma-separated: bitmask, sign (default: both)");
+  train->add_option("--densities", cfg.densities_path, "compress policies on sim: non-zero counts recorded by a cpu run (--densities-out)");
+  train->add_option("--densities-out", cfg.densities_out, "compress policies on cpu / cuda: write the measured non-zero counts to this file");
 
   ReplayArgs replay_args;
   ExperimentArgs maxbatch_args, sweep_args;
@@ -542,6 +550,9 @@ int main(int argc, char** argv) {
     }
     if (costs->parsed()) return cmd_costs(costs_args);
     if (view->parsed()) return cmd_view(view_in, view_out);
+    cfg.compression.sliding_workspace = !no_sliding;
+    cfg.compression.persistent_buffers = !no_persistent;
+    check_output_path(cfg.densities_out, "--densities-out");
     apply_um_options(cfg, train_um, cfg.policy);
     return cmd_train(cfg, budget_text, host_budget_arg, report, html, quiet, optimizer, lr->count() > 0);
   } catch (const OutOfMemoryError& e) {

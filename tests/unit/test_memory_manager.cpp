@@ -767,3 +767,122 @@ TEST(AccessTracker, TrainerWritesTraceOfEveryIteration) {
 
 }  // namespace
 }  // namespace vtensor
+
+// ---------------------------------------------------------------- scripted compression
+
+namespace vtensor {
+namespace {
+
+// Every ReLU output with a long gap compressed (bitmask, buffers sized for the worst case) after
+// its last forward use. Half of them are decompressed by a planned prefetch, the other half on
+// demand at their backward access: both restore the bits, the original block is gone in between,
+// and the on-demand ones are counted.
+TEST(ScriptedPolicy, CompressThenDecompressIsBitIdentical) {
+  const ModelConfig model = tiny("resnet-tiny", 8);
+  const RunOut ref = baseline(model);
+  Graph g = build_model(model);
+  build_backward(g, OptimizerConfig{});
+  Plan plan;
+  std::vector<TensorId> chosen;
+  for (const auto& t : g.tensors()) {
+    if (!is_forward_activation(g, t.id) || g.op(t.producer).kind != OpKind::kRelu) continue;
+    const Uses u = uses_of(g, t.id);
+    if (u.first_backward < 0 || u.first_backward - u.last_forward < 6) continue;
+    Action a{ActionKind::kCompress, t.id, u.last_forward, u.last_forward + 2};
+    a.codec = Codec::kBitmask;
+    a.capacity = codec_bound(Codec::kBitmask, static_cast<size_t>(t.shape.numel()));
+    plan.actions.push_back(a);
+    if (chosen.size() % 2 == 0) plan.actions.push_back({ActionKind::kPrefetch, t.id, u.first_backward - 2});
+    chosen.push_back(t.id);
+  }
+  ASSERT_GE(chosen.size(), 2u);
+  auto rig = make_rig(model, plan);
+  std::vector<Residency> in_gap;
+  rig->policy->set_probe([&](int iteration, int op) {
+    const Uses u = uses_of(g, chosen[1]);
+    if (iteration == 1 && op == (u.last_forward + u.first_backward) / 2 + 1) in_gap.push_back(rig->mm->residency(chosen[1]));
+  });
+  const RunOut got = run(*rig);
+  expect_identical(got, ref);
+  ASSERT_EQ(in_gap.size(), 1u);
+  EXPECT_EQ(in_gap[0], Residency::kCompressed);
+  for (const auto& s : got.stats) {
+    EXPECT_EQ(s.counters.compressions, chosen.size());
+    EXPECT_EQ(s.counters.decompressions, chosen.size());
+    EXPECT_EQ(s.counters.on_demand_decompressions, chosen.size() / 2);
+    EXPECT_GT(s.counters.compressed_bytes, s.counters.compressed_to_bytes);  // ReLU outputs: about half zeros
+  }
+  const auto stats = rig->mm->compression_stats();
+  ASSERT_EQ(stats.size(), chosen.size());
+  for (const auto& c : stats) {
+    EXPECT_EQ(c.codec, Codec::kBitmask);
+    EXPECT_LT(c.bytes_after, c.bytes_before);
+    EXPECT_EQ(c.compressions, 1);
+  }
+}
+
+// The OOM ladder's last resort drops a compressed tensor (its buffer goes) when it can be
+// recomputed: its next access recomputes it, bits unchanged. Dropped here by hand mid-gap.
+TEST(ScriptedPolicy, DroppedCompressedTensorIsRecomputed) {
+  const ModelConfig model = tiny("resnet-tiny", 8);
+  const RunOut ref = baseline(model);
+  Graph g = build_model(model);
+  build_backward(g, OptimizerConfig{});
+  Plan plan;
+  std::vector<TensorId> chosen;
+  for (const auto& t : g.tensors()) {
+    if (!is_forward_activation(g, t.id) || g.op(t.producer).kind != OpKind::kRelu) continue;
+    const Uses u = uses_of(g, t.id);
+    if (u.first_backward < 0 || u.first_backward - u.last_forward < 6) continue;
+    Action a{ActionKind::kCompress, t.id, u.last_forward, u.last_forward + 2};
+    a.codec = Codec::kBitmask;
+    a.capacity = codec_bound(Codec::kBitmask, static_cast<size_t>(t.shape.numel()));
+    plan.actions.push_back(a);
+    chosen.push_back(t.id);
+  }
+  ASSERT_FALSE(chosen.empty());
+  auto rig = make_rig(model, plan);
+  int dropped = 0;
+  rig->policy->set_probe([&](int, int op) {
+    for (TensorId id : chosen) {
+      const Uses u = uses_of(g, id);
+      if (op == u.first_backward - 1 && rig->mm->residency(id) == Residency::kCompressed && rig->mm->can_recompute(id)) {
+        rig->mm->drop(id);
+        ++dropped;
+      }
+    }
+  });
+  const RunOut got = run(*rig);
+  expect_identical(got, ref);
+  EXPECT_GT(dropped, 0);
+}
+
+// A buffer too small for the data (denser than planned): the tensor stays resident, training is
+// unchanged and the overflow is counted.
+TEST(ScriptedPolicy, CompressionOverflowKeepsTheTensor) {
+  const ModelConfig model = tiny("resnet-tiny", 8);
+  const RunOut ref = baseline(model);
+  Graph g = build_model(model);
+  build_backward(g, OptimizerConfig{});
+  Plan plan;
+  for (const auto& t : g.tensors()) {
+    if (!is_forward_activation(g, t.id) || g.op(t.producer).kind != OpKind::kRelu) continue;
+    const Uses u = uses_of(g, t.id);
+    if (u.first_backward < 0 || u.first_backward - u.last_forward < 6) continue;
+    Action a{ActionKind::kCompress, t.id, u.last_forward, u.last_forward + 2};
+    a.codec = Codec::kBitmask;
+    a.capacity = codec_mask_bytes(static_cast<size_t>(t.shape.numel()));  // room for the mask only
+    plan.actions.push_back(a);
+  }
+  ASSERT_FALSE(plan.actions.empty());
+  auto rig = make_rig(model, plan);
+  const RunOut got = run(*rig);
+  expect_identical(got, ref);
+  for (const auto& s : got.stats) {
+    EXPECT_EQ(s.counters.compressions, 0u);
+    EXPECT_EQ(s.counters.compress_overflows, plan.actions.size());
+  }
+}
+
+}  // namespace
+}  // namespace vtensor

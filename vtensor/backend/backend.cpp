@@ -9,6 +9,7 @@ const char* to_string(Stream s) {
     case Stream::kCompute: return "compute";
     case Stream::kH2D: return "h2d";
     case Stream::kD2H: return "d2h";
+    case Stream::kCompress: return "compress";
   }
   return "?";
 }

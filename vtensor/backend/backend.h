@@ -4,16 +4,20 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "vtensor/backend/codec.h"
 #include "vtensor/core/graph.h"
 
 namespace vtensor {
 
-enum class Stream { kCompute = 0, kH2D = 1, kD2H = 2 };
-constexpr int kNumStreams = 3;
+// kCompress: FreeLunch's compression stream, beside compute.
+enum class Stream { kCompute = 0, kH2D = 1, kD2H = 2, kCompress = 3 };
+constexpr int kNumStreams = 4;
 const char* to_string(Stream s);
 
 // An event marks a point in a stream; it completes when the work before it is done.
@@ -33,6 +37,22 @@ struct KernelArgs {
   uint64_t iteration = 0;
   bool recompute = false;  // a recomputation: skip side effects (running stats)
   ConvAlgo conv_algo = ConvAlgo::kFast;  // conv ops: the algorithm the memory manager sized the workspace for
+};
+
+// Non-zero counts of tensors measured by a run with data (tensor name -> {elements, non-zeros}),
+// for a backend without data (sim) to size compressed tensors by (densities.h reads and writes them).
+// Keyed "NAME#ID": names repeat within a model (every block's relu_out), ids do not, and both
+// are the same at any batch of the same model.
+struct DensityTable {
+  std::string source;  // what recorded them (model, batch, backend), for messages
+  std::map<std::string, std::pair<uint64_t, uint64_t>> tensors;
+};
+inline std::string density_key(const TensorInfo& t) { return t.name + "#" + std::to_string(t.id); }
+
+// What a compression or decompression reports when its work is done (read after its event).
+struct CodecResult {
+  uint64_t bytes = 0;  // compressed size (compression only)
+  double ms = 0;       // kernel time on its stream (cpu: measured; sim: predicted; cuda: not timed, 0)
 };
 
 struct BackendOptions {
@@ -76,6 +96,18 @@ class Backend {
   virtual size_t workspace_bytes(const Graph& g, const Op& op, ConvAlgo algo) {
     return algo == ConvAlgo::kLean ? op.workspace_lean_bytes : op.workspace_bytes;
   }
+  // --- compression codecs (codec.h) ---
+  // Elements of `t` (resident at `dev`) whose bit pattern is non-zero: a synchronous measurement,
+  // taken in a policy's measured iteration. Without data (sim): from the recorded densities
+  // (set_densities), nullopt where none is recorded for t.
+  virtual std::optional<size_t> count_nonzeros(const TensorInfo& t, const void* dev) = 0;
+  virtual void set_densities(std::shared_ptr<const DensityTable> d) {}
+  // Compresses t's elements at src into dst (capacity bytes) on stream s through `workspace`;
+  // when the work is done, result->bytes holds the compressed size (above capacity: it did not
+  // fit, dst is garbage). result must stay valid until then and be read only after an event.
+  virtual void compress_async(Stream s, Codec c, const TensorInfo& t, const void* src, void* dst, size_t capacity,
+                              void* workspace, size_t workspace_bytes, CodecResult* result) = 0;
+  virtual void decompress_async(Stream s, Codec c, const TensorInfo& t, const void* src, size_t src_bytes, void* dst, CodecResult* result) = 0;
   // Fills a persistent tensor with its initial values (deterministic in seed).
   virtual void init_tensor(const TensorInfo& t, void* dev, uint64_t seed) = 0;
 

@@ -16,6 +16,7 @@ const char* to_string(HeldBy h) {
     case HeldBy::kGradients: return "gradients";
     case HeldBy::kOptimizerState: return "optimizer state";
     case HeldBy::kActivations: return "activations";
+    case HeldBy::kCompressed: return "compressed";
     case HeldBy::kInFlight: return "in flight to / from host";
     case HeldBy::kWorkspace: return "workspace";
     case HeldBy::kCount: break;
@@ -31,6 +32,9 @@ const char* to_string(Residency r) {
     case Residency::kOnHost: return "on_host";
     case Residency::kSwappingIn: return "swapping_in";
     case Residency::kDropped: return "dropped";
+    case Residency::kCompressing: return "compressing";
+    case Residency::kCompressed: return "compressed";
+    case Residency::kDecompressing: return "decompressing";
   }
   return "?";
 }
@@ -116,14 +120,18 @@ void MemoryManager::begin_iteration(int iteration) {
   timeline_prev_ = {};
   op_scratch_ = 0;
   tracker_.begin_iteration(iteration, backend_.now_ms());
-  for (auto& s : states_)
+  for (auto& s : states_) {
     if (!s.persistent) s.released = false;
+    s.stat = {};
+  }
   policy_->begin_iteration(iteration);
   conv_algos_ = policy_->conv_algorithms();
 }
 
 void MemoryManager::end_iteration() {
   while (finish_oldest_swap_out()) {
+  }
+  while (finish_oldest_compress()) {
   }
   for (const auto& t : graph_.tensors()) {
     const State& s = st(t.id);
@@ -143,6 +151,7 @@ size_t MemoryManager::alloc_block(size_t bytes, int64_t tag, const char* what) {
       return *off;
     }
     if (finish_oldest_swap_out()) continue;  // wait for the oldest in-flight swap-out to free its block
+    if (finish_oldest_compress()) continue;  // likewise a compression
     std::vector<Victim> victims = policy_->choose_victims(bytes, *this);
     bool progressed = false;
     size_t host_refused = 0;  // a swap victim the host budget could not take
@@ -163,6 +172,8 @@ size_t MemoryManager::alloc_block(size_t bytes, int64_t tag, const char* what) {
     if (!progressed && !paged_ && allocator_->stats().free_bytes >= align_up(bytes) &&
         (compact() || allocator_->stats().largest_free_block >= align_up(bytes)))
       continue;
+    if (!progressed && release_idle_buffers()) continue;  // persistent buffers not holding a tensor now give way
+    if (!progressed && drop_compressed(bytes)) continue;  // compressed tensors that can be recomputed, least recent first
     if (!progressed && host_refused) {
       throw OutOfMemoryError::host(
           host_refused, host_.in_use(), host_.budget(),
@@ -186,9 +197,12 @@ size_t MemoryManager::alloc_block(size_t bytes, int64_t tag, const char* what) {
 }
 
 std::string MemoryManager::usage_summary() const {
-  size_t persistent = 0, locked = 0, other = 0, tensors = 0;
+  size_t persistent = 0, locked = 0, other = 0, tensors = 0, compressed = 0;
   for (const auto& s : states_) {
-    if (s.residency != Residency::kResident && s.residency != Residency::kSwappingOut && s.residency != Residency::kSwappingIn)
+    if (s.has_buffer) compressed += s.comp_capacity;
+    if (s.residency == Residency::kCompressed) continue;
+    if (s.residency != Residency::kResident && s.residency != Residency::kSwappingOut && s.residency != Residency::kSwappingIn &&
+        s.residency != Residency::kCompressing && s.residency != Residency::kDecompressing)
       continue;
     tensors += s.bytes;
     if (s.locks > 0) locked += s.bytes;
@@ -196,8 +210,10 @@ std::string MemoryManager::usage_summary() const {
     else other += s.bytes;
   }
   const auto& a = allocator_->stats();
+  tensors += compressed + (has_sliding_ ? sliding_bytes_ : 0);
   return "in use: " + format_bytes(locked) + " by the running op, " + format_bytes(persistent) +
          " parameters and optimizer state, " + format_bytes(other) + " other tensors, " +
+         (compressed ? format_bytes(compressed) + " compressed buffers, " : std::string()) +
          format_bytes(a.allocated > tensors ? a.allocated - tensors : 0) + " scratch and rounding; free " +
          format_bytes(a.free_bytes) + ", largest free block " + format_bytes(a.largest_free_block) + " (fragmentation " +
          std::to_string(static_cast<int>(std::lround(100 * a.fragmentation()))) + "%)";
@@ -232,7 +248,7 @@ void MemoryManager::free_scratch(void* p) {
 float* MemoryManager::device_ptr(TensorId id) const {
   id = storage_of(id);
   const State& s = st(id);
-  if (s.residency != Residency::kResident && s.residency != Residency::kSwappingOut)
+  if (s.residency != Residency::kResident && s.residency != Residency::kSwappingOut && s.residency != Residency::kCompressing)
     throw std::logic_error("device_ptr: tensor " + graph_.tensor(id).name + " is " + to_string(s.residency));
   return reinterpret_cast<float*>(arena() + s.offset);
 }
@@ -253,7 +269,11 @@ float* MemoryManager::access(TensorId id, AccessKind kind, int op_index) {
   const Residency from = s.residency;
   const double waited0 = counters_.stall_ms + counters_.recompute_ms;
   restore(id);
-  if (from != Residency::kResident && from != Residency::kSwappingOut &&
+  if (from == Residency::kCompressed || from == Residency::kDecompressing) {
+    s.stat.stall_ms += counters_.stall_ms + counters_.recompute_ms - waited0;
+    if (from == Residency::kCompressed) ++s.stat.on_demand, ++counters_.on_demand_decompressions;
+  }
+  if (from != Residency::kResident && from != Residency::kSwappingOut && from != Residency::kCompressing &&
       (kind == AccessKind::kRead || kind == AccessKind::kWrite))
     policy_->on_restore(id, op_index, from, counters_.stall_ms + counters_.recompute_ms - waited0);
   s.last_access = ++clock_;
@@ -297,6 +317,15 @@ void MemoryManager::restore(TensorId id) {
         throw std::logic_error("recompute did not restore " + graph_.tensor(id).name);
       return;
     }
+    case Residency::kCompressing:
+      cancel_compress(id);
+      return;
+    case Residency::kCompressed:
+      decompress(id);
+      [[fallthrough]];
+    case Residency::kDecompressing:
+      finish_decompress(id);
+      return;
     case Residency::kUnallocated:
       throw std::logic_error("tensor " + graph_.tensor(id).name + " accessed before it was produced or after release");
   }
@@ -322,6 +351,8 @@ void MemoryManager::read(TensorId id, void* host_dst) {
     free_host(s);
     s.residency = Residency::kResident;
   }
+  if (s.residency == Residency::kCompressed || s.residency == Residency::kDecompressing) restore(id);
+  if (s.residency == Residency::kCompressing && s.event) s.event->wait();  // its bytes are still there
   backend_.copy_to_host(host_dst, device_ptr(id), s.bytes);
 }
 
@@ -366,9 +397,15 @@ void MemoryManager::prefetch(TensorId id) {
 void MemoryManager::drop(TensorId id) {
   id = storage_of(id);
   State& s = st(id);
-  if (s.residency != Residency::kResident) throw std::logic_error("drop of a tensor that is " + std::string(to_string(s.residency)));
+  if (s.residency != Residency::kResident && s.residency != Residency::kCompressed)
+    throw std::logic_error("drop of a tensor that is " + std::string(to_string(s.residency)));
   if (!can_recompute(id)) throw std::logic_error("drop of " + graph_.tensor(id).name + ", which cannot be recomputed now");
-  free_device(s);
+  if (s.residency == Residency::kCompressed) {  // its buffer goes, persistent or not
+    free_buffer(s, true);
+    s.codec = Codec::kNone;
+  } else {
+    free_device(s);
+  }
   s.residency = Residency::kDropped;
   add_lineage_refs(id, +1);
   ++counters_.dropped;
@@ -409,7 +446,13 @@ void MemoryManager::finish_swap_outs_due(uint64_t op_seq) {
 
 bool MemoryManager::finish_prefetches() {
   bool any = false;
-  for (auto& s : states_) {
+  for (size_t i = 0; i < states_.size(); ++i) {
+    State& s = states_[i];
+    if (s.residency == Residency::kDecompressing && s.locks == 0) {
+      finish_decompress(static_cast<TensorId>(i));
+      any = true;
+      continue;
+    }
     if (s.residency != Residency::kSwappingIn || s.locks > 0) continue;
     wait_copy(s);
     free_host(s);
@@ -446,6 +489,219 @@ void MemoryManager::free_host(State& s) {
   s.host = nullptr;
 }
 
+// ---------------------------------------------------------------- compression
+
+bool MemoryManager::compress(TensorId id, Codec codec, size_t capacity, uint64_t release_seq) {
+  id = storage_of(id);
+  State& s = st(id);
+  if (s.residency != Residency::kResident) throw std::logic_error("compress of a tensor that is " + std::string(to_string(s.residency)));
+  if (codec == Codec::kNone) throw std::logic_error("compress of " + graph_.tensor(id).name + " without a codec");
+  const TensorInfo& t = graph_.tensor(id);
+  const auto n = static_cast<size_t>(t.shape.numel());
+  capacity = std::max(capacity, codec_mask_bytes(n));
+  const CompressionOptions& o = compression_;
+  ++s.locks;  // not a victim while its blocks are found
+  try {
+    if (s.has_buffer && s.comp_capacity < capacity) free_buffer(s, true);  // the plan asks for more now
+    if (!s.has_buffer) {
+      s.comp_offset = alloc_block(capacity, -1, "compressed buffer");
+      s.comp_capacity = capacity;
+      s.has_buffer = true;
+    }
+    if (codec == Codec::kBitmask && o.sliding_workspace) {
+      // One fixed workspace for the run: as large as this tensor's worst-case chunk needs, at most
+      // workspace_bytes; it grows (once, in the first iterations) for a larger tensor.
+      const size_t want = codec_chunk_workspace(std::min(codec_chunk_elements(o.workspace_bytes), (n + 31) / 32 * 32));
+      if (has_sliding_ && sliding_bytes_ < want) {
+        while (finish_oldest_compress()) {  // nothing may be using it
+        }
+        allocator_->free(sliding_offset_);
+        has_sliding_ = false;
+      }
+      if (!has_sliding_) {
+        sliding_offset_ = alloc_block(want, -1, "sliding compression workspace");
+        sliding_bytes_ = want;
+        has_sliding_ = true;
+      }
+    } else if (codec == Codec::kBitmask) {
+      s.ws_offset = alloc_block(codec_chunk_workspace((n + 31) / 32 * 32), -1, "compression workspace");
+      s.own_workspace = true;
+    }
+  } catch (const OutOfMemoryError&) {
+    --s.locks;
+    free_buffer(s, false);
+    ++counters_.compress_skipped;
+    return false;
+  }
+  --s.locks;
+  void* ws = nullptr;
+  size_t ws_bytes = 0;
+  if (s.own_workspace) ws = arena_at(s.ws_offset), ws_bytes = codec_chunk_workspace((n + 31) / 32 * 32);
+  else if (codec == Codec::kBitmask) ws = arena_at(sliding_offset_), ws_bytes = sliding_bytes_;
+  const Stream cs = o.on_compute_stream ? Stream::kCompute : Stream::kCompress;
+  if (cs != Stream::kCompute) backend_.stream_wait(cs, backend_.record(Stream::kCompute));  // the producer has finished
+  s.result = {};
+  backend_.compress_async(cs, codec, t, device_ptr(id), arena_at(s.comp_offset), s.comp_capacity, ws, ws_bytes, &s.result);
+  s.event = backend_.record(cs);
+  s.codec = codec;
+  s.residency = Residency::kCompressing;
+  s.release_seq = release_seq;
+  compressing_.push_back(id);
+  return true;
+}
+
+void MemoryManager::complete_compress(TensorId id) {
+  State& s = st(id);
+  wait_copy(s);
+  compressing_.erase(std::find(compressing_.begin(), compressing_.end(), id));
+  free_own_workspace(s);
+  s.stat.id = id;
+  s.stat.codec = s.codec;
+  s.stat.bytes_before = s.bytes;
+  s.stat.bytes_after = s.result.bytes;
+  s.stat.capacity = s.comp_capacity;
+  s.stat.compress_ms += s.result.ms;
+  counters_.compress_ms += s.result.ms;
+  if (s.result.bytes > s.comp_capacity) {  // denser than planned: keep it as it is
+    ++s.stat.overflows;
+    ++counters_.compress_overflows;
+    free_buffer(s, false);
+    s.residency = Residency::kResident;
+    s.codec = Codec::kNone;
+    if (s.released && s.lineage_refs == 0) destroy(id);
+    return;
+  }
+  ++s.stat.compressions;
+  ++counters_.compressions;
+  counters_.compressed_bytes += s.bytes;
+  counters_.compressed_to_bytes += s.result.bytes;
+  s.comp_bytes = s.result.bytes;
+  free_device(s);
+  s.residency = Residency::kCompressed;
+  if (s.released && s.lineage_refs == 0) destroy(id);
+}
+
+void MemoryManager::cancel_compress(TensorId id) {
+  State& s = st(id);
+  wait_copy(s);
+  compressing_.erase(std::find(compressing_.begin(), compressing_.end(), id));
+  free_own_workspace(s);
+  free_buffer(s, false);
+  s.residency = Residency::kResident;
+  s.codec = Codec::kNone;
+}
+
+void MemoryManager::decompress(TensorId id) {
+  id = storage_of(id);
+  State& s = st(id);
+  if (s.residency != Residency::kCompressed) throw std::logic_error("decompress of a tensor that is " + std::string(to_string(s.residency)));
+  ++s.locks;
+  s.offset = alloc_block(s.bytes, id, "decompression");
+  --s.locks;
+  const Stream cs = compression_.on_compute_stream ? Stream::kCompute : Stream::kCompress;
+  if (cs != Stream::kCompute) backend_.stream_wait(cs, backend_.record(Stream::kCompute));  // the block's last user has finished
+  s.result = {};
+  backend_.decompress_async(cs, s.codec, graph_.tensor(id), arena_at(s.comp_offset), s.comp_bytes, arena_at(s.offset), &s.result);
+  s.event = backend_.record(cs);
+  s.residency = Residency::kDecompressing;
+  ++counters_.decompressions;
+}
+
+void MemoryManager::finish_decompress(TensorId id) {
+  State& s = st(id);
+  wait_copy(s);
+  s.stat.decompress_ms += s.result.ms;
+  counters_.decompress_ms += s.result.ms;
+  free_buffer(s, false);
+  s.residency = Residency::kResident;
+  s.codec = Codec::kNone;
+}
+
+void MemoryManager::finish_compressions_due(uint64_t op_seq) {
+  for (auto it = compressing_.begin(); it != compressing_.end();) {
+    const TensorId id = *it;
+    if (st(id).release_seq > op_seq) {
+      ++it;
+      continue;
+    }
+    complete_compress(id);  // erases it
+    it = compressing_.begin();
+  }
+}
+
+bool MemoryManager::finish_oldest_compress() {
+  if (compressing_.empty()) return false;
+  complete_compress(compressing_.front());
+  return true;
+}
+
+void MemoryManager::free_buffer(State& s, bool even_persistent) {
+  if (!s.has_buffer || (compression_.persistent_buffers && !even_persistent)) return;
+  allocator_->free(s.comp_offset);
+  s.has_buffer = false;
+  s.comp_capacity = 0;
+}
+
+bool MemoryManager::drop_compressed(size_t bytes) {
+  std::vector<TensorId> cands;
+  for (size_t i = 0; i < states_.size(); ++i)
+    if (states_[i].residency == Residency::kCompressed && states_[i].locks == 0) cands.push_back(static_cast<TensorId>(i));
+  std::sort(cands.begin(), cands.end(), [&](TensorId a, TensorId b) {
+    return st(a).last_access != st(b).last_access ? st(a).last_access < st(b).last_access : a < b;
+  });
+  size_t freed = 0;
+  for (TensorId id : cands) {
+    if (freed >= bytes) break;
+    if (!can_recompute(id)) continue;
+    freed += st(id).comp_capacity;
+    drop(id);
+    ++counters_.evictions;
+  }
+  return freed > 0;
+}
+
+bool MemoryManager::release_idle_buffers() {
+  bool any = false;
+  for (auto& s : states_) {
+    if (!s.has_buffer || s.residency == Residency::kCompressing || s.residency == Residency::kCompressed ||
+        s.residency == Residency::kDecompressing)
+      continue;
+    free_buffer(s, true);
+    ++counters_.buffers_released;
+    any = true;
+  }
+  if (has_sliding_ && compressing_.empty()) {  // the sliding workspace too, when no codec uses it
+    allocator_->free(sliding_offset_);
+    has_sliding_ = false;
+    ++counters_.buffers_released;
+    any = true;
+  }
+  return any;
+}
+
+void MemoryManager::free_own_workspace(State& s) {
+  if (!s.own_workspace) return;
+  allocator_->free(s.ws_offset);
+  s.own_workspace = false;
+}
+
+std::optional<size_t> MemoryManager::count_nonzeros(TensorId id) const {
+  id = storage_of(id);
+  const State& s = st(id);
+  if (s.residency != Residency::kResident && s.residency != Residency::kSwappingOut) return std::nullopt;
+  const TensorInfo& t = graph_.tensor(id);
+  auto n = backend_.count_nonzeros(t, device_ptr(id));
+  if (n && backend_.has_data()) measured_.tensors[density_key(t)] = {static_cast<uint64_t>(t.shape.numel()), *n};
+  return n;
+}
+
+std::vector<CompressionStat> MemoryManager::compression_stats() const {
+  std::vector<CompressionStat> out;
+  for (const auto& s : states_)
+    if (s.stat.id != kNoTensor) out.push_back(s.stat);
+  return out;
+}
+
 // ---------------------------------------------------------------- lifetimes and lineage
 
 void MemoryManager::release(TensorId id) {
@@ -461,6 +717,15 @@ void MemoryManager::destroy(TensorId id) {
   switch (s.residency) {
     case Residency::kUnallocated: return;
     case Residency::kSwappingOut: return;  // freed when its copy completes (complete_swap_out)
+    case Residency::kCompressing: return;  // likewise, when its compression completes (complete_compress)
+    case Residency::kDecompressing:
+      wait_copy(s);
+      free_device(s);
+      free_buffer(s, false);
+      break;
+    case Residency::kCompressed:
+      free_buffer(s, false);
+      break;
     case Residency::kSwappingIn:
       wait_copy(s);
       [[fallthrough]];
@@ -524,23 +789,39 @@ bool MemoryManager::can_recompute_uncached(TensorId id, std::vector<int8_t>& mem
 }
 
 bool MemoryManager::compact() {
-  // No copy may touch a device block while it moves.
+  // No copy or codec may touch a device block while it moves.
   while (finish_oldest_swap_out()) {
   }
-  std::map<size_t, TensorId> owner;
+  while (finish_oldest_compress()) {
+  }
+  // What owns each movable block: a tensor's own block, a tensor's compressed buffer, or the
+  // sliding workspace (kNoTensor).
+  struct Owner {
+    TensorId id;
+    bool buffer;
+  };
+  std::map<size_t, Owner> owner;
   for (size_t i = 0; i < states_.size(); ++i) {
     State& s = states_[i];
-    if (s.residency == Residency::kSwappingIn) wait_copy(s);
-    if (s.residency == Residency::kResident || s.residency == Residency::kSwappingIn)
-      owner.emplace(s.offset, static_cast<TensorId>(i));
+    if (s.residency == Residency::kSwappingIn || s.residency == Residency::kDecompressing) wait_copy(s);
+    if (s.residency == Residency::kResident || s.residency == Residency::kSwappingIn || s.residency == Residency::kDecompressing)
+      owner.emplace(s.offset, Owner{static_cast<TensorId>(i), false});
+    if (s.has_buffer) owner.emplace(s.comp_offset, Owner{static_cast<TensorId>(i), true});
   }
+  if (has_sliding_) owner.emplace(sliding_offset_, Owner{kNoTensor, true});
   auto moves = allocator_->compact([&](size_t off) { return owner.count(off) > 0; });
   char* base = static_cast<char*>(backend_.arena_base());
   for (const auto& [from, to] : moves) {  // ascending: each moves down into space already vacated
-    State& s = st(owner.at(from));
-    backend_.move_device(base + to, base + from, s.bytes);
-    s.offset = to;
-    counters_.compacted_bytes += s.bytes;
+    const Owner o = owner.at(from);
+    if (o.id == kNoTensor) {  // the sliding workspace holds nothing between compressions
+      sliding_offset_ = to;
+      continue;
+    }
+    State& s = st(o.id);
+    const size_t bytes = o.buffer ? s.comp_capacity : s.bytes;
+    backend_.move_device(base + to, base + from, bytes);
+    (o.buffer ? s.comp_offset : s.offset) = to;
+    counters_.compacted_bytes += bytes;
   }
   ++counters_.compactions;
   return !moves.empty();
@@ -554,6 +835,7 @@ void MemoryManager::after_op(int op_index) {
   // thread ran, so memory figures are identical from run to run and across backends.
   const uint64_t seq = op_seq_;
   finish_swap_outs_due(seq);
+  finish_compressions_due(seq);
   ++op_seq_;
   for (Action a : policy_->after_op(op_index)) {
     a.tensor = storage_of(a.tensor);  // actions on a view act on its base
@@ -572,7 +854,13 @@ void MemoryManager::after_op(int op_index) {
                                        : seq + static_cast<uint64_t>(a.free_after - op_index));
         break;
       case ActionKind::kPrefetch:
-        if (s.residency == Residency::kSwappingOut) {
+        if (s.residency == Residency::kCompressing) {
+          cancel_compress(a.tensor);  // not compressed yet: keep it
+          ++counters_.prefetches;
+        } else if (s.residency == Residency::kCompressed) {
+          decompress(a.tensor);
+          ++counters_.prefetches;
+        } else if (s.residency == Residency::kSwappingOut) {
           cancel_swap_out(a.tensor);  // still on the device: keep it there
           ++counters_.prefetches;
         } else if (s.residency == Residency::kOnHost) {
@@ -582,6 +870,15 @@ void MemoryManager::after_op(int op_index) {
         break;
       case ActionKind::kDrop:
         if (s.residency == Residency::kResident && s.locks == 0 && can_recompute(a.tensor)) drop(a.tensor);
+        break;
+      case ActionKind::kCompress:
+        if (a.free_after != Action::kDefaultRelease && a.free_after <= op_index)
+          throw std::logic_error("policy " + policy_->name() + ": compression of " + graph_.tensor(a.tensor).name +
+                                 " after op " + std::to_string(op_index) + " freed after op " +
+                                 std::to_string(a.free_after) + ", which is not later");
+        if (s.residency == Residency::kResident && s.locks == 0 && !s.persistent)
+          compress(a.tensor, a.codec, a.capacity,
+                   a.free_after == Action::kDefaultRelease ? seq + 2 : seq + static_cast<uint64_t>(a.free_after - op_index));
         break;
     }
   }
@@ -602,6 +899,16 @@ MemoryCounters& MemoryCounters::operator-=(const MemoryCounters& b) {
   compactions -= b.compactions;
   compacted_bytes -= b.compacted_bytes;
   host_skipped_swaps -= b.host_skipped_swaps;
+  compressed_bytes -= b.compressed_bytes;
+  compressed_to_bytes -= b.compressed_to_bytes;
+  compressions -= b.compressions;
+  decompressions -= b.decompressions;
+  on_demand_decompressions -= b.on_demand_decompressions;
+  compress_overflows -= b.compress_overflows;
+  compress_skipped -= b.compress_skipped;
+  buffers_released -= b.buffers_released;
+  compress_ms -= b.compress_ms;
+  decompress_ms -= b.decompress_ms;
   return *this;
 }
 
@@ -625,9 +932,19 @@ void MemoryManager::sample_timeline(int op_index) {
   for (const auto& t : graph_.tensors()) {
     if (t.view_of != kNoTensor) continue;  // a view's bytes are its base's
     const State& s = st(t.id);
-    if (s.residency == Residency::kSwappingOut || s.residency == Residency::kSwappingIn) add(HeldBy::kInFlight, s.bytes);
-    else if (s.residency == Residency::kResident) add(held_by(t.kind), s.bytes);
+    if (s.has_buffer) add(HeldBy::kCompressed, s.comp_capacity);  // persistent per-tensor buffer
+    switch (s.residency) {
+      case Residency::kSwappingOut:
+      case Residency::kSwappingIn: add(HeldBy::kInFlight, s.bytes); break;
+      case Residency::kResident:
+      case Residency::kCompressing:    // the original until its compression ends
+      case Residency::kDecompressing:  // the restored block being written
+        add(held_by(t.kind), s.bytes);
+        break;
+      default: break;  // no device bytes besides the buffer
+    }
   }
+  if (paged_) p.device_page_bytes = (paged_->num_frames() - paged_->free_frames()) * paged_->page_bytes();
   p.held[static_cast<size_t>(HeldBy::kWorkspace)] = op_scratch_;
   op_scratch_ = 0;
   p.events = counters_;

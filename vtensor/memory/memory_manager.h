@@ -1,13 +1,17 @@
 // The MemoryManager owns every tensor's residency and is the only code that changes it:
 //   unallocated -> resident -> swapping_out -> on_host -> swapping_in -> resident
 //   resident -> dropped -> (recompute) -> resident
+//   resident -> compressing -> compressed -> decompressing -> resident
 // It owns the device allocator, the host pool and the access tracker, carries out the
 // active policy's actions, and runs the OOM ladder when an allocation does not fit:
 //   1. the allocator reuses a cached free block;
-//   2. wait for in-flight swap-outs, whose blocks are freed once their copies complete;
+//   2. wait for in-flight swap-outs, whose blocks are freed once their copies complete (and
+//      compressions likewise);
 //   3. ask the policy for victims and evict them (swap out or drop), then retry; when it has
 //      none, wait for in-flight prefetches, which makes them evictable, and ask again;
-//   4. if enough bytes are free but scattered, compact: slide tensors down the arena;
+//   4. if enough bytes are free but scattered, compact: slide tensors down the arena; then free
+//      the persistent compression buffers (and the sliding workspace) that hold nothing now;
+//      then drop compressed tensors that can be recomputed (least recently used first);
 //   5. throw OutOfMemoryError{requested, in use, budget}.
 // Host budget (--host-budget): a swap-out that does not fit in the host pool is not taken. A
 // planned one (Action kSwapOut) is skipped, the tensor stays resident; an eviction victim is
@@ -18,6 +22,16 @@
 // executor resolves them right before it launches a kernel. Scratch blocks never move.
 // Dropped tensors keep the inputs of their producer alive (a lineage reference), so a tensor
 // whose last use has passed is freed only when no dropped tensor needs it for recomputation.
+// Compression (FreeLunch) is carried out like a swap, on the compression stream instead of a
+// copy stream and into a block of the device arena instead of host memory: a kCompress action
+// gets the tensor a buffer of the planned capacity (its persistent per-tensor buffer, kept from
+// one iteration to the next, unless CompressionOptions::persistent_buffers is off) and a
+// workspace (one fixed sliding workspace for the run, or, with sliding_workspace off, one of the
+// tensor's worst-case size for this compression), and the original block is freed at the
+// action's release op once the codec has finished; a compressed size above the capacity (the
+// data grew denser than measured) keeps the tensor resident. A kPrefetch of a compressed tensor
+// decompresses it into a new block; an access to a compressed tensor decompresses it on demand
+// and counts the wait as stall.
 // Views (TensorInfo::view_of) have no block and no residency of their own: every function
 // here maps a view to its base, so accessing a view makes the base resident, and swap, drop
 // and recompute act on the base. A view is never a victim on its own; the executor keeps the
@@ -46,12 +60,28 @@ struct MemoryCounters {
   uint64_t evictions = 0;                 // victims taken by the OOM ladder
   uint64_t compactions = 0, compacted_bytes = 0;  // defragmentation moves
   uint64_t host_skipped_swaps = 0;  // swap-outs not taken for lack of host budget (planned or eviction)
+  // Compression: bytes before / after of the compressions completed, and how they went.
+  uint64_t compressed_bytes = 0, compressed_to_bytes = 0;
+  uint64_t compressions = 0, decompressions = 0, on_demand_decompressions = 0;
+  uint64_t compress_overflows = 0;  // compressed size above the planned buffer: kept resident
+  uint64_t compress_skipped = 0;    // no room for the buffer or workspace: kept resident
+  uint64_t buffers_released = 0;    // idle persistent buffers freed by the OOM ladder
+  double compress_ms = 0, decompress_ms = 0;  // codec time on its stream
   // Field by field (the timeline's events between two points): a counter added above goes here too.
   MemoryCounters& operator-=(const MemoryCounters& b);
 };
 
+// One tensor's compressions over the last iteration, for the run's report.
+struct CompressionStat {
+  TensorId id = kNoTensor;
+  Codec codec = Codec::kNone;
+  size_t bytes_before = 0, bytes_after = 0, capacity = 0;
+  double compress_ms = 0, decompress_ms = 0, stall_ms = 0;
+  int compressions = 0, overflows = 0, on_demand = 0;
+};
+
 // What holds the device bytes of a timeline point (the memory view's stacked categories).
-enum class HeldBy { kParameters, kGradients, kOptimizerState, kActivations, kInFlight, kWorkspace, kCount };
+enum class HeldBy { kParameters, kGradients, kOptimizerState, kActivations, kCompressed, kInFlight, kWorkspace, kCount };
 constexpr size_t kHeldByCount = static_cast<size_t>(HeldBy::kCount);
 const char* to_string(HeldBy h);
 
@@ -59,9 +89,11 @@ struct TimelinePoint {
   int op_index;
   size_t allocated, reserved;
   // Device bytes after the op: parameters (and buffers), gradients, optimizer state, activations
-  // (and data), tensors in flight to or from host; kWorkspace is the scratch the op allocated
-  // while it ran (freed by now), so allocated + held[kWorkspace] is the op's own peak.
+  // (and data), compressed buffers, tensors in flight to or from host; kWorkspace is the scratch
+  // the op allocated while it ran (freed by now), so allocated + held[kWorkspace] is the op's own peak.
   std::array<size_t, kHeldByCount> held{};
+  // Unified memory: the device frames in use x page bytes (allocated then counts the managed range).
+  size_t device_page_bytes = 0;
   MemoryCounters events;  // what happened since the previous point (swaps, drops, recomputations, stalls)
 };
 
@@ -77,6 +109,8 @@ class MemoryManager final : public MemoryView {
   void set_recompute_fn(RecomputeFn fn) { recompute_ = std::move(fn); }
   void set_timeline_enabled(bool on) { timeline_enabled_ = on; }
   void set_host_budget(size_t bytes) { host_.set_budget(bytes); }  // 0: unlimited
+  void set_compression(const CompressionOptions& o) { compression_ = o; }
+  const CompressionOptions& compression() const { return compression_; }
   // The policy's conv algorithm for an op this iteration, and the workspace it needs.
   ConvAlgo conv_algo(int op_index) const {
     return static_cast<size_t>(op_index) < conv_algos_.size() ? conv_algos_[static_cast<size_t>(op_index)] : ConvAlgo::kFast;
@@ -123,7 +157,11 @@ class MemoryManager final : public MemoryView {
   // a planned swap-out names its own release op (Action::free_after).
   void swap_out(TensorId id);
   void prefetch(TensorId id);              // on_host -> swapping_in (async)
-  void drop(TensorId id);                  // resident -> dropped
+  void drop(TensorId id);                  // resident (or compressed) -> dropped
+  // resident -> compressing (async on the compression stream); completed at the end of op
+  // sequence number release_seq. False (nothing changes) when no buffer or workspace fits.
+  bool compress(TensorId id, Codec codec, size_t capacity, uint64_t release_seq);
+  void decompress(TensorId id);            // compressed -> decompressing (async)
   float* device_ptr(TensorId id) const;    // resident tensors only
   // Reads a tensor's bytes to host memory wherever it lives (for the loss, weights, tests).
   void read(TensorId id, void* host_dst);
@@ -153,6 +191,11 @@ class MemoryManager final : public MemoryView {
   Policy& policy() { return *policy_; }
   const MemoryCounters& counters() const { return counters_; }
   const std::vector<TimelinePoint>& timeline() const { return timeline_; }
+  // The last iteration's compressions, per tensor (in tensor order).
+  std::vector<CompressionStat> compression_stats() const;
+  // Non-zero counts measured by count_nonzeros on a backend with data (for --densities-out).
+  const DensityTable& measured_densities() const { return measured_; }
+  std::optional<size_t> count_nonzeros(TensorId id) const override;
   Backend& backend() { return backend_; }
 
  private:
@@ -168,7 +211,15 @@ class MemoryManager final : public MemoryView {
     bool persistent = false;
     uint64_t last_access = 0;
     int last_access_op = -1;
-    uint64_t release_seq = 0;  // swap-out: completed at the end of the op with this op_seq_
+    uint64_t release_seq = 0;  // swap-out, compression: completed at the end of the op with this op_seq_
+    // Compression: the buffer (a block of the arena), the codec and what the stream reports.
+    Codec codec = Codec::kNone;
+    bool has_buffer = false;      // comp_offset holds a block of comp_capacity bytes
+    size_t comp_offset = 0, comp_capacity = 0, comp_bytes = 0;
+    bool own_workspace = false;   // ws_offset: this compression's own workspace (no sliding)
+    size_t ws_offset = 0;
+    CodecResult result;           // written by the compression stream
+    CompressionStat stat;         // this iteration's
   };
   const State& st(TensorId id) const { return states_.at(static_cast<size_t>(id)); }
   State& st(TensorId id) { return states_.at(static_cast<size_t>(id)); }
@@ -186,6 +237,16 @@ class MemoryManager final : public MemoryView {
   void start_swap_out(TensorId id, uint64_t release_seq);
   void finish_swap_outs_due(uint64_t op_seq);  // those whose release point is reached, in issue order
   void free_device(State& s);
+  void free_buffer(State& s, bool even_persistent);
+  void free_own_workspace(State& s);
+  bool release_idle_buffers();  // OOM ladder: persistent buffers of tensors not compressed now
+  bool drop_compressed(size_t bytes);  // OOM ladder, last: compressed tensors that can be recomputed
+  void complete_compress(TensorId id);
+  void cancel_compress(TensorId id);           // compressing -> resident
+  void finish_decompress(TensorId id);         // decompressing -> resident
+  void finish_compressions_due(uint64_t op_seq);
+  bool finish_oldest_compress();
+  void* arena_at(size_t off) const { return static_cast<char*>(backend_.arena_base()) + off; }
   void free_host(State& s);
   void destroy(TensorId id);               // release for real
   void add_lineage_refs(TensorId id, int delta);
@@ -202,6 +263,11 @@ class MemoryManager final : public MemoryView {
   std::vector<State> states_;
   std::vector<TensorId> base_;  // storage_of()
   std::deque<TensorId> swapping_out_;  // in submission order
+  std::deque<TensorId> compressing_;   // in submission order
+  CompressionOptions compression_;
+  bool has_sliding_ = false;
+  size_t sliding_offset_ = 0, sliding_bytes_ = 0;  // the sliding workspace, kept for the run
+  mutable DensityTable measured_;
   RecomputeFn recompute_;
   MemoryCounters counters_;
   uint64_t clock_ = 0;

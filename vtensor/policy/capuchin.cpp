@@ -163,6 +163,8 @@ class Planner {
     }
     if (in_.workspace_bytes.size() == n)
       for (size_t i = 0; i < n; ++i) mem_[i] += in_.workspace_bytes[i];
+    if (in_.memory_delta.size() == n)
+      for (size_t i = 0; i < n; ++i) mem_[i] = static_cast<size_t>(std::max(0LL, static_cast<long long>(mem_[i]) + in_.memory_delta[i]));
     for (size_t i = 0; i < n; ++i)
       if (mem_[i] > in_.budget) {
         if (out_.peak_window_first < 0) out_.peak_window_first = static_cast<int>(i);
@@ -176,7 +178,7 @@ class Planner {
     for (size_t id = 0; id < in_.tensors.size(); ++id) {
       const auto& t = in_.tensors[id];
       const auto& ops = ops_of_[id];
-      if (t.bytes == 0) continue;  // views
+      if (t.bytes == 0 || t.excluded) continue;  // views; tensors another mechanism handles
       for (size_t k = 0; k + 1 < ops.size(); ++k) {  // parameters too: swapped between uses
         const int e = ops[k], b = ops[k + 1];
         if (b < e + 2 || !hits_over(e + 1, b - 1)) continue;

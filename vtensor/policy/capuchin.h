@@ -33,6 +33,7 @@ struct PlannerTensor {
   bool persistent = false;
   bool recomputable = false;       // the producer may be re-run
   int release_after = -1;          // freed after this op when later than its last access (replayed logs)
+  bool excluded = false;           // not a candidate (another mechanism handles it: compress+swap)
 };
 
 struct PlannerInput {
@@ -47,6 +48,9 @@ struct PlannerInput {
   size_t budget = 0;
   // Per op, the scratch its kernel was given, as allocated (aligned). Empty: no workspaces.
   std::vector<size_t> workspace_bytes;
+  // Per op, bytes another mechanism adds to (> 0) or takes from (< 0) the curve (compress+swap:
+  // what the compression plan saves and its buffers cost). Empty: none.
+  std::vector<long long> memory_delta;
 };
 
 struct CapuchinCandidate {

@@ -7,6 +7,7 @@ const char* to_string(ActionKind k) {
     case ActionKind::kSwapOut: return "swap_out";
     case ActionKind::kPrefetch: return "prefetch";
     case ActionKind::kDrop: return "drop";
+    case ActionKind::kCompress: return "compress";
   }
   return "?";
 }
@@ -22,7 +23,8 @@ std::string Plan::str() const {
   std::string s;
   for (const auto& a : actions) {
     s += std::string(to_string(a.kind)) + " t" + std::to_string(a.tensor) + " after op " + std::to_string(a.op);
-    if (a.kind == ActionKind::kSwapOut && a.free_after != Action::kDefaultRelease)
+    if (a.kind == ActionKind::kCompress) s += std::string(" (") + to_string(a.codec) + ", " + std::to_string(a.capacity) + " bytes)";
+    if ((a.kind == ActionKind::kSwapOut || a.kind == ActionKind::kCompress) && a.free_after != Action::kDefaultRelease)
       s += ", freed after op " + std::to_string(a.free_after);
     s += "\n";
   }

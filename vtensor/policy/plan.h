@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "vtensor/backend/codec.h"
 #include "vtensor/ops/op.h"
 
 namespace vtensor {
@@ -13,6 +14,9 @@ enum class ActionKind {
               // op `free_after` (waiting for the copy if it is still running)
   kPrefetch,  // after op `op`: start copying it back to the device
   kDrop,      // after op `op`: free it; it is recomputed from its lineage when next accessed
+  kCompress,  // after op `op`: compress it with `codec` into a buffer of `capacity` bytes on the
+              // compression stream; its original block is freed at the end of op `free_after`.
+              // A kPrefetch of a compressed tensor decompresses it.
 };
 const char* to_string(ActionKind k);
 
@@ -20,9 +24,11 @@ struct Action {
   ActionKind kind;
   TensorId tensor;
   int op;
-  // kSwapOut only: the op at whose end the block is freed (> op); kDefaultRelease: the memory
-  // manager's own point, the end of op `op` + 2. Either way a point fixed by the op sequence.
+  // kSwapOut, kCompress: the op at whose end the block is freed (> op); kDefaultRelease: the
+  // memory manager's own point, the end of op `op` + 2. Either way a point fixed by the op sequence.
   int free_after = kDefaultRelease;
+  Codec codec = Codec::kNone;  // kCompress only
+  size_t capacity = 0;         // kCompress only: the compressed buffer's bytes
   static constexpr int kDefaultRelease = -1;
   bool operator==(const Action&) const = default;
 };

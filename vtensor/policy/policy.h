@@ -18,7 +18,10 @@
 
 namespace vtensor {
 
-enum class Residency { kUnallocated, kResident, kSwappingOut, kOnHost, kSwappingIn, kDropped };
+enum class Residency {
+  kUnallocated, kResident, kSwappingOut, kOnHost, kSwappingIn, kDropped,
+  kCompressing, kCompressed, kDecompressing,  // on the device in compressed form (FreeLunch)
+};
 const char* to_string(Residency r);
 
 // What a policy may read about a tensor.
@@ -51,6 +54,20 @@ class MemoryView {
   virtual double copy_latency_ms() const { return 0.0; }
   // Scratch an op's kernel is given this iteration (its conv algorithm's, as the backend sizes it).
   virtual size_t workspace_bytes(const Op& op) const { return op.workspace_bytes; }
+  // Elements of a resident tensor whose bit pattern is non-zero (a measurement for sizing
+  // compressed buffers; without data, the recorded densities). nullopt: not known.
+  virtual std::optional<size_t> count_nonzeros(TensorId id) const { return std::nullopt; }
+};
+
+// Mechanism switches of the compression (FreeLunch's ablation); the policy plans by the same ones.
+struct CompressionOptions {
+  bool sliding_workspace = true;   // one fixed workspace; off: a worst-case one per compression
+  bool persistent_buffers = true;  // per-tensor buffers kept across iterations; off: allocated each time
+  bool on_compute_stream = false;  // run the codecs on the compute stream (no overlap)
+  size_t workspace_bytes = size_t{64} << 10;  // the sliding workspace's size (at most)
+  bool bitmask = true, sign = true;  // the codecs the policy may use (--codecs)
+  Codec lossy = Codec::kNone;        // --lossy: opt-in lossy codec for what no lossless one fits
+  bool operator==(const CompressionOptions&) const = default;
 };
 
 enum class EvictAction { kSwap, kDrop };

@@ -3,6 +3,7 @@
 
 #include "vtensor/policy/capuchin.h"
 #include "vtensor/policy/checkpoint.h"
+#include "vtensor/policy/compress.h"
 #include "vtensor/policy/dtr.h"
 #include "vtensor/policy/lru.h"
 #include "vtensor/policy/none.h"
@@ -34,6 +35,10 @@ const std::vector<PolicyInfo>& policy_registry() {
        [] { return std::make_unique<CapuchinPolicy>(CapuchinMode::kHybrid); }},
       {"checkpoint", "Chen et al.'s gradient checkpointing: segments searched for the lowest peak (or --checkpoint-segments N of layers), keep their outputs, drop the rest after forward, recompute in backward; no eviction on demand",
        [] { return std::make_unique<CheckpointPolicy>(); }},
+      {"compress", "FreeLunch: measured iteration, then ReLU / max-pool outputs compressed on the device (bitmask + values, 1 bit where only the sign is read) after their last forward use, decompressed ahead of backward; passive swap as last resort",
+       [] { return std::make_unique<CompressPolicy>(false); }},
+      {"compress+swap", "FreeLunch hybrid: compress as `compress`, then Capuchin-planned async swaps for what compression leaves over the budget",
+       [] { return std::make_unique<CompressPolicy>(true); }},
       {"dtr", "DTR: on OOM drop the smallest cost / (bytes x staleness), recompute on access; no planning",
        [] { return std::make_unique<DtrPolicy>(); }},
       {"zero-overhead-swap", "Zhang et al.: after one measured iteration, swap only blocks whose copies hide in their absence across the peak; reports the peak reached",

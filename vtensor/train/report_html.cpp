@@ -54,7 +54,9 @@ std::string page(const std::string& title, const std::string& body) {
          body + "</body></html>\n";
 }
 
-const char* const kHeldColors[] = {"#4e79a7", "#f28e2b", "#9c755f", "#59a14f", "#b07aa1", "#edc948", "#bab0ac"};
+// One per held category in stacking order, then "other (alignment)" last.
+const char* const kHeldColors[] = {"#4e79a7", "#f28e2b", "#9c755f", "#59a14f", "#76b7b2", "#b07aa1", "#edc948", "#bab0ac"};
+constexpr size_t kOtherColor = std::size(kHeldColors) - 1;
 const char* const kPolicyColors[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",
                                      "#ff9da7", "#9c755f", "#bab0ac", "#17becf", "#7f7f7f", "#bcbd22", "#1f77b4"};
 
@@ -65,6 +67,7 @@ struct Mark {
 };
 const Mark kMarks[] = {{"swap_outs", "swap-out", "#e15759"},   {"prefetches", "prefetch", "#4e79a7"},
                        {"dropped", "drop", "#9c755f"},          {"recomputed_ops", "recompute", "#59a14f"},
+                       {"compressions", "compress", "#76b7b2"}, {"decompressions", "decompress", "#17becf"},
                        {"stall_ms", "stall", "#000000"}};
 
 // Ticks at round steps (1, 2, 2.5 or 5 times a power of ten of the unit) up to ymax.
@@ -111,7 +114,7 @@ std::string timeline_html(const json& report) {
   for (const auto& [name, i] : at)
     if (name.rfind("held: ", 0) == 0) held.emplace_back(name.substr(6), i);
   // Persistent state at the bottom, the op's transient workspace on top.
-  const std::vector<std::string> order = {"parameters", "optimizer state", "gradients", "activations",
+  const std::vector<std::string> order = {"parameters", "optimizer state", "gradients", "activations", "compressed",
                                           "in flight to / from host", "workspace"};
   std::sort(held.begin(), held.end(), [&](const auto& a, const auto& b) {
     auto rank = [&](const std::string& n) { return std::find(order.begin(), order.end(), n) - order.begin(); };
@@ -162,14 +165,14 @@ std::string timeline_html(const json& report) {
         // stack's top without the workspace is exactly the allocated bytes.
         const double other = alloc - base;
         if (other > 0) {
-          svg << "<rect fill=\"" << kHeldColors[6] << "\" x=\"" << num(x) << "\" y=\"" << num(y(base + other))
+          svg << "<rect fill=\"" << kHeldColors[kOtherColor] << "\" x=\"" << num(x) << "\" y=\"" << num(y(base + other))
               << "\" width=\"" << num(bw) << "\" height=\"" << num(kHeight * other / ymax) << "\"/>";
           base += other;
         }
       }
       if (b <= 0) continue;
       title += "\n  " + held[k].first + ": " + format_bytes(static_cast<size_t>(b));
-      svg << "<rect fill=\"" << kHeldColors[k % 6] << "\" x=\"" << num(x) << "\" y=\"" << num(y(base + b)) << "\" width=\""
+      svg << "<rect fill=\"" << kHeldColors[k % kOtherColor] << "\" x=\"" << num(x) << "\" y=\"" << num(y(base + b)) << "\" width=\""
           << num(bw) << "\" height=\"" << num(kHeight * b / ymax) << "\"/>";
       base += b;
     }
@@ -184,6 +187,16 @@ std::string timeline_html(const json& report) {
             << num(std::max(bw, 2.0)) << "\" height=\"" << num(kMarkRow - 3) << "\"/>";
   }
   svg << "<polyline class=\"reserved\" points=\"" << reserved_line << "\"/>\n";
+  bool paged = false;  // unified memory: the bars count the managed range, the line the device pages
+  std::string pages_line;
+  for (size_t i = 0; i < n; ++i) {
+    const double b = col(points[i], "device_page_bytes"), x = kLeft + bw * static_cast<double>(i);
+    paged |= b > 0;
+    pages_line += num(x) + "," + num(y(b)) + " " + num(x + bw) + "," + num(y(b)) + " ";
+  }
+  if (paged)
+    svg << "<polyline id=\"device-pages\" fill=\"none\" stroke=\"#0050c8\" stroke-width=\"1.5\" points=\"" << pages_line
+        << "\"/>\n";
   if (budget > 0)
     svg << "<line id=\"budget\" class=\"budget\" data-bytes=\"" << static_cast<long long>(budget) << "\" x1=\"" << num(kLeft)
         << "\" x2=\"" << num(kLeft + kWidth) << "\" y1=\"" << num(y(budget)) << "\" y2=\"" << num(y(budget))
@@ -197,9 +210,11 @@ std::string timeline_html(const json& report) {
 
   std::string legend = "<div class=\"legend\">";
   for (size_t k = 0; k < held.size(); ++k)
-    legend += "<span><i style=\"background:" + std::string(kHeldColors[k % 6]) + "\"></i>" + esc(held[k].first) + "</span>";
-  legend += "<span><i style=\"background:" + std::string(kHeldColors[6]) + "\"></i>other (alignment)</span>"
-            "<span><i style=\"border-top:1px solid #333;height:0\"></i>reserved</span>"
+    legend += "<span><i style=\"background:" + std::string(kHeldColors[k % kOtherColor]) + "\"></i>" + esc(held[k].first) + "</span>";
+  legend += "<span><i style=\"background:" + std::string(kHeldColors[kOtherColor]) + "\"></i>other (alignment)</span>"
+            "<span><i style=\"border-top:1px solid #333;height:0\"></i>reserved</span>" +
+            std::string(paged ? "<span><i style=\"border-top:2px solid #0050c8;height:0\"></i>device pages in use "
+                                "(unified memory: the bars count the managed range)</span>" : "") +
             "<span><i style=\"border-top:2px dashed #c00;height:0\"></i>budget</span></div>\n";
   const json& sum = report.value("summary", json::object());
   const std::string title = cfg.value("model", std::string("?")) + " under " + cfg.value("policy", std::string("?"));

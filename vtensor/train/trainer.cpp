@@ -10,6 +10,8 @@
 #include "vtensor/memory/allocator.h"
 #include "vtensor/policy/checkpoint.h"
 #include "vtensor/policy/um.h"
+#include "vtensor/policy/compress.h"
+#include "vtensor/train/densities.h"
 
 namespace vtensor {
 
@@ -35,6 +37,44 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
     c->set_budget_aware(cfg_.budget != 0 || cfg_.backend == "cuda" || (cfg_.backend == "sim" && !cfg_.gpu.empty()));
   }
   configure_um_policy(*policy, cfg_);
+  auto* compress_policy = dynamic_cast<CompressPolicy*>(policy.get());
+  if (!cfg_.codecs.empty()) {
+    cfg_.compression.bitmask = cfg_.compression.sign = false;
+    std::string list = cfg_.codecs;
+    for (size_t at = 0; at <= list.size();) {
+      const size_t comma = std::min(list.find(',', at), list.size());
+      const std::string name = list.substr(at, comma - at);
+      const Codec c = parse_codec(name);  // throws naming the accepted ones
+      (c == Codec::kBitmask ? cfg_.compression.bitmask : cfg_.compression.sign) = true;
+      at = comma + 1;
+    }
+  }
+  if (!cfg_.lossy.empty()) {
+    cfg_.compression.lossy = parse_lossy(cfg_.lossy);  // throws naming the accepted modes
+    if (!compress_policy)
+      throw std::invalid_argument("--lossy " + cfg_.lossy + ": policy '" + cfg_.policy +
+                                  "' is lossless only; accepted: --policy compress or compress+swap");
+  }
+  if (!compress_policy) {
+    auto only = [&](const std::string& flag) {
+      return std::invalid_argument(flag + " applies to --policy compress or compress+swap only, got --policy " + cfg_.policy);
+    };
+    if (!cfg_.compression.sliding_workspace) throw only("--no-sliding-workspace");
+    if (!cfg_.compression.persistent_buffers) throw only("--no-persistent-buffers");
+    if (cfg_.compression.on_compute_stream) throw only("--compress-on-compute-stream");
+    if (!cfg_.codecs.empty()) throw only("--codecs");
+    if (!cfg_.densities_out.empty()) throw only("--densities-out");
+    if (!cfg_.densities_path.empty()) throw only("--densities");
+  } else {
+    if (!cfg_.densities_path.empty() && cfg_.backend != "sim")
+      throw std::invalid_argument("--densities applies to --backend sim only (backend '" + cfg_.backend +
+                                  "' measures its own tensors; --densities-out writes them)");
+    if (!cfg_.densities_out.empty() && cfg_.backend == "sim")
+      throw std::invalid_argument("--densities-out needs a backend with data (cpu, cuda), got --backend sim");
+    compress_policy->set_options(cfg_.compression);
+  }
+  std::shared_ptr<const DensityTable> densities;
+  if (!cfg_.densities_path.empty()) densities = std::make_shared<const DensityTable>(load_densities(cfg_.densities_path));
   if (!cfg_.gpu.empty() && cfg_.backend != "sim")
     throw std::invalid_argument("--gpu applies to --backend sim only (backend is '" + cfg_.backend + "')");
   if (cfg_.budget == 0 && cfg_.backend != "cuda")  // cuda: the backend takes the free memory less a margin
@@ -47,14 +87,35 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
     build_backward(graph_, cfg_.optimizer);
     if (cfg_.inplace_relu_grad) share_relu_gradients(graph_);
   }
+  if (compress_policy && cfg_.backend == "sim" && cfg_.densities_path.empty() && cfg_.compression.bitmask) {
+    bool sparse = false;  // ReLU or max-pool outputs: what the bitmask codec is for
+    for (const Op& op : graph_.ops()) sparse = sparse || op.kind == OpKind::kRelu || op.kind == OpKind::kMaxPool;
+    if (sparse)
+      throw std::invalid_argument("--policy " + cfg_.policy + " on --backend sim needs --densities FILE for model " +
+                                  cfg_.model.name +
+                                  ": the non-zero counts a cpu run of the same model recorded with --densities-out "
+                                  "(or --codecs sign, which needs none)");
+  }
+  if (densities) {  // recorded for this model: every ReLU / max-pool output has its count
+    for (const Op& op : graph_.ops()) {
+      if (op.kind != OpKind::kRelu && op.kind != OpKind::kMaxPool) continue;
+      const TensorInfo& t = graph_.tensor(op.outputs[0]);
+      if (!densities->tensors.count(density_key(t)))
+        throw std::invalid_argument("--densities '" + cfg_.densities_path + "' (" + densities->source +
+                                    ") has no entry for tensor '" + density_key(t) + "' of model " + cfg_.model.name +
+                                    "; accepted: a file written by train --densities-out for the same model");
+    }
+  }
   if (!cfg_.planner.empty() && cfg_.allocator != "planned")
     throw std::invalid_argument("--planner applies to --allocator planned only, got --allocator " + cfg_.allocator);
   backend_ = make_backend(cfg_.backend, {.arena_bytes = cfg_.budget, .gpu = cfg_.gpu, .deterministic = cfg_.deterministic});
   cfg_.budget = backend_->arena_bytes();
+  if (densities) backend_->set_densities(densities);
   auto allocator = make_allocator(cfg_.allocator, cfg_.budget, cfg_.planner);
   mm_ = std::make_unique<MemoryManager>(*backend_, graph_, std::move(allocator), std::move(policy));
   mm_->set_timeline_enabled(cfg_.timeline);
   mm_->set_host_budget(cfg_.host_budget);
+  mm_->set_compression(cfg_.compression);
   exec_ = std::make_unique<Executor>(graph_, *backend_, *mm_);
   mm_->init_persistent(cfg_.seed);
 }
@@ -92,6 +153,17 @@ TrainResult Trainer::run(const std::function<void(const IterationStats&)>& on_it
   r.policy_report = mm_->policy().report();
   r.policy_summary = mm_->policy().summary();
   r.allocator_report = mm_->allocator().report();
+  r.compression = mm_->compression_stats();
+  for (const auto& t : graph_.tensors()) r.tensor_names.push_back(t.name);
+  if (!cfg_.densities_out.empty()) {
+    DensityTable d = mm_->measured_densities();
+    d.source = "model " + cfg_.model.name + ", batch " + std::to_string(cfg_.model.batch) + ", backend " + cfg_.backend +
+               ", first iteration";
+    if (d.tensors.empty())
+      throw std::invalid_argument("--densities-out: the run measured no tensor (no ReLU or max-pool outputs in model " +
+                                  cfg_.model.name + ")");
+    write_densities(d, cfg_.densities_out);
+  }
   if (!cfg_.trace_path.empty()) AccessTracker::write_jsonl(cfg_.trace_path, graph_, traces_);
   return r;
 }
@@ -136,6 +208,14 @@ std::string format_iteration_line(const IterationStats& s, int total) {
                 static_cast<double>(s.counters.swapped_in_bytes) / mib,
                 static_cast<unsigned long long>(s.counters.recomputed_ops));
   std::string line = buf;
+  if (s.counters.compressed_bytes > 0 || s.counters.compress_overflows > 0) {
+    std::snprintf(buf, sizeof buf, "  compressed %8.2f MiB (ratio %.3f)", static_cast<double>(s.counters.compressed_bytes) / mib,
+                  s.counters.compressed_bytes ? static_cast<double>(s.counters.compressed_to_bytes) /
+                                                    static_cast<double>(s.counters.compressed_bytes)
+                                              : 0.0);
+    line += buf;
+    if (s.counters.compress_overflows) line += " (" + std::to_string(s.counters.compress_overflows) + " overflowed)";
+  }
   if (s.host_limited || s.peak_host > 0) {  // only where host memory is bounded or used
     std::snprintf(buf, sizeof buf, "  host %8.2f MiB", static_cast<double>(s.peak_host) / mib);
     line += buf;
@@ -194,20 +274,34 @@ std::string report_json(const TrainResult& r) {
                      {"recomputed_ops", s.counters.recomputed_ops},
                      {"recompute_ms", s.counters.recompute_ms},
                      {"stall_ms", s.counters.stall_ms},
-                     {"evictions", s.counters.evictions}});
+                     {"evictions", s.counters.evictions},
+                     {"compressed_bytes", s.counters.compressed_bytes},
+                     {"compressed_to_bytes", s.counters.compressed_to_bytes},
+                     {"compression_ratio", s.counters.compressed_bytes ? json(static_cast<double>(s.counters.compressed_to_bytes) /
+                                                                              static_cast<double>(s.counters.compressed_bytes))
+                                                                       : json(nullptr)},
+                     {"compressions", s.counters.compressions},
+                     {"decompressions", s.counters.decompressions},
+                     {"on_demand_decompressions", s.counters.on_demand_decompressions},
+                     {"compress_overflows", s.counters.compress_overflows},
+                     {"compress_skipped", s.counters.compress_skipped},
+                     {"compress_ms", s.counters.compress_ms},
+                     {"decompress_ms", s.counters.decompress_ms}});
     if (s.paged) iters.back()["unified_memory"] = paging_json(s.paging);
   }
   json timeline = json::array();
   json timeline_columns = {"op_index", "allocated_bytes", "reserved_bytes"};
   for (size_t h = 0; h < kHeldByCount; ++h) timeline_columns.push_back(std::string("held: ") + to_string(static_cast<HeldBy>(h)));
-  for (const char* e : {"swap_outs", "swap_ins", "prefetches", "dropped", "recomputed_ops", "stall_ms", "evictions"})
+  for (const char* e : {"swap_outs", "swap_ins", "prefetches", "dropped", "recomputed_ops", "stall_ms", "evictions",
+                        "compressions", "decompressions", "device_page_bytes"})
     timeline_columns.push_back(e);
   for (const auto& p : r.timeline) {
     json row = {p.op_index, p.allocated, p.reserved};
     for (size_t b : p.held) row.push_back(b);
     const MemoryCounters& e = p.events;
     for (json v : {json(e.swap_outs), json(e.swap_ins), json(e.prefetches), json(e.dropped), json(e.recomputed_ops),
-                   json(e.stall_ms), json(e.evictions)})
+                   json(e.stall_ms), json(e.evictions), json(e.compressions), json(e.decompressions),
+                   json(p.device_page_bytes)})
       row.push_back(v);
     timeline.push_back(row);
   }
@@ -219,6 +313,7 @@ std::string report_json(const TrainResult& r) {
         {"width", c.model.width},
         {"classes", c.model.classes},
         {"policy", c.policy},
+        {"lossy", c.lossy.empty() ? json(nullptr) : json(c.lossy)},  // lossy compression: the math changes
         {"backend", c.backend},
         {"gpu", c.gpu.empty() ? json(nullptr) : json(c.gpu)},
         {"allocator", c.allocator},
@@ -248,6 +343,23 @@ std::string report_json(const TrainResult& r) {
   };
   if (!r.policy_report.is_null()) j["policy_report"] = r.policy_report;
   if (!r.allocator_report.is_null()) j["allocator_report"] = r.allocator_report;
+  if (!r.compression.empty()) {
+    json comp = json::array();
+    for (const auto& c : r.compression)
+      comp.push_back({{"tensor", c.id},
+                      {"name", static_cast<size_t>(c.id) < r.tensor_names.size() ? r.tensor_names[static_cast<size_t>(c.id)] : ""},
+                      {"codec", to_string(c.codec)},
+                      {"bytes_before", c.bytes_before},
+                      {"bytes_after", c.bytes_after},
+                      {"buffer_bytes", c.capacity},
+                      {"compress_ms", c.compress_ms},
+                      {"decompress_ms", c.decompress_ms},
+                      {"stall_ms", c.stall_ms},
+                      {"compressions", c.compressions},
+                      {"overflows", c.overflows},
+                      {"on_demand_decompressions", c.on_demand}});
+    j["compression"] = comp;
+  }
   if (!r.timeline.empty())
     j["memory_timeline"] = {{"columns", timeline_columns}, {"points", timeline}, {"ops", r.timeline_ops}};
   return j.dump(2);

@@ -32,6 +32,12 @@ struct TrainConfig {
   int checkpoint_segments = 0;     // policy checkpoint's segment count (0: search); others ignore it
   size_t um_page_bytes = 0;  // policies um, um-prefetch: page size (0: kDefaultPageBytes)
   int um_lookahead = 0;      // policy um-prefetch: kernels prefetched ahead (0: kDefaultUmLookahead)
+  // Policies compress / compress+swap: mechanism switches and codecs (the ablation flags), the
+  // densities a sim run sizes compressed tensors by, and where a run with data writes its own.
+  CompressionOptions compression;
+  std::string codecs;              // --codecs: comma-separated (empty: all)
+  std::string lossy;               // --lossy: bf16, fp16, int8 (empty: lossless only)
+  std::string densities_path, densities_out;
   bool timeline = false;    // per-op allocated / reserved bytes of the last iteration
   std::string trace_path;   // access trace as JSON lines
   std::shared_ptr<const Graph> graph;  // prebuilt (trace replay): used instead of model + autodiff
@@ -49,6 +55,8 @@ struct TrainResult {
   nlohmann::json policy_report;     // Policy::report(): null when the policy has nothing to say
   std::string policy_summary;       // Policy::summary()
   nlohmann::json allocator_report;  // DeviceAllocator::report()
+  std::vector<CompressionStat> compression;  // the last iteration's, per compressed tensor
+  std::vector<std::string> tensor_names;     // by id, for the report
 };
 
 // --um-page-size / --um-lookahead onto a um policy (other policies ignore them); throws

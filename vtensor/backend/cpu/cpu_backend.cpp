@@ -7,6 +7,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "vtensor/backend/cpu/codecs.h"
 #include "vtensor/backend/cpu/kernels.h"
 #include "vtensor/backend/cpu/kernels_transformer.h"
 #include "vtensor/core/errors.h"
@@ -94,6 +95,7 @@ void CpuBackend::host_free(void* p, size_t) { std::free(p); }
 CpuStreamWorker& CpuBackend::worker(Stream s) {
   if (s == Stream::kH2D) return h2d_;
   if (s == Stream::kD2H) return d2h_;
+  if (s == Stream::kCompress) return compress_;
   throw std::logic_error("cpu backend: the compute stream has no worker");
 }
 
@@ -132,6 +134,34 @@ void CpuBackend::stream_wait(Stream s, const Event& e) {
 void CpuBackend::synchronize() {
   h2d_.drain();
   d2h_.drain();
+  compress_.drain();
+}
+
+std::optional<size_t> CpuBackend::count_nonzeros(const TensorInfo& t, const void* dev) {
+  return cpu::count_nonzero_bits(static_cast<const float*>(dev), static_cast<size_t>(t.shape.numel()));
+}
+
+void CpuBackend::compress_async(Stream s, Codec c, const TensorInfo& t, const void* src, void* dst, size_t capacity,
+                                void* workspace, size_t workspace_bytes, CodecResult* result) {
+  const auto n = static_cast<size_t>(t.shape.numel());
+  auto task = [=, this] {
+    const double t0 = now_ms();
+    result->bytes = cpu::compress(c, static_cast<const float*>(src), n, dst, capacity, workspace, workspace_bytes);
+    result->ms = now_ms() - t0;
+  };
+  if (s == Stream::kCompute) task();
+  else worker(s).submit(task);
+}
+
+void CpuBackend::decompress_async(Stream s, Codec c, const TensorInfo& t, const void* src, size_t, void* dst, CodecResult* result) {
+  const auto n = static_cast<size_t>(t.shape.numel());
+  auto task = [=, this] {
+    const double t0 = now_ms();
+    cpu::decompress(c, src, n, static_cast<float*>(dst));
+    result->ms = now_ms() - t0;
+  };
+  if (s == Stream::kCompute) task();
+  else worker(s).submit(task);
 }
 
 double CpuBackend::now_ms() {

@@ -1,6 +1,7 @@
 // The cpu backend: device memory is an arena of exactly the budget, mapped apart from the
-// host heap; compute runs on the calling thread; the h2d and d2h streams are worker threads
-// that really copy asynchronously, ordered per stream, with events between them.
+// host heap; compute runs on the calling thread; the h2d, d2h and compression streams are
+// worker threads that really copy (or compress) asynchronously, ordered per stream, with events
+// between them.
 #pragma once
 #include <condition_variable>
 #include <deque>
@@ -74,6 +75,10 @@ class CpuBackend final : public Backend {
   void um_migrate_in(Stream s, size_t page, size_t frame, bool copy) override;
   void um_migrate_out(Stream s, size_t page, size_t frame, bool copy) override;
   void um_read_host(void* dst, size_t page, size_t offset, size_t bytes) override;
+  std::optional<size_t> count_nonzeros(const TensorInfo& t, const void* dev) override;
+  void compress_async(Stream s, Codec c, const TensorInfo& t, const void* src, void* dst, size_t capacity,
+                      void* workspace, size_t workspace_bytes, CodecResult* result) override;
+  void decompress_async(Stream s, Codec c, const TensorInfo& t, const void* src, size_t src_bytes, void* dst, CodecResult* result) override;
 
  private:
   struct Managed {
@@ -89,7 +94,7 @@ class CpuBackend final : public Backend {
   CpuStreamWorker& worker(Stream s);
   void* arena_ = nullptr;
   size_t arena_bytes_ = 0;
-  CpuStreamWorker h2d_, d2h_;
+  CpuStreamWorker h2d_, d2h_, compress_;
 };
 
 }  // namespace vtensor

@@ -123,6 +123,9 @@ void CudaBackend::release() noexcept {
   }
   if (cublas_ws_) VT_CHECK_NOTHROW(cudaFree(cublas_ws_));
   if (staging_) VT_CHECK_NOTHROW(cudaFree(staging_));
+  if (codec_dev_) VT_CHECK_NOTHROW(cudaFree(codec_dev_));
+  if (codec_host_) VT_CHECK_NOTHROW(cudaFreeHost(codec_host_));
+  codec_dev_ = codec_host_ = nullptr;
   if (arena_) VT_CHECK_NOTHROW(cudaFree(arena_));
   if (managed_) VT_CHECK_NOTHROW(cudaFree(managed_));
   managed_ = nullptr;
@@ -196,6 +199,65 @@ void CudaBackend::move_device(void* dst, const void* src, size_t bytes) {
       copy_chunk(end, n);
     }
   }
+}
+
+std::optional<size_t> CudaBackend::count_nonzeros(const TensorInfo& t, const void* dev) {
+  if (!codec_dev_) {
+    VT_CHECK(cudaMalloc(&codec_dev_, kCodecSlots * sizeof(unsigned long long)));
+    VT_CHECK(cudaHostAlloc(&codec_host_, kCodecSlots * sizeof(unsigned long long), cudaHostAllocDefault));
+  }
+  const cudaStream_t cs = stream(Stream::kCompute);
+  cuda::count_nonzero_bits(cs, static_cast<size_t>(t.shape.numel()), static_cast<const float*>(dev), codec_dev_);
+  unsigned long long n = 0;
+  VT_CHECK(cudaMemcpyAsync(&n, codec_dev_, sizeof n, cudaMemcpyDeviceToHost, cs));
+  VT_CHECK(cudaStreamSynchronize(cs));  // a measurement: the measured iteration only
+  return static_cast<size_t>(n);
+}
+
+namespace {
+struct SizeDelivery {
+  const unsigned long long* pinned;
+  CodecResult* out;
+};
+void CUDART_CB deliver_size(void* p) {
+  auto* d = static_cast<SizeDelivery*>(p);
+  d->out->bytes = *d->pinned;
+  delete d;
+}
+}  // namespace
+
+void CudaBackend::compress_async(Stream s, Codec c, const TensorInfo& t, const void* src, void* dst, size_t capacity,
+                                 void* workspace, size_t workspace_bytes, CodecResult* result) {
+  const auto n = static_cast<size_t>(t.shape.numel());
+  const cudaStream_t cs = stream(s);
+  if (c == Codec::kSign) {
+    result->bytes = codec_bytes(c, n, 0);  // fixed: known now
+    if (result->bytes <= capacity) cuda::compress_sign(cs, n, static_cast<const float*>(src), dst);
+    return;
+  }
+  if (c == Codec::kBf16 || c == Codec::kFp16 || c == Codec::kInt8) {
+    result->bytes = codec_bytes(c, n, 0);  // fixed: known now
+    if (result->bytes > capacity) return;
+    if (c == Codec::kInt8) cuda::compress_int8(cs, n, static_cast<const float*>(src), dst);
+    else cuda::compress_half(cs, c == Codec::kBf16, n, static_cast<const float*>(src), dst);
+    return;
+  }
+  if (c != Codec::kBitmask) throw std::logic_error("cuda compress: codec " + std::string(to_string(c)));
+  if (!codec_dev_) count_nonzeros(t, src);  // allocates the rings (and syncs once)
+  const size_t slot = codec_next_++ % kCodecSlots;
+  cuda::compress_bitmask(cs, n, static_cast<const float*>(src), dst, capacity, workspace, workspace_bytes,
+                         codec_dev_ + slot);
+  VT_CHECK(cudaMemcpyAsync(codec_host_ + slot, codec_dev_ + slot, sizeof(unsigned long long), cudaMemcpyDeviceToHost, cs));
+  VT_CHECK(cudaLaunchHostFunc(cs, deliver_size, new SizeDelivery{codec_host_ + slot, result}));
+}
+
+void CudaBackend::decompress_async(Stream s, Codec c, const TensorInfo& t, const void* src, size_t, void* dst, CodecResult* result) {
+  const auto n = static_cast<size_t>(t.shape.numel());
+  if (c == Codec::kSign) cuda::decompress_sign(stream(s), n, src, static_cast<float*>(dst));
+  else if (c == Codec::kBitmask) cuda::decompress_bitmask(stream(s), n, src, static_cast<float*>(dst));
+  else if (c == Codec::kInt8) cuda::decompress_int8(stream(s), n, src, static_cast<float*>(dst));
+  else if (c == Codec::kBf16 || c == Codec::kFp16) cuda::decompress_half(stream(s), c == Codec::kBf16, n, src, static_cast<float*>(dst));
+  else throw std::logic_error("cuda decompress: codec " + std::string(to_string(c)));
 }
 
 Event CudaBackend::record(Stream s) { return std::make_shared<CudaEvent>(stream(s)); }

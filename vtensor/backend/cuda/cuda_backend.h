@@ -1,8 +1,8 @@
 // The cuda backend. Device memory is one arena from a single cudaMalloc of exactly the budget
 // (or, with no budget, the free memory less kArenaMargin), sub-allocated by the same allocators
-// as on the cpu. Three non-blocking streams (compute, h2d, d2h) ordered with CUDA events, so
+// as on the cpu. Non-blocking streams (compute, h2d, d2h, compress) ordered with CUDA events, so
 // swaps overlap compute. Pinned host buffers (cudaHostAlloc) are cached and reused by the
-// HostPool. GEMMs on cuBLAS, convolution and batch norm on cuDNN (cudnn_ops.h), the rest on
+// HostPool. A fourth stream runs the compression codecs (FreeLunch). GEMMs on cuBLAS, convolution and batch norm on cuDNN (cudnn_ops.h), the rest on
 // our own kernels (kernels.h). Outside the arena, allocated once at start: cuBLAS's workspace
 // (kCublasWorkspace, set explicitly so cuBLAS never allocates behind our back) and, on first
 // need, a staging buffer for overlapping moves in compaction.
@@ -56,6 +56,11 @@ class CudaBackend final : public Backend {
   void um_migrate_out(Stream s, size_t page, size_t frame, bool copy) override;
   void um_read_host(void* dst, size_t page, size_t offset, size_t bytes) override;
   bool um_keeps_host_copy() const override { return false; }
+  std::optional<size_t> count_nonzeros(const TensorInfo& t, const void* dev) override;
+  void compress_async(Stream s, Codec c, const TensorInfo& t, const void* src, void* dst, size_t capacity,
+                      void* workspace, size_t workspace_bytes, CodecResult* result) override;
+  void decompress_async(Stream s, Codec c, const TensorInfo& t, const void* src, size_t src_bytes, void* dst, CodecResult* result) override;
+  static constexpr size_t kCodecSlots = 1024;  // compressed sizes in flight (device and pinned rings)
 
   cudaStream_t stream(Stream s) const { return streams_[static_cast<int>(s)]; }
   bool deterministic() const { return deterministic_; }
@@ -71,6 +76,9 @@ class CudaBackend final : public Backend {
   cudnnHandle_t cudnn_ = nullptr;
   std::unique_ptr<cuda::ConvPlans> conv_;
   void* staging_ = nullptr;
+  unsigned long long* codec_dev_ = nullptr;   // kCodecSlots device counters, allocated on first use
+  unsigned long long* codec_host_ = nullptr;  // kCodecSlots pinned slots
+  size_t codec_next_ = 0;
   bool deterministic_ = false, sync_timing_ = false;
   void* managed_ = nullptr;
   size_t um_range_ = 0, um_page_ = 0;

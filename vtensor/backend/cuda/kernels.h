@@ -65,4 +65,23 @@ void softmax_forward(cudaStream_t s, int R, int C, bool causal, const float* x, 
 void softmax_backward(cudaStream_t s, int R, int C, const float* dy, const float* y, float* dx);
 void transpose12(cudaStream_t s, int A, int B, int C, int D, const float* x, float* y);
 
+// Compression codecs (formats in vtensor/backend/codec.h, the same bytes as vtensor/backend/cpu/codecs.h).
+// count_nonzero_bits: writes the count to *count (device memory).
+void count_nonzero_bits(cudaStream_t s, size_t n, const float* x, unsigned long long* count);
+// kBitmask: one block walks the tensor in tiles of 1024 words (32 elements each), scans the
+// words' popcounts in shared memory (its sliding workspace) and scatters the values; values that
+// would land past `capacity` are not written. The compressed size goes to *total (device).
+// The arena workspace (ws) is not needed by this kernel.
+void compress_bitmask(cudaStream_t s, size_t n, const float* x, void* dst, size_t capacity, void* ws, size_t ws_bytes,
+                      unsigned long long* total);
+void compress_sign(cudaStream_t s, size_t n, const float* x, void* dst);
+void decompress_bitmask(cudaStream_t s, size_t n, const void* src, float* y);
+void decompress_sign(cudaStream_t s, size_t n, const void* src, float* y);
+// Lossy (opt-in): bf16 / fp16 rounded to nearest even; int8 with one scale (max finite |x| / 127)
+// in the first 4 bytes, found by an atomic max before the quantisation.
+void compress_half(cudaStream_t s, bool bf16, size_t n, const float* x, void* dst);
+void decompress_half(cudaStream_t s, bool bf16, size_t n, const void* src, float* y);
+void compress_int8(cudaStream_t s, size_t n, const float* x, void* dst);
+void decompress_int8(cudaStream_t s, size_t n, const void* src, float* y);
+
 }  // namespace vtensor::cuda

@@ -73,4 +73,9 @@ double predict_move_ms(const GpuSpec& gpu, size_t bytes) {
   return 2.0 * static_cast<double>(bytes) / (gpu.hbm_gbps * 1e9 * 0.8) * 1e3;
 }
 
+double predict_codec_ms(const GpuSpec& gpu, size_t bytes_read, size_t bytes_written) {
+  const double bytes = static_cast<double>(bytes_read) + static_cast<double>(bytes_written);
+  return gpu.launch_us * 1e-3 + bytes / (gpu.hbm_gbps * 1e9 * efficiency(OpKind::kRelu).memory) * 1e3;
+}
+
 }  // namespace vtensor

@@ -46,5 +46,8 @@ OpCost predict_op(const GpuSpec& gpu, const Graph& g, const Op& op, ConvAlgo alg
 double predict_copy_ms(const GpuSpec& gpu, size_t bytes, bool to_device);
 // A device-to-device move (compaction): read and write every byte.
 double predict_move_ms(const GpuSpec& gpu, size_t bytes);
+// A compression or decompression kernel: launch, then the bytes it reads and writes at the
+// memory efficiency of an element-wise kernel (memory bound, as FreeLunch's codecs are).
+double predict_codec_ms(const GpuSpec& gpu, size_t bytes_read, size_t bytes_written);
 
 }  // namespace vtensor

@@ -1,6 +1,7 @@
 #include "vtensor/backend/sim/sim_backend.h"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 #include "vtensor/backend/sim/um_model.h"
@@ -80,7 +81,7 @@ void SimBackend::stream_wait(Stream s, const Event& e) {
 }
 
 void SimBackend::synchronize() {
-  const double t = std::max({clock(Stream::kCompute), clock(Stream::kH2D), clock(Stream::kD2H)});
+  const double t = *std::max_element(clock_.begin(), clock_.end());
   for (auto& c : clock_) c = t;
 }
 
@@ -122,6 +123,40 @@ void SimBackend::um_migrate_out(Stream s, size_t, size_t, bool copy) {
 void SimBackend::um_fault_batch(size_t pages) {
   const double d = (kUmFaultBatchUs + kUmFaultPerPageUs * static_cast<double>(pages)) * 1e-3;
   clk(Stream::kCompute) += d;
+}
+
+std::optional<size_t> SimBackend::count_nonzeros(const TensorInfo& t, const void*) {
+  if (!densities_) return std::nullopt;
+  const auto it = densities_->tensors.find(density_key(t));
+  if (it == densities_->tensors.end() || it->second.first == 0) return std::nullopt;
+  // The recorded density, applied to this run's shape (the recording may be at another batch).
+  const double density = static_cast<double>(it->second.second) / static_cast<double>(it->second.first);
+  const auto n = static_cast<double>(t.shape.numel());
+  return static_cast<size_t>(std::min(n, std::ceil(density * n)));
+}
+
+void SimBackend::run_codec(Stream s, double ms) {
+  // One kernel at a time on its stream, never before the compute point it was issued at.
+  const double start = s == Stream::kCompute ? clk(s) : std::max(clk(s), clk(Stream::kCompute));
+  clk(s) = start + ms;
+  (s == Stream::kCompute ? counters_.compute_busy_ms : counters_.compress_busy_ms) += ms;
+  ++counters_.kernels;
+}
+
+void SimBackend::compress_async(Stream s, Codec c, const TensorInfo& t, const void*, void*, size_t capacity, void*,
+                                size_t, CodecResult* result) {
+  const auto n = static_cast<size_t>(t.shape.numel());
+  const auto nnz = count_nonzeros(t, nullptr);
+  if (c == Codec::kBitmask && !nnz)
+    throw std::logic_error("sim: no recorded density for '" + t.name + "', which a policy compresses");
+  result->bytes = codec_bytes(c, n, nnz.value_or(0));
+  result->ms = predict_codec_ms(gpu_, t.bytes(), std::min<size_t>(result->bytes, capacity));
+  run_codec(s, result->ms);
+}
+
+void SimBackend::decompress_async(Stream s, Codec, const TensorInfo& t, const void*, size_t src_bytes, void*, CodecResult* result) {
+  result->ms = predict_codec_ms(gpu_, src_bytes, t.bytes());
+  run_codec(s, result->ms);
 }
 
 std::unique_ptr<Backend> make_sim_backend(const BackendOptions& opts) { return std::make_unique<SimBackend>(opts); }

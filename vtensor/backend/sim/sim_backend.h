@@ -1,6 +1,8 @@
 // The sim backend: no bytes move and no kernel runs. A virtual clock per stream advances by
 // the cost model (cost_model.h) of a named GPU: ops on the compute stream, copies on the h2d
-// and d2h streams (one at a time per direction, concurrent with compute). Events are
+// and d2h streams (one at a time per direction, concurrent with compute), compression and
+// decompression on the compression stream at the cost of reading and writing their bytes at
+// HBM bandwidth (predict_codec_ms), sized by the densities a run with data recorded. Events are
 // (stream, time) pairs; a host wait on an event that is not yet reached advances the compute
 // clock to it, which is exactly a stall on a GPU. Memory figures are those of any backend: the
 // allocation sequence depends only on the op sequence and the policy.
@@ -34,7 +36,7 @@ class SimEvent final : public EventImpl {
 
 struct SimCounters {
   uint64_t kernels = 0, copies = 0;
-  double compute_busy_ms = 0, h2d_busy_ms = 0, d2h_busy_ms = 0;
+  double compute_busy_ms = 0, h2d_busy_ms = 0, d2h_busy_ms = 0, compress_busy_ms = 0;
 };
 
 class SimBackend final : public Backend {
@@ -63,6 +65,11 @@ class SimBackend final : public Backend {
   void um_migrate_in(Stream s, size_t page, size_t frame, bool copy) override;
   void um_migrate_out(Stream s, size_t page, size_t frame, bool copy) override;
   void um_fault_batch(size_t pages) override;
+  std::optional<size_t> count_nonzeros(const TensorInfo& t, const void* dev) override;
+  void set_densities(std::shared_ptr<const DensityTable> d) override { densities_ = std::move(d); }
+  void compress_async(Stream s, Codec c, const TensorInfo& t, const void* src, void* dst, size_t capacity,
+                      void* workspace, size_t workspace_bytes, CodecResult* result) override;
+  void decompress_async(Stream s, Codec c, const TensorInfo& t, const void* src, size_t src_bytes, void* dst, CodecResult* result) override;
 
   const GpuSpec& gpu() const { return gpu_; }
   double clock(Stream s) const { return clock_[static_cast<size_t>(s)]; }
@@ -70,6 +77,8 @@ class SimBackend final : public Backend {
 
  private:
   double& clk(Stream s) { return clock_[static_cast<size_t>(s)]; }
+  void run_codec(Stream s, double ms);
+  std::shared_ptr<const DensityTable> densities_;
   GpuSpec gpu_;
   size_t arena_bytes_;
   std::array<double, kNumStreams> clock_{};

@@ -6,6 +6,9 @@
 #include <cmath>
 #include <cstdint>
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include "vtensor/backend/cuda/cuda_check.h"
 #include "vtensor/backend/cuda/kernels.h"
 
@@ -568,6 +571,193 @@ void softmax_backward(cudaStream_t s, int R, int C, const float* dy, const float
 }
 void transpose12(cudaStream_t s, int A, int B, int C, int D, const float* x, float* y) {
   VT_ELEMENTWISE(transpose12_k, size_t(A) * B * C * D, B, C, D, x, y);
+}
+
+// ---------------------------------------------------------------- compression codecs (codec.h)
+
+namespace {
+
+constexpr unsigned kTileWords = 1024;  // one thread per 32-element word, one block walks the tiles
+
+// Exclusive scan of v over the block (kTileWords threads); returns the block's sum.
+__device__ unsigned long long block_exclusive_scan(unsigned long long& v, unsigned long long* sh) {
+  sh[threadIdx.x] = v;
+  __syncthreads();
+  for (unsigned off = 1; off < kTileWords; off <<= 1) {
+    const unsigned long long add = threadIdx.x >= off ? sh[threadIdx.x - off] : 0;
+    __syncthreads();
+    sh[threadIdx.x] += add;
+    __syncthreads();
+  }
+  const unsigned long long total = sh[kTileWords - 1];
+  v = sh[threadIdx.x] - v;
+  __syncthreads();
+  return total;
+}
+
+// One block: tile by tile, each thread makes its word's mask, the block scans the popcounts and
+// each thread writes its non-zero values after the tile's running start. Values past `room` are
+// not written; the size is still counted.
+__global__ void compress_bitmask_k(size_t n, const float* x, uint32_t* mask, uint32_t* values, size_t room_words,
+                                   unsigned long long* total) {
+  __shared__ unsigned long long sh[kTileWords];
+  const size_t words = (n + 31) / 32;
+  unsigned long long run = 0;
+  for (size_t t0 = 0; t0 < words; t0 += kTileWords) {
+    const size_t w = t0 + threadIdx.x;
+    uint32_t m = 0;
+    if (w < words)
+      for (int i = 0; i < 32 && w * 32 + i < n; ++i)
+        if (__float_as_uint(x[w * 32 + i]) != 0u) m |= 1u << i;
+    unsigned long long at = __popc(m);
+    const unsigned long long tile = block_exclusive_scan(at, sh);
+    if (w < words) {
+      mask[w] = m;
+      at += run;
+      for (int i = 0; i < 32; ++i)
+        if ((m >> i) & 1u) {
+          if (at < room_words) values[at] = __float_as_uint(x[w * 32 + i]);
+          ++at;
+        }
+    }
+    run += tile;
+  }
+  if (threadIdx.x == 0) *total = (words + run) * 4;
+}
+
+__global__ void decompress_bitmask_k(size_t n, const uint32_t* mask, const uint32_t* values, float* y) {
+  __shared__ unsigned long long sh[kTileWords];
+  const size_t words = (n + 31) / 32;
+  unsigned long long run = 0;
+  for (size_t t0 = 0; t0 < words; t0 += kTileWords) {
+    const size_t w = t0 + threadIdx.x;
+    const uint32_t m = w < words ? mask[w] : 0u;
+    unsigned long long at = __popc(m);
+    const unsigned long long tile = block_exclusive_scan(at, sh);
+    if (w < words) {
+      at += run;
+      for (int i = 0; i < 32 && w * 32 + i < n; ++i) y[w * 32 + i] = __uint_as_float((m >> i) & 1u ? values[at++] : 0u);
+    }
+    run += tile;
+  }
+}
+
+__global__ void count_nonzero_k(size_t n, const float* x, unsigned long long* count) {
+  unsigned long long c = 0;
+  VT_GRID_STRIDE(i, n) c += __float_as_uint(x[i]) != 0u;
+  atomicAdd(count, c);
+}
+
+__global__ void sign_words_k(size_t words, size_t n, const float* x, uint32_t* out) {
+  VT_GRID_STRIDE(w, words) {
+    uint32_t m = 0;
+    for (int i = 0; i < 32 && w * 32 + i < n; ++i)
+      if (x[w * 32 + i] > 0.0f) m |= 1u << i;
+    out[w] = m;
+  }
+}
+
+__global__ void sign_expand_k(size_t n, const uint32_t* words, float* y) {
+  VT_GRID_STRIDE(i, n) y[i] = (words[i / 32] >> (i % 32)) & 1u ? 1.0f : 0.0f;
+}
+
+}  // namespace
+
+void count_nonzero_bits(cudaStream_t s, size_t n, const float* x, unsigned long long* count) {
+  VT_CHECK(cudaMemsetAsync(count, 0, sizeof *count, s));
+  if (n == 0) return;
+  count_nonzero_k<<<blocks_for(n), kThreads, 0, s>>>(n, x, count);
+  VT_CHECK_LAUNCH("count_nonzero_k");
+}
+
+void compress_bitmask(cudaStream_t s, size_t n, const float* x, void* dst, size_t capacity, void*, size_t,
+                      unsigned long long* total) {
+  const size_t mask_bytes = (n + 31) / 32 * 4;
+  if (n == 0 || capacity < mask_bytes) {  // not even the mask fits: report the smallest size it could be
+    const unsigned long long need = mask_bytes;
+    VT_CHECK(cudaMemcpyAsync(total, &need, 8, cudaMemcpyHostToDevice, s));
+    VT_CHECK(cudaStreamSynchronize(s));  // `need` lives on this stack
+    return;
+  }
+  auto* mask = static_cast<uint32_t*>(dst);
+  compress_bitmask_k<<<1, kTileWords, 0, s>>>(n, x, mask, mask + mask_bytes / 4, (capacity - mask_bytes) / 4, total);
+  VT_CHECK_LAUNCH("compress_bitmask_k");
+}
+
+void compress_sign(cudaStream_t s, size_t n, const float* x, void* dst) {
+  const size_t words = (n + 31) / 32;
+  if (words == 0) return;
+  sign_words_k<<<blocks_for(words), kThreads, 0, s>>>(words, n, x, static_cast<uint32_t*>(dst));
+  VT_CHECK_LAUNCH("sign_words_k");
+}
+
+void decompress_bitmask(cudaStream_t s, size_t n, const void* src, float* y) {
+  if (n == 0) return;
+  const auto* mask = static_cast<const uint32_t*>(src);
+  decompress_bitmask_k<<<1, kTileWords, 0, s>>>(n, mask, mask + (n + 31) / 32, y);
+  VT_CHECK_LAUNCH("decompress_bitmask_k");
+}
+
+void decompress_sign(cudaStream_t s, size_t n, const void* src, float* y) {
+  VT_ELEMENTWISE(sign_expand_k, n, static_cast<const uint32_t*>(src), y);
+}
+
+// ---------------------------------------------------------------- lossy codecs (opt-in)
+
+namespace {
+
+__global__ void to_half_k(size_t n, bool bf16, const float* x, uint16_t* h) {
+  VT_GRID_STRIDE(i, n) h[i] = bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(x[i])) : __half_as_ushort(__float2half_rn(x[i]));
+}
+__global__ void from_half_k(size_t n, bool bf16, const uint16_t* h, float* y) {
+  VT_GRID_STRIDE(i, n) y[i] = bf16 ? __bfloat162float(__ushort_as_bfloat16(h[i])) : __half2float(__ushort_as_half(h[i]));
+}
+// Max finite |x| as float bits: for non-negative floats the bit order is the value order.
+__global__ void absmax_k(size_t n, const float* x, unsigned int* amax) {
+  unsigned int m = 0;
+  VT_GRID_STRIDE(i, n) {
+    const float a = fabsf(x[i]);
+    if (isfinite(a)) m = max(m, __float_as_uint(a));
+  }
+  atomicMax(amax, m);
+}
+__global__ void quantize_k(size_t n, const float* x, float* scale_slot, int8_t* q) {
+  const float amax = *scale_slot;  // the absmax bits, read as a float
+  const float scale = amax > 0.0f ? amax / 127.0f : 1.0f;
+  VT_GRID_STRIDE(i, n) q[i] = static_cast<int8_t>(isnan(x[i]) ? 0.0f : nearbyintf(fminf(fmaxf(x[i] / scale, -127.0f), 127.0f)));
+}
+__global__ void store_scale_k(float* scale_slot) {
+  const float amax = *scale_slot;
+  *scale_slot = amax > 0.0f ? amax / 127.0f : 1.0f;
+}
+__global__ void dequantize_k(size_t n, const float* scale_slot, const int8_t* q, float* y) {
+  const float scale = *scale_slot;
+  VT_GRID_STRIDE(i, n) y[i] = static_cast<float>(q[i]) * scale;
+}
+
+}  // namespace
+
+void compress_half(cudaStream_t s, bool bf16, size_t n, const float* x, void* dst) {
+  VT_ELEMENTWISE(to_half_k, n, bf16, x, static_cast<uint16_t*>(dst));
+}
+void decompress_half(cudaStream_t s, bool bf16, size_t n, const void* src, float* y) {
+  VT_ELEMENTWISE(from_half_k, n, bf16, static_cast<const uint16_t*>(src), y);
+}
+void compress_int8(cudaStream_t s, size_t n, const float* x, void* dst) {
+  auto* slot = static_cast<float*>(dst);
+  VT_CHECK(cudaMemsetAsync(slot, 0, 4, s));
+  if (n) {
+    absmax_k<<<blocks_for(n), kThreads, 0, s>>>(n, x, reinterpret_cast<unsigned int*>(slot));
+    VT_CHECK_LAUNCH("absmax_k");
+    quantize_k<<<blocks_for(n), kThreads, 0, s>>>(n, x, slot, reinterpret_cast<int8_t*>(slot + 1));
+    VT_CHECK_LAUNCH("quantize_k");
+  }
+  store_scale_k<<<1, 1, 0, s>>>(slot);
+  VT_CHECK_LAUNCH("store_scale_k");
+}
+void decompress_int8(cudaStream_t s, size_t n, const void* src, float* y) {
+  const auto* slot = static_cast<const float*>(src);
+  VT_ELEMENTWISE(dequantize_k, n, slot, reinterpret_cast<const int8_t*>(slot + 1), y);
 }
 
 }  // namespace vtensor::cuda
