@@ -12,7 +12,8 @@
 #include "vtensor/memory/trace_io.h"
 #include "vtensor/memory/planners.h"
 #include "vtensor/models/models.h"
-#include "vtensor/policy/policy.h"
+#include "vtensor/memory/policy.h"
+#include "vtensor/policy/registry.h"
 #include "vtensor/policy/um.h"
 #include "vtensor/train/experiments.h"
 #include "vtensor/train/report_html.h"
@@ -251,6 +252,7 @@ CLI::App* add_maxbatch(CLI::App& app, ExperimentArgs& a) {
   c->add_option("--budget", a.budget_text, "device memory budget (default: the GPU's memory)");
   c->add_option("--max-batch", a.max_limit, "stop the search here");
   c->add_option("--checkpoint-segments", a.cfg.checkpoint_segments, "policy checkpoint: segment count (default: search the segments for the lowest peak)");
+  c->add_option("--densities", a.cfg.densities_path, "policies compress, compress+swap: non-zero counts recorded by a cpu run (train --densities-out)");
   c->add_option("--report", a.report, "write the search as JSON to this file");
   return c;
 }
@@ -326,6 +328,7 @@ CLI::App* add_sweep(CLI::App& app, ExperimentArgs& a) {
   c->add_option("--budgets", a.budgets_text, "comma-separated budgets: % of the unmanaged peak or sizes (default 100%,75%,50%,25%)");
   c->add_option("--batches", a.batches_text, "comma-separated batch sizes (overrides --batch)");
   c->add_option("--checkpoint-segments", a.cfg.checkpoint_segments, "runs of policy checkpoint: segment count (default: sqrt of the layer count)");
+  c->add_option("--densities", a.cfg.densities_path, "runs of policies compress, compress+swap: non-zero counts recorded by a cpu run (train --densities-out)");
   c->add_option("--out", a.out, "output file, .csv or .json")->required();
   return c;
 }

@@ -10,7 +10,8 @@
 
 #include "vtensor/core/errors.h"
 #include "vtensor/memory/allocator.h"
-#include "vtensor/policy/policy.h"
+#include "vtensor/memory/policy.h"
+#include "vtensor/policy/registry.h"
 #include "vtensor/train/trainer.h"
 
 #include "tests/support/training.h"

@@ -18,8 +18,8 @@
 #include "vtensor/memory/allocator.h"
 #include "vtensor/memory/memory_manager.h"
 #include "vtensor/models/models.h"
-#include "vtensor/policy/plan.h"
-#include "vtensor/policy/policy.h"
+#include "vtensor/memory/plan.h"
+#include "vtensor/memory/policy.h"
 #include "vtensor/train/executor.h"
 #include "vtensor/train/trainer.h"
 

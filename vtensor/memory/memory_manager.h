@@ -48,7 +48,7 @@
 #include "vtensor/memory/allocator.h"
 #include "vtensor/memory/host_pool.h"
 #include "vtensor/memory/paged_memory.h"
-#include "vtensor/policy/policy.h"
+#include "vtensor/memory/policy.h"
 
 namespace vtensor {
 

@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "vtensor/backend/backend.h"
-#include "vtensor/policy/page_policy.h"
+#include "vtensor/memory/page_policy.h"
 
 namespace vtensor {
 

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "vtensor/policy/policy.h"
+#include "vtensor/memory/policy.h"
 
 namespace vtensor {
 

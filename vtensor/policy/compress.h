@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "vtensor/policy/capuchin.h"
-#include "vtensor/policy/policy.h"
+#include "vtensor/memory/policy.h"
 
 namespace vtensor {
 

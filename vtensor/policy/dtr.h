@@ -15,7 +15,7 @@
 #pragma once
 #include <vector>
 
-#include "vtensor/policy/policy.h"
+#include "vtensor/memory/policy.h"
 
 namespace vtensor {
 

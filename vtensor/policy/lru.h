@@ -11,7 +11,7 @@
 // (MemoryView::host_room); lru never drops instead, so it runs out of host memory where
 // lru-recompute, which drops what can be recomputed, still trains.
 #pragma once
-#include "vtensor/policy/policy.h"
+#include "vtensor/memory/policy.h"
 
 namespace vtensor {
 

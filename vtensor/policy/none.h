@@ -1,5 +1,5 @@
 #pragma once
-#include "vtensor/policy/policy.h"
+#include "vtensor/memory/policy.h"
 
 namespace vtensor {
 

@@ -1,4 +1,6 @@
 // Policies by name. Each policy file registers here; the CLI and the tests list them from it.
+#include "vtensor/policy/registry.h"
+
 #include <stdexcept>
 
 #include "vtensor/policy/capuchin.h"

@@ -22,7 +22,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "vtensor/policy/policy.h"
+#include "vtensor/memory/policy.h"
 
 namespace vtensor {
 

@@ -15,7 +15,7 @@
 #pragma once
 #include <map>
 
-#include "vtensor/policy/policy.h"
+#include "vtensor/memory/policy.h"
 
 namespace vtensor {
 

@@ -1,3 +1,4 @@
+#include "vtensor/policy/registry.h"
 #include "vtensor/train/experiments.h"
 
 #include <algorithm>
@@ -212,6 +213,7 @@ std::vector<SweepRow> sweep(const TrainConfig& base, const std::vector<std::stri
     TrainConfig unmanaged = base;
     unmanaged.model.batch = batch;
     unmanaged.policy = "none";
+    unmanaged.densities_path.clear();
     unmanaged.budget = base.backend == "sim" ? kSimUnlimitedBudget : kDefaultCpuBudget;
     const RunSummary ref = run_summary(unmanaged);
     for (const auto& b : budgets) {
@@ -231,6 +233,7 @@ std::vector<SweepRow> sweep(const TrainConfig& base, const std::vector<std::stri
           TrainConfig cfg = base;
           cfg.model.batch = batch;
           cfg.policy = policy;
+          if (policy.rfind("compress", 0) != 0) cfg.densities_path.clear();  // an input of the compress policies only
           cfg.budget = row.budget;
           row.run = run_summary(cfg);
           if (row.run.ok && ref.ok && ref.iteration_ms > 0) row.overhead = row.run.iteration_ms / ref.iteration_ms;

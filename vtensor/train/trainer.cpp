@@ -1,3 +1,4 @@
+#include "vtensor/policy/registry.h"
 #include "vtensor/train/trainer.h"
 
 #include <cstdio>

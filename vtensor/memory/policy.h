@@ -13,8 +13,8 @@
 
 #include "vtensor/core/graph.h"
 #include "vtensor/memory/access_tracker.h"
-#include "vtensor/policy/page_policy.h"
-#include "vtensor/policy/plan.h"
+#include "vtensor/memory/page_policy.h"
+#include "vtensor/memory/plan.h"
 
 namespace vtensor {
 
@@ -108,16 +108,5 @@ class Policy {
   // the paged residency (vtensor/memory/paged_memory.h). Null: no paging.
   virtual PagePolicy* paging() { return nullptr; }
 };
-
-struct PolicyInfo {
-  std::string name;
-  std::string description;
-  std::function<std::unique_ptr<Policy>()> make;
-};
-
-// Policies by name. make_policy throws std::invalid_argument naming the accepted ones.
-const std::vector<PolicyInfo>& policy_registry();
-std::unique_ptr<Policy> make_policy(const std::string& name);
-std::vector<std::string> policy_names();
 
 }  // namespace vtensor

@@ -1,4 +1,4 @@
-#include "vtensor/policy/plan.h"
+#include "vtensor/memory/plan.h"
 
 namespace vtensor {
 
