@@ -81,8 +81,9 @@ EXPERIMENTS = {
               "about": "the runner's own test: mlp-tiny on sim, two policies, one budget", "test_only": True},
     "tiny-cpu": {"kind": "grid", "backend": "cpu", "models": TINY_MODELS, "policies": "all",
                  "budgets": ["50%", "25%"], "iters": 20, "maxbatch": False,
+                 "sweep_args": ["--um-page-size", "16KiB"],  # the default 2 MiB page is larger than these models
                  "about": "the tiny presets trained for real on the cpu backend: every policy at 50% / 25%, "
-                          "bit-identity to none checked per row"},
+                          "bit-identity to none checked per row; um pages of 16 KiB"},
 }
 
 
@@ -118,6 +119,13 @@ def model_label(m):
     return m["model"] + (f" ({', '.join(extra)})" if extra else "")
 
 
+def densities(m):
+    """The non-zero counts a cpu run measured for this model (bench/densities/MODEL.json): what
+    sizes the compress policies' tensors on sim. None for a model without ReLU / max-pool."""
+    path = os.path.join(ROOT, "bench", "densities", m["model"] + ".json")
+    return path if os.path.exists(path) else None
+
+
 def read_csv(path):
     with open(path) as f:
         return list(csv.DictReader(f))
@@ -130,9 +138,12 @@ def run_grid(name, exp, out, jobs):
         for m in exp["models"]:
             sweep_csv = os.path.join(tmp, "sweep.csv")
             a = ["sweep", *model_args(m), "--backend", exp["backend"], "--iters", str(exp["iters"]),
-                 "--policies", ",".join(pols), "--budgets", ",".join(exp["budgets"]), "--out", sweep_csv]
+                 "--policies", ",".join(pols), "--budgets", ",".join(exp["budgets"]), "--out", sweep_csv,
+                 *exp.get("sweep_args", [])]
             if exp["backend"] == "sim":
                 a += ["--gpu", exp["gpu"]]
+                if densities(m):
+                    a += ["--densities", densities(m)]
             print(f"[{name}] {m['model']}: sweep over {len(pols)} policies x {len(exp['budgets'])} budgets", flush=True)
             vt(a)
             part = read_csv(sweep_csv)
@@ -145,7 +156,8 @@ def run_grid(name, exp, out, jobs):
                     b, p = bp
                     rep = os.path.join(tmp, f"mb_{b.rstrip('%')}_{p}.json")
                     mb = model_args({k: v for k, v in m.items() if k != "batch"})  # the search chooses the batch
-                    vt(["maxbatch", *mb, "--gpu", exp["gpu"], "--policy", p, "--budget", budgets[b], "--report", rep])
+                    d = ["--densities", densities(m)] if p.startswith("compress") and densities(m) else []
+                    vt(["maxbatch", *mb, "--gpu", exp["gpu"], "--policy", p, "--budget", budgets[b], "--report", rep, *d])
                     with open(rep) as f:
                         return bp, json.load(f)["max_batch"]
 
@@ -191,7 +203,8 @@ def run_maxbatch(name, exp, out, jobs):
             g, i, p = w
             m = exp["models"][i]
             rep = os.path.join(tmp, f"{g}_{i}_{p}.json")
-            vt(["maxbatch", *model_args(m), "--gpu", g, "--policy", p, "--report", rep])
+            d = ["--densities", densities(m)] if p.startswith("compress") and densities(m) else []
+            vt(["maxbatch", *model_args(m), "--gpu", g, "--policy", p, "--report", rep, *d])
             with open(rep) as f:
                 r = json.load(f)
             b, ms = r["max_batch"], r["iteration_ms"]
