@@ -230,7 +230,7 @@ def md_grid(name, exp, rows):
     if exp.get("maxbatch"):
         head = ["model (batch, none's time)", "budget", "none: max batch", *pols]
     else:
-        head = ["model (batch)", "budget", "policy", "peak MiB", "time vs none", "MiB moved", "recomputed ops",
+        head = ["model (batch)", "budget", "policy", "peak on device MiB", "time vs none", "MiB moved", "recomputed ops",
                 "bit-identical"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     keys = []
@@ -253,7 +253,7 @@ def md_grid(name, exp, rows):
                 moved = (int(r["swapped_out_bytes"] or 0) + int(r["swapped_in_bytes"] or 0)) / 2**20
                 lines.append("| " + " | ".join([
                     f"{model} ({batch})", budget_text, r["policy"],
-                    f"{int(r['peak_allocated_bytes']) / 2**20:.2f}" if ok else "OOM", ratio(r),
+                    f"{int(r['peak_device_bytes']) / 2**20:.2f}" if ok else "OOM", ratio(r),
                     f"{moved:.1f}" if ok else "", r["recomputed_ops"] if ok else "",
                     r.get("bit_identical", "") if ok else ""]) + " |")
     return "\n".join(lines)

@@ -366,6 +366,7 @@ int cmd_sweep(ExperimentArgs a) {
               host_budget_suffix(a.cfg.host_budget).c_str());
   std::printf("%-6s %-24s %-7s %10s %7s %10s %9s %8s %10s %10s %9s\n", "batch", "policy", "budget", "budget MiB", "status",
               "peak MiB", "iter ms", "vs none", "MiB moved", "recomputed", "identical");
+  // peak: device bytes (under unified memory the device pages in use); moved: to and from host.
   std::fflush(stdout);
   int last_batch = -1;
   auto rows = sweep(a.cfg, policies, budgets, batches, [&](const SweepRow& r) {
@@ -380,7 +381,7 @@ int cmd_sweep(ExperimentArgs a) {
                   mib(r.budget), "oom", r.run.error.substr(0, r.run.error.find(" (")).c_str());
     } else {
       std::printf("%-6s %-24s %-7s %10.2f %7s %10.2f %9.2f %7.2fx %10.1f %10llu %9s\n", batch.c_str(), r.policy.c_str(),
-                  r.budget_label.c_str(), mib(r.budget), "ok", mib(r.run.peak_allocated), r.run.iteration_ms,
+                  r.budget_label.c_str(), mib(r.budget), "ok", mib(r.run.peak_device), r.run.iteration_ms,
                   r.overhead, mib(r.run.swapped_out_bytes + r.run.swapped_in_bytes),
                   static_cast<unsigned long long>(r.run.recomputed_ops), r.identical.empty() ? "n/a" : r.identical.c_str());
     }

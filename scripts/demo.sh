@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The main job, after scripts/install.sh: the same model under several policies, side by side.
-#   1. resnet-tiny trained on the cpu backend (real data) under none, then under the lossless
-#      policies at 1/2 and 1/4 of none's peak: peak, time against none, MiB moved, ops
-#      recomputed, and whether losses and weights are bit-identical to none's;
+#   1. resnet-tiny trained on the cpu backend (real data) under none, then under eight lossless
+#      policies (Capuchin, FreeLunch's compress+swap, Zhang et al.'s zero-overhead swap, DeepUM's
+#      um-prefetch with 16 KiB pages, the passive lru / lru-recompute, DTR, checkpointing) at 1/2
+#      and 1/4 of none's peak: peak on the device, time against none, MiB moved to and from host,
+#      ops recomputed, and whether losses and weights are bit-identical to none's;
 #   2. one of those runs again with its JSON report and its memory timeline as an HTML page
 #      (capuchin at 1/4);
 #   3. paper scale on the sim backend: ResNet-50 at batch 256 (21 GiB unmanaged) in a 16 GiB P100.
@@ -14,8 +16,9 @@ mkdir -p "$out"
 vt=build/vtensor
 
 echo "== 1. resnet-tiny, cpu backend, 20 iterations: none, then each policy at 1/2 and 1/4 of none's peak"
-$vt sweep --backend cpu --model resnet-tiny --iters 20 --budgets 50%,25% \
-  --policies capuchin,zero-overhead-swap,lru,lru-recompute,dtr,checkpoint --out "$out/resnet-tiny.csv"
+$vt sweep --backend cpu --model resnet-tiny --iters 20 --budgets 50%,25% --um-page-size 16KiB \
+  --policies capuchin,compress+swap,zero-overhead-swap,um-prefetch,lru,lru-recompute,dtr,checkpoint \
+  --out "$out/resnet-tiny.csv"
 
 budget=$(awk -F, '$3 == "capuchin" && $4 == "25%" { print $5 }' "$out/resnet-tiny.csv")
 echo

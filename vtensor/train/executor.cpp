@@ -48,6 +48,7 @@ IterationStats Executor::run_iteration(int iteration) {
   if (const PagedMemory* pm = mm_.paged()) {
     s.paged = true;
     s.paging = pm->counters();
+    s.page_bytes = pm->page_bytes();
   }
   return s;
 }

@@ -22,6 +22,7 @@ struct IterationStats {
   MemoryCounters counters;
   bool paged = false;       // unified memory (policies um, um-prefetch)
   PagingCounters paging;
+  size_t page_bytes = 0;    // unified memory: the page the counters count in
 };
 
 class Executor {

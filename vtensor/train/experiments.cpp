@@ -65,6 +65,7 @@ RunSummary summarise(const TrainResult& r) {
     s.peak_allocated = std::max(s.peak_allocated, it.peak_allocated);
     s.peak_reserved = std::max(s.peak_reserved, it.peak_reserved);
     s.peak_host = std::max(s.peak_host, it.peak_host);
+    s.peak_device = std::max(s.peak_device, it.paged ? it.paging.peak_device_bytes : it.peak_allocated);
     if (i >= first) ms += it.time_ms;
     if (it.has_loss) s.losses.push_back(it.loss);
   }
@@ -75,6 +76,11 @@ RunSummary summarise(const TrainResult& r) {
     s.swapped_in_bytes = last.swapped_in_bytes;
     s.recomputed_ops = last.recomputed_ops;
     s.stall_ms = last.stall_ms;
+    if (const auto& it = r.iterations.back(); it.paged) {  // faults and page traffic
+      s.swapped_out_bytes += it.paging.pages_out * it.page_bytes;
+      s.swapped_in_bytes += it.paging.pages_in * it.page_bytes;
+      s.stall_ms += it.paging.stall_ms;
+    }
     s.recompute_ms = last.recompute_ms;
   }
   return s;
@@ -256,16 +262,16 @@ void write_sweep(const std::vector<SweepRow>& rows, const std::string& path) {
   if (csv) {
     text = "model,batch,policy,budget,budget_bytes,unmanaged_peak_bytes,status,peak_allocated_bytes,"
            "peak_reserved_bytes,iteration_ms,overhead,swapped_out_bytes,swapped_in_bytes,recomputed_ops,stall_ms,peak_host_bytes,"
-           "bit_identical,unmanaged_ms\n";
+           "bit_identical,unmanaged_ms,peak_device_bytes\n";
     for (const auto& r : rows) {
       char buf[512];
-      std::snprintf(buf, sizeof buf, "%s,%d,%s,%s,%zu,%zu,%s,%zu,%zu,%.3f,%.4f,%llu,%llu,%llu,%.3f,%zu,%s,%.3f\n", r.model.c_str(),
+      std::snprintf(buf, sizeof buf, "%s,%d,%s,%s,%zu,%zu,%s,%zu,%zu,%.3f,%.4f,%llu,%llu,%llu,%.3f,%zu,%s,%.3f,%zu\n", r.model.c_str(),
                     r.batch, r.policy.c_str(), r.budget_label.c_str(), r.budget, r.unmanaged_peak,
                     r.run.ok ? "ok" : "oom", r.run.peak_allocated, r.run.peak_reserved, r.run.iteration_ms, r.overhead,
                     static_cast<unsigned long long>(r.run.swapped_out_bytes),
                     static_cast<unsigned long long>(r.run.swapped_in_bytes),
                     static_cast<unsigned long long>(r.run.recomputed_ops), r.run.stall_ms, r.run.peak_host,
-                    r.identical.c_str(), r.unmanaged_ms);
+                    r.identical.c_str(), r.unmanaged_ms, r.run.peak_device);
       text += buf;
     }
   } else {
@@ -279,7 +285,7 @@ void write_sweep(const std::vector<SweepRow>& rows, const std::string& path) {
                   {"iteration_ms", r.run.iteration_ms}, {"overhead", r.overhead},
                   {"swapped_out_bytes", r.run.swapped_out_bytes}, {"swapped_in_bytes", r.run.swapped_in_bytes},
                   {"recomputed_ops", r.run.recomputed_ops}, {"stall_ms", r.run.stall_ms},
-                  {"peak_host_bytes", r.run.peak_host}});
+                  {"peak_host_bytes", r.run.peak_host}, {"peak_device_bytes", r.run.peak_device}});
         o["bit_identical"] = r.identical.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.identical == "yes");
       } else {
         o["error"] = r.run.error;

@@ -28,9 +28,13 @@ struct RunSummary {
   bool ok = false;           // false: out of memory
   std::string error;         // the OutOfMemoryError's message
   size_t peak_allocated = 0, peak_reserved = 0;
+  // Device bytes at the peak: peak_allocated, or under unified memory the device pages in use
+  // (allocated then counts the managed range, which may exceed the budget).
+  size_t peak_device = 0;
   size_t peak_host = 0;      // host pool bytes held, peak over the iterations
   double iteration_ms = 0;   // mean over the iterations after the first (the first when only one)
-  uint64_t swapped_out_bytes = 0, swapped_in_bytes = 0, recomputed_ops = 0;  // per iteration, last one
+  // Per iteration, the last one; under unified memory page migrations count as swapped bytes.
+  uint64_t swapped_out_bytes = 0, swapped_in_bytes = 0, recomputed_ops = 0;
   double stall_ms = 0, recompute_ms = 0;                                      // last iteration
   // Backends with data (cpu, cuda): every iteration's loss and a digest of the final weights,
   // so two runs can be compared bit for bit. Empty / 0 on sim.
