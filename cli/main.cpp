@@ -565,6 +565,12 @@ int main(int argc, char** argv) {
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "vtensor: %s\n", e.what());
     return kExitBadInput;
+  } catch (const DeviceError& e) {
+    std::fprintf(stderr, "vtensor: device error: %s\n", e.what());
+    return 1;
+  } catch (const IoError& e) {
+    std::fprintf(stderr, "vtensor: %s\n", e.what());
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "vtensor: internal error: %s\n", e.what());
     return 1;

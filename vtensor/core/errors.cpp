@@ -1,5 +1,7 @@
 #include "vtensor/core/errors.h"
 
+#include <limits>
+
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -48,7 +50,9 @@ static std::string oom_message(MemoryKind memory, size_t requested, size_t in_us
   const bool host = memory == MemoryKind::kHost;
   std::string m = std::string(host ? "out of host memory: requested " : "out of device memory: requested ") +
                   format_bytes(requested) + (host ? " on the host" : "") + " with " + format_bytes(in_use) +
-                  " in use of a " + format_bytes(budget) + (host ? " host budget (--host-budget)" : " budget");
+                  (host && budget == std::numeric_limits<size_t>::max()
+                       ? std::string(" in use, no host budget set")
+                       : " in use of a " + format_bytes(budget) + (host ? " host budget (--host-budget)" : " budget"));
   if (!context.empty()) m += " (" + context + ")";
   if (smallest) m += "; the smallest budget known to work is " + format_bytes(*smallest);
   return m;

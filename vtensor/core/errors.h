@@ -35,4 +35,16 @@ class OutOfMemoryError : public std::runtime_error {
   MemoryKind memory_ = MemoryKind::kDevice;
 };
 
+// A device operation failed (a copy between device and host): the CLI exits 1.
+class DeviceError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Writing an output file failed; nothing is left half-written: the CLI exits 1.
+class IoError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 }  // namespace vtensor

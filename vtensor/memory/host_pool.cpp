@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "vtensor/core/errors.h"
+#include "vtensor/core/fault.h"
+
 namespace vtensor {
 
 HostPool::~HostPool() {
@@ -25,6 +28,8 @@ void* HostPool::acquire(size_t bytes) {
       cached_ -= big->first;
       free_.erase(big);
     }
+    if (fault::hit(fault::Kind::kHostAlloc))
+      throw OutOfMemoryError::host(bytes, in_use_, budget_, fault::message(fault::Kind::kHostAlloc, "pinned host allocation"));
     p = backend_.host_alloc(bytes);
     ++backend_allocs_;
   }

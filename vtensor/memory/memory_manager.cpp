@@ -7,6 +7,8 @@
 #include <stdexcept>
 
 #include "vtensor/core/errors.h"
+#include "vtensor/core/fault.h"
+#include "vtensor/memory/caching_allocator.h"
 
 namespace vtensor {
 
@@ -145,6 +147,9 @@ void MemoryManager::end_iteration() {
 // ---------------------------------------------------------------- allocation and the OOM ladder
 
 size_t MemoryManager::alloc_block(size_t bytes, int64_t tag, const char* what) {
+  if (fault::hit(fault::Kind::kDeviceAlloc))
+    throw OutOfMemoryError(bytes, allocator_->stats().allocated, budget(),
+                           fault::message(fault::Kind::kDeviceAlloc, std::string("device allocation (") + what + ")"));
   for (;;) {
     if (auto off = allocator_->allocate(bytes, tag)) {
       if (paged_) paged_->on_alloc(*off, allocator_->block_size(*off));
@@ -368,6 +373,8 @@ void MemoryManager::start_swap_out(TensorId id, uint64_t release_seq) {
   id = storage_of(id);
   State& s = st(id);
   if (s.residency != Residency::kResident) throw std::logic_error("swap_out of a tensor that is " + std::string(to_string(s.residency)));
+  if (fault::hit(fault::Kind::kCopy))  // before anything changes: the tensor stays resident
+    throw DeviceError(fault::message(fault::Kind::kCopy, "copy to host of '" + graph_.tensor(id).name + "'"));
   if (!host_.fits(s.bytes))  // the ladder and after_op check first; a direct call may not have
     throw OutOfMemoryError::host(s.bytes, host_.in_use(), host_.budget(), "swap-out of '" + graph_.tensor(id).name + "'");
   s.host = host_.acquire(s.bytes);
@@ -385,6 +392,8 @@ void MemoryManager::prefetch(TensorId id) {
   id = storage_of(id);
   State& s = st(id);
   if (s.residency != Residency::kOnHost) throw std::logic_error("prefetch of a tensor that is " + std::string(to_string(s.residency)));
+  if (fault::hit(fault::Kind::kCopy))  // before anything changes: the tensor stays on host
+    throw DeviceError(fault::message(fault::Kind::kCopy, "copy to the device of '" + graph_.tensor(id).name + "'"));
   s.offset = alloc_block(s.bytes, id, "swap-in");
   backend_.stream_wait(Stream::kH2D, backend_.record(Stream::kCompute));  // the block's last user has finished
   s.residency = Residency::kSwappingIn;
@@ -951,6 +960,27 @@ void MemoryManager::sample_timeline(int op_index) {
   p.events -= timeline_prev_;
   timeline_prev_ = counters_;
   timeline_.push_back(p);
+}
+
+void MemoryManager::check_invariants() const {
+  if (const auto* c = dynamic_cast<const CachingAllocator*>(allocator_.get())) c->check_invariants();
+  size_t device = 0;
+  for (const auto& t : graph_.tensors()) {
+    if (t.view_of != kNoTensor) continue;
+    const State& s = st(t.id);
+    if (s.has_buffer) device += s.comp_capacity;
+    switch (s.residency) {
+      case Residency::kResident:
+      case Residency::kSwappingOut:
+      case Residency::kSwappingIn:
+      case Residency::kCompressing:
+      case Residency::kDecompressing: device += s.bytes; break;
+      default: break;
+    }
+  }
+  if (device > allocator_->stats().allocated)
+    throw std::logic_error("tensors hold " + format_bytes(device) + " on the device but the allocator counts " +
+                           format_bytes(allocator_->stats().allocated) + " allocated");
 }
 
 // ---------------------------------------------------------------- MemoryView

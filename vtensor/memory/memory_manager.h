@@ -144,6 +144,10 @@ class MemoryManager final : public MemoryView {
   void fault_pages(int op_index, const void* workspace, size_t workspace_bytes);
   void kernel_launched();
   const PagedMemory* paged() const { return paged_.get(); }
+  // The books balance (after any failure too): the caching allocator's own invariants, and the
+  // device bytes the tensors and compressed buffers hold fit in what the allocator counts as
+  // allocated. Throws std::logic_error naming the first violation.
+  void check_invariants() const;
   // The executor recomputed `id` (a dropped output): its inputs no longer need to stay alive for it.
   void recomputed(TensorId id) { add_lineage_refs(id, -1); }
   void note_recompute(double ms) {

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "vtensor/core/errors.h"
+#include "vtensor/core/fault.h"
 #include "vtensor/memory/allocator.h"
 #include "vtensor/memory/trace_io.h"
 
@@ -299,9 +300,17 @@ void write_sweep(const std::vector<SweepRow>& rows, const std::string& path) {
     std::ofstream out(tmp);
     if (!out) throw std::invalid_argument("--out '" + path + "': cannot write (is the directory there?)");
     out << text;
-    if (!out) throw std::runtime_error("error writing '" + path + "'");
+    if (!out || fault::hit(fault::Kind::kReportWrite)) {
+      const bool injected = static_cast<bool>(out);
+      out.close();
+      std::remove(tmp.c_str());
+      throw IoError(injected ? fault::message(fault::Kind::kReportWrite, "sweep write") : "error writing '" + path + "'");
+    }
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error("cannot move the sweep into '" + path + "'");
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw IoError("cannot move the sweep into '" + path + "'");
+  }
 }
 
 }  // namespace vtensor

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "vtensor/core/errors.h"
+#include "vtensor/core/fault.h"
 
 namespace vtensor {
 namespace {
@@ -323,14 +324,16 @@ void write_file_atomically(const std::string& text, const std::string& path, con
     std::ofstream out(tmp);
     if (!out) throw std::invalid_argument("cannot write " + what + " '" + path + "' (is the directory there and writable?)");
     out << text;
-    if (!out) {
+    if (!out || fault::hit(fault::Kind::kReportWrite)) {
+      const bool injected = static_cast<bool>(out);
+      out.close();
       std::remove(tmp.c_str());
-      throw std::runtime_error("error writing " + what + " '" + path + "'");
+      throw IoError(injected ? fault::message(fault::Kind::kReportWrite, what + " write") : "error writing " + what + " '" + path + "'");
     }
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     std::remove(tmp.c_str());
-    throw std::runtime_error("cannot move " + what + " into '" + path + "'");
+    throw IoError("cannot move " + what + " into '" + path + "'");
   }
 }
 

@@ -8,6 +8,7 @@
 
 #include "vtensor/backend/sim/gpu_specs.h"
 #include "vtensor/core/errors.h"
+#include "vtensor/core/fault.h"
 #include "vtensor/memory/allocator.h"
 #include "vtensor/policy/checkpoint.h"
 #include "vtensor/policy/um.h"
@@ -373,9 +374,16 @@ void write_report(const TrainResult& r, const std::string& path) {
     std::ofstream out(tmp);
     if (!out) throw std::invalid_argument("cannot write report '" + path + "' (is the directory there and writable?)");
     out << text << "\n";
-    if (!out) throw std::runtime_error("error writing report '" + path + "'");
+    if (!out || fault::hit(fault::Kind::kReportWrite)) {
+      out.close();
+      std::remove(tmp.c_str());
+      throw IoError(out ? fault::message(fault::Kind::kReportWrite, "report write") : "error writing report '" + path + "'");
+    }
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error("cannot move report into '" + path + "'");
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw IoError("cannot move report into '" + path + "'");
+  }
 }
 
 }  // namespace vtensor
