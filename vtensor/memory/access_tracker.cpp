@@ -7,6 +7,13 @@
 
 namespace vtensor {
 
+std::vector<std::pair<TensorId, int>> use_sequence(const AccessTrace& trace) {
+  std::vector<std::pair<TensorId, int>> seq;
+  for (const auto& a : trace.accesses)
+    if (is_use(a.kind)) seq.emplace_back(a.id, a.op_index);
+  return seq;
+}
+
 const char* to_string(AccessKind k) {
   switch (k) {
     case AccessKind::kRead: return "read";

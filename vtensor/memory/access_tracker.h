@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "vtensor/core/graph.h"
@@ -25,6 +26,12 @@ struct AccessTrace {
   double swap_ns_per_byte = 0;  // measured host<->device copy time per byte; 0: unknown
   std::vector<double> op_ms;  // per op index: its kernel's time on the backend's clock (replay needs it)
 };
+
+// A tensor's reads and writes, the accesses a measured plan is made from (not allocations or frees).
+inline bool is_use(AccessKind k) { return k == AccessKind::kRead || k == AccessKind::kWrite; }
+// The (tensor, op) sequence of an iteration's reads and writes: a guided iteration whose sequence
+// differs from the measured one (new shapes, a new graph) goes back to measuring.
+std::vector<std::pair<TensorId, int>> use_sequence(const AccessTrace& trace);
 
 class AccessTracker {
  public:

@@ -2,6 +2,13 @@
 
 namespace vtensor {
 
+std::vector<std::vector<Action>> actions_by_op(const Plan& plan, size_t num_ops) {
+  std::vector<std::vector<Action>> at(num_ops);
+  for (const Action& a : plan.actions)
+    if (a.op >= 0 && static_cast<size_t>(a.op) < num_ops) at[static_cast<size_t>(a.op)].push_back(a);
+  return at;
+}
+
 const char* to_string(ActionKind k) {
   switch (k) {
     case ActionKind::kSwapOut: return "swap_out";

@@ -39,4 +39,8 @@ struct Plan {
   std::string str() const;
 };
 
+// The plan's actions by the op after which they run, in plan order: a guided iteration's
+// per-op lookup (actions naming no op or one past num_ops are left out).
+std::vector<std::vector<Action>> actions_by_op(const Plan& plan, size_t num_ops);
+
 }  // namespace vtensor

@@ -43,8 +43,6 @@ double capuchin_free_time(const std::vector<double>& op_start_ns, int evict_op, 
 
 namespace {
 
-bool traced(AccessKind k) { return k == AccessKind::kRead || k == AccessKind::kWrite; }
-
 // Busy intervals of one copy direction: one copy at a time.
 struct CopyLane {
   std::vector<std::pair<double, double>> busy;  // sorted by start
@@ -131,7 +129,7 @@ class Planner {
     ops_of_.assign(nt, {});
     double t_end = 0;
     for (const auto& a : in_.accesses) {
-      if (!traced(a.kind)) continue;
+      if (!is_use(a.kind)) continue;
       if (a.op_index < 0 || static_cast<size_t>(a.op_index) >= n || static_cast<size_t>(a.id) >= nt)
         throw std::invalid_argument("access trace does not match the graph (op " + std::to_string(a.op_index) +
                                     ", tensor " + std::to_string(a.id) + ")");
@@ -578,7 +576,7 @@ PlannerInput planner_input(const Graph& g, const AccessTrace& trace, size_t budg
   if (trace.op_ms.size() == g.num_ops())
     for (double ms : trace.op_ms) in.op_ns.push_back(ms * 1e6);
   for (const auto& a : trace.accesses)
-    if (traced(a.kind)) in.accesses.push_back(a);
+    if (is_use(a.kind)) in.accesses.push_back(a);
   in.tensors.resize(g.num_tensors());
   for (const auto& t : g.tensors()) {
     auto& p = in.tensors[static_cast<size_t>(t.id)];
@@ -659,17 +657,11 @@ std::vector<Victim> CapuchinPolicy::choose_victims(size_t bytes, const MemoryVie
   return out.empty() ? plain : out;
 }
 
-void CapuchinPolicy::index_plan() {
-  at_op_.assign(view_ ? view_->graph().num_ops() : 0, {});
-  for (const Action& a : plan_.plan.actions)
-    if (a.op >= 0 && static_cast<size_t>(a.op) < at_op_.size()) at_op_[static_cast<size_t>(a.op)].push_back(a);
-}
+void CapuchinPolicy::index_plan() { at_op_ = actions_by_op(plan_.plan, view_ ? view_->graph().num_ops() : 0); }
 
 void CapuchinPolicy::end_iteration(const AccessTrace& trace) {
   if (!view_) throw std::logic_error("capuchin: end_iteration before attach");
-  std::vector<std::pair<TensorId, int>> seq;
-  for (const auto& a : trace.accesses)
-    if (traced(a.kind)) seq.emplace_back(a.id, a.op_index);
+  const auto seq = use_sequence(trace);
   if (guided_) {
     if (seq != measured_sequence_) {  // new shapes or a new graph: measure again
       guided_ = false;

@@ -13,8 +13,6 @@ namespace {
 
 constexpr double kEpsNs = 1e-3;
 
-bool traced(AccessKind k) { return k == AccessKind::kRead || k == AccessKind::kWrite; }
-
 TensorId base_of(const Graph& g, TensorId id) {
   while (g.tensor(id).view_of != kNoTensor) id = g.tensor(id).view_of;
   return id;
@@ -116,7 +114,7 @@ class Planner {
     std::vector<double> t_first(n, -1);
     double t_end = 0;
     for (const auto& a : b_.accesses) {
-      if (!traced(a.kind)) continue;
+      if (!is_use(a.kind)) continue;
       if (a.op_index < 0 || static_cast<size_t>(a.op_index) >= n || static_cast<size_t>(a.id) >= nt)
         throw std::invalid_argument("access trace does not match the graph");
       const auto id = static_cast<size_t>(a.id);
@@ -336,17 +334,11 @@ std::vector<Victim> CompressPolicy::choose_victims(size_t bytes, const MemoryVie
   return lru_swap_victims(view, bytes);
 }
 
-void CompressPolicy::index_plan() {
-  at_op_.assign(view_->graph().num_ops(), {});
-  for (const Action& a : plan_.plan.actions)
-    if (a.op >= 0 && static_cast<size_t>(a.op) < at_op_.size()) at_op_[static_cast<size_t>(a.op)].push_back(a);
-}
+void CompressPolicy::index_plan() { at_op_ = actions_by_op(plan_.plan, view_->graph().num_ops()); }
 
 void CompressPolicy::end_iteration(const AccessTrace& trace) {
   if (!view_) throw std::logic_error("compress: end_iteration before attach");
-  std::vector<std::pair<TensorId, int>> seq;
-  for (const auto& a : trace.accesses)
-    if (traced(a.kind)) seq.emplace_back(a.id, a.op_index);
+  const auto seq = use_sequence(trace);
   if (guided_) {
     if (seq != measured_sequence_) {  // new shapes or a new graph: measure again
       guided_ = false;
