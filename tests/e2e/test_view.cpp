@@ -93,6 +93,37 @@ TEST(Timeline, HeldBytesNameWhatHoldsThemAndEventsAddUpToTheIteration) {
   EXPECT_EQ(ins, last.swap_ins);
 }
 
+// Under unified memory the points count the device pages in use and the page faults and
+// prefetches between them; they add up to the iteration's paging counters.
+TEST(Timeline, UnderUnifiedMemoryPointsCountPagesFaultsAndPrefetches) {
+  for (const std::string policy : {"um", "um-prefetch"}) {
+    SCOPED_TRACE(policy);
+    TrainConfig cfg;
+    cfg.model.name = "resnet-tiny";
+    cfg.policy = policy;
+    cfg.budget = size_t{1856} << 10;
+    cfg.um_page_bytes = size_t{16} << 10;
+    cfg.iters = 3;
+    cfg.timeline = true;
+    Trainer t(cfg);
+    const TrainResult r = t.run();
+    const auto& paging = r.iterations.back().paging;
+    uint64_t faults = 0, prefetches = 0;
+    size_t most = 0;
+    for (const auto& p : r.timeline) {
+      faults += p.page_faults;
+      prefetches += p.page_prefetches;
+      most = std::max(most, p.device_page_bytes);
+      EXPECT_LE(p.device_page_bytes, cfg.budget);
+    }
+    EXPECT_EQ(faults, paging.faults);
+    EXPECT_EQ(prefetches, paging.prefetches);
+    EXPECT_GT(most, 0u);
+    if (policy == "um") EXPECT_GT(faults, 0u);
+    else EXPECT_GT(prefetches, 0u);
+  }
+}
+
 TEST(CliView, TimelinePageHasOneBarPerOpAndTheBudgetAtItsHeight) {
   const std::string html = temp("t.html"), report = temp("t.json");
   auto r = run_cli("train --model resnet-tiny --policy lru --budget 1.8MiB --iters 2 --quiet --html " + html +

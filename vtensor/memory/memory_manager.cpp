@@ -120,6 +120,7 @@ void MemoryManager::begin_iteration(int iteration) {
   if (paged_) paged_->begin_iteration();
   timeline_.clear();
   timeline_prev_ = {};
+  timeline_prev_faults_ = timeline_prev_prefetches_ = 0;
   op_scratch_ = 0;
   tracker_.begin_iteration(iteration, backend_.now_ms());
   for (auto& s : states_) {
@@ -953,7 +954,14 @@ void MemoryManager::sample_timeline(int op_index) {
       default: break;  // no device bytes besides the buffer
     }
   }
-  if (paged_) p.device_page_bytes = (paged_->num_frames() - paged_->free_frames()) * paged_->page_bytes();
+  if (paged_) {
+    const PagingCounters& c = paged_->counters();
+    p.device_page_bytes = (paged_->num_frames() - paged_->free_frames()) * paged_->page_bytes();
+    p.page_faults = c.faults - std::min(c.faults, timeline_prev_faults_);  // counters restart each iteration
+    p.page_prefetches = c.prefetches - std::min(c.prefetches, timeline_prev_prefetches_);
+    timeline_prev_faults_ = c.faults;
+    timeline_prev_prefetches_ = c.prefetches;
+  }
   p.held[static_cast<size_t>(HeldBy::kWorkspace)] = op_scratch_;
   op_scratch_ = 0;
   p.events = counters_;

@@ -92,8 +92,10 @@ struct TimelinePoint {
   // (and data), compressed buffers, tensors in flight to or from host; kWorkspace is the scratch
   // the op allocated while it ran (freed by now), so allocated + held[kWorkspace] is the op's own peak.
   std::array<size_t, kHeldByCount> held{};
-  // Unified memory: the device frames in use x page bytes (allocated then counts the managed range).
+  // Unified memory: the device frames in use x page bytes (allocated then counts the managed range),
+  // and the pages faulted in on demand and prefetched since the previous point.
   size_t device_page_bytes = 0;
+  uint64_t page_faults = 0, page_prefetches = 0;
   MemoryCounters events;  // what happened since the previous point (swaps, drops, recomputations, stalls)
 };
 
@@ -280,6 +282,7 @@ class MemoryManager final : public MemoryView {
   bool timeline_enabled_ = false;
   size_t op_scratch_ = 0;          // scratch bytes allocated since the last timeline point
   MemoryCounters timeline_prev_;   // the counters at the last timeline point
+  uint64_t timeline_prev_faults_ = 0, timeline_prev_prefetches_ = 0;  // paging counters at it
   std::vector<TimelinePoint> timeline_;
   std::vector<ConvAlgo> conv_algos_;  // the policy's choice for this iteration
   void calibrate_copies() const;
