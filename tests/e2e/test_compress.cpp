@@ -83,30 +83,39 @@ INSTANTIATE_TEST_SUITE_P(Models, Compress, ::testing::Values("resnet-tiny", "vgg
 // Where the compression plan fits the budget, compression takes the place of most swaps: the
 // guided iterations swap less than the measured (passive LRU) one at the same budget (what is
 // left is fragmentation: compressed buffers sit between tensors), and the report has per tensor
-// codec, sizes, times and stall.
+// codec, sizes, times and stall. On cpu the plan comes from wall-clock times (the codec's
+// measured rate decides how many compressions hide), so whether it fits varies with the load:
+// every attempt must train bit-identically within the budget, and the first whose plan fits (of
+// at most five) must show the swaps replaced.
 TEST(Compress, ReplacesSwapsWhereThePlanFits) {
   const RunOutcome base = run_training(config("resnet-tiny", "none", 0, 4));
   const size_t budget = align_up(size_t{3520} << 10);  // 96% of the unmanaged 3.58 MiB; the plan predicts 3.42 MiB
   ASSERT_LT(budget, base.peak);
-  const RunOutcome r = run_training(config("resnet-tiny", "compress", budget, 4));
-  expect_bit_identical(base, r);
-  ASSERT_TRUE(r.result.policy_report.value("predicted_fits", false)) << r.result.policy_report.dump(1);
-  ASSERT_GT(r.iters[0].counters.swapped_out_bytes, 0u);
-  for (size_t i = 1; i < r.iters.size(); ++i) {
-    EXPECT_LT(r.iters[i].counters.swapped_out_bytes, r.iters[0].counters.swapped_out_bytes) << "iteration " << i;
-    EXPECT_GT(r.iters[i].counters.compressions, 0u);
-    EXPECT_LE(r.iters[i].peak_allocated, budget);
+  bool fitted = false;
+  for (int attempt = 0; attempt < 5 && !fitted; ++attempt) {
+    SCOPED_TRACE("attempt " + std::to_string(attempt));
+    const RunOutcome r = run_training(config("resnet-tiny", "compress", budget, 4));
+    expect_bit_identical(base, r);
+    for (const auto& s : r.iters) EXPECT_LE(s.peak_allocated, budget);
+    if (!r.result.policy_report.value("predicted_fits", false)) continue;
+    fitted = true;
+    ASSERT_GT(r.iters[0].counters.swapped_out_bytes, 0u);
+    for (size_t i = 1; i < r.iters.size(); ++i) {
+      EXPECT_LT(r.iters[i].counters.swapped_out_bytes, r.iters[0].counters.swapped_out_bytes) << "iteration " << i;
+      EXPECT_GT(r.iters[i].counters.compressions, 0u);
+    }
+    ASSERT_FALSE(r.result.compression.empty());
+    const nlohmann::json report = nlohmann::json::parse(report_json(r.result));
+    ASSERT_TRUE(report.contains("compression"));
+    for (const auto& t : report["compression"]) {
+      EXPECT_TRUE(t["codec"] == "bitmask" || t["codec"] == "sign");
+      EXPECT_LT(t["bytes_after"].get<size_t>(), t["bytes_before"].get<size_t>());
+      EXPECT_GE(t["compress_ms"].get<double>(), 0.0);
+      EXPECT_TRUE(t.contains("stall_ms"));
+    }
+    EXPECT_NE(format_iteration_line(r.iters.back(), 4).find("compressed"), std::string::npos);
   }
-  ASSERT_FALSE(r.result.compression.empty());
-  const nlohmann::json report = nlohmann::json::parse(report_json(r.result));
-  ASSERT_TRUE(report.contains("compression"));
-  for (const auto& t : report["compression"]) {
-    EXPECT_TRUE(t["codec"] == "bitmask" || t["codec"] == "sign");
-    EXPECT_LT(t["bytes_after"].get<size_t>(), t["bytes_before"].get<size_t>());
-    EXPECT_GE(t["compress_ms"].get<double>(), 0.0);
-    EXPECT_TRUE(t.contains("stall_ms"));
-  }
-  EXPECT_NE(format_iteration_line(r.iters.back(), 4).find("compressed"), std::string::npos);
+  EXPECT_TRUE(fitted) << "no attempt's plan fit the budget";
 }
 
 // resnet-tiny's last ReLU feeds the global average pool, whose backward reads only dy: the ReLU
