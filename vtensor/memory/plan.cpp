@@ -1,6 +1,33 @@
 #include "vtensor/memory/plan.h"
 
+#include <algorithm>
+
 namespace vtensor {
+
+void sort_actions(Plan& plan) {
+  std::stable_sort(plan.actions.begin(), plan.actions.end(), [](const Action& a, const Action& b) {
+    if (a.op != b.op) return a.op < b.op;
+    return (a.kind == ActionKind::kPrefetch) < (b.kind == ActionKind::kPrefetch);  // free memory first
+  });
+}
+
+double CopyLane::earliest_fit(double t0, double dur) const {
+  double s = t0;
+  // Intervals do not overlap, so their ends are sorted too: skip those that end before t0.
+  auto it = std::upper_bound(busy.begin(), busy.end(), t0,
+                             [](double t, const std::pair<double, double>& iv) { return t < iv.second; });
+  for (; it != busy.end(); ++it) {
+    if (it->second <= s) continue;
+    if (it->first >= s + dur) break;
+    s = it->second;
+  }
+  return s;
+}
+
+void CopyLane::add(double start, double dur) {
+  const std::pair<double, double> iv(start, start + dur);
+  busy.insert(std::upper_bound(busy.begin(), busy.end(), iv), iv);
+}
 
 std::vector<std::vector<Action>> actions_by_op(const Plan& plan, size_t num_ops) {
   std::vector<std::vector<Action>> at(num_ops);

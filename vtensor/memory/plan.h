@@ -2,6 +2,7 @@
 // It can be printed, tested on a recorded trace without a device, and replayed.
 #pragma once
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "vtensor/backend/codec.h"
@@ -37,6 +38,18 @@ struct Plan {
   std::vector<Action> actions;
   std::vector<Action> at(int op) const;  // the actions after op, in plan order
   std::string str() const;
+};
+
+// Orders the actions by op; at the same op, the ones that free memory before prefetches.
+void sort_actions(Plan& plan);
+
+// A planner's model of one copy queue (a direction of the host link, or the codec stream): busy
+// intervals, one copy at a time.
+struct CopyLane {
+  std::vector<std::pair<double, double>> busy;  // sorted by start, disjoint
+  // The earliest start at or after t0 where a copy of `dur` fits between the busy intervals.
+  double earliest_fit(double t0, double dur) const;
+  void add(double start, double dur);
 };
 
 // The plan's actions by the op after which they run, in plan order: a guided iteration's

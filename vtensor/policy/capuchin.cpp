@@ -43,27 +43,6 @@ double capuchin_free_time(const std::vector<double>& op_start_ns, int evict_op, 
 
 namespace {
 
-// Busy intervals of one copy direction: one copy at a time.
-struct CopyLane {
-  std::vector<std::pair<double, double>> busy;  // sorted by start
-  double earliest_fit(double t0, double dur) const {
-    double s = t0;
-    // Intervals do not overlap, so their ends are sorted too: skip those that end before t0.
-    auto it = std::upper_bound(busy.begin(), busy.end(), t0,
-                               [](double t, const std::pair<double, double>& iv) { return t < iv.second; });
-    for (; it != busy.end(); ++it) {
-      if (it->second <= s) continue;
-      if (it->first >= s + dur) break;
-      s = it->second;
-    }
-    return s;
-  }
-  void add(double s, double dur) {
-    const std::pair<double, double> iv(s, s + dur);
-    busy.insert(std::upper_bound(busy.begin(), busy.end(), iv), iv);
-  }
-};
-
 class Planner {
  public:
   Planner(const PlannerInput& in, CapuchinMode mode) : in_(in), mode_(mode) {}
@@ -85,10 +64,7 @@ class Planner {
     out_.memory_after = mem_;
     out_.peak_after = peak();
     out_.fits = out_.peak_after <= in_.budget;
-    std::stable_sort(out_.plan.actions.begin(), out_.plan.actions.end(), [](const Action& a, const Action& b) {
-      if (a.op != b.op) return a.op < b.op;
-      return (a.kind == ActionKind::kPrefetch) < (b.kind == ActionKind::kPrefetch);  // free memory first
-    });
+    sort_actions(out_.plan);
     out_.op_start_ns = start_;
     return std::move(out_);
   }

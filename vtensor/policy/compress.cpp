@@ -45,24 +45,6 @@ bool reads_sign_only(const Graph& g, int o, TensorId id) {
   return true;
 }
 
-// One codec at a time on the compression stream.
-struct Lane {
-  std::vector<std::pair<double, double>> busy;  // sorted, disjoint
-  double earliest_fit(double t0, double dur) const {
-    double s = t0;
-    for (const auto& iv : busy) {
-      if (iv.second <= s) continue;
-      if (iv.first >= s + dur) break;
-      s = iv.second;
-    }
-    return s;
-  }
-  void add(double s, double dur) {
-    const std::pair<double, double> iv(s, s + dur);
-    busy.insert(std::upper_bound(busy.begin(), busy.end(), iv), iv);
-  }
-};
-
 class Planner {
  public:
   Planner(const Graph& g, const CompressPlanInput& in) : g_(g), in_(in), b_(in.base) {}
@@ -78,10 +60,7 @@ class Planner {
     out_.memory_after = mem_;
     out_.peak_after = peak();
     out_.fits = out_.peak_after <= b_.budget;
-    std::stable_sort(out_.plan.actions.begin(), out_.plan.actions.end(), [](const Action& a, const Action& b) {
-      if (a.op != b.op) return a.op < b.op;
-      return (a.kind == ActionKind::kPrefetch) < (b.kind == ActionKind::kPrefetch);  // free memory first
-    });
+    sort_actions(out_.plan);
     return std::move(out_);
   }
 
@@ -302,7 +281,7 @@ class Planner {
   std::vector<double> start_;
   std::vector<std::vector<int>> ops_of_;
   std::vector<size_t> mem_;
-  Lane lane_;
+  CopyLane lane_;
   size_t sliding_ = 0;
   int order_ = 0;
 };
