@@ -8,7 +8,7 @@
 #   2. one of those runs again with its JSON report and its memory timeline as an HTML page
 #      (capuchin at 1/4);
 #   3. paper scale on the sim backend: ResNet-50 at batch 256 (21 GiB unmanaged) in a 16 GiB P100.
-# Everything lands in demo-out/. About 30 s on two cores.
+# Everything lands in demo-out/. About 10 s on two cores after the build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=demo-out
