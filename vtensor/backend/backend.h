@@ -59,6 +59,11 @@ struct BackendOptions {
   size_t arena_bytes = 0;  // the device budget
   std::string gpu;         // sim: which GPU to model; cuda: unused
   bool deterministic = false;  // cuda: deterministic cuDNN algorithms only (bit-identical reruns)
+  // sim only, for rehearsing a measured iteration (policy auto): per op index, its kernel time in
+  // ms instead of the cost model's (empty: the cost model), and the host link's ms per byte in
+  // both directions instead of the GPU's (0: the GPU's).
+  std::vector<double> op_ms;
+  double link_ms_per_byte = 0;
 };
 
 class Backend {
@@ -68,6 +73,8 @@ class Backend {
   virtual std::string device_description() const = 0;
   // False where no tensor values exist (sim): losses and weights cannot be read.
   virtual bool has_data() const { return true; }
+  // sim: the name of the GPU it models (a rehearsal of the run can model the same); else empty.
+  virtual std::string modelled_gpu() const { return {}; }
 
   // The device arena: exactly `arena_bytes` of device memory, sub-allocated by the allocators.
   virtual void* arena_base() = 0;

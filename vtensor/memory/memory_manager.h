@@ -184,6 +184,7 @@ class MemoryManager final : public MemoryView {
   // bandwidth, one alignment unit for the latency.
   double copy_ms_per_byte() const override;
   double copy_latency_ms() const override;
+  std::string modelled_gpu() const override { return backend_.modelled_gpu(); }
   static constexpr size_t kCalibrationBytes = size_t{4} << 20;
 
   Residency residency(TensorId id) const { return st(storage_of(id)).residency; }

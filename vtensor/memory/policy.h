@@ -52,6 +52,8 @@ class MemoryView {
   // (issue to completion seen by the host) (0: unknown).
   virtual double copy_ms_per_byte() const { return 0.0; }
   virtual double copy_latency_ms() const { return 0.0; }
+  // The sim backend's GPU name (a rehearsal on sim can model the same one); empty elsewhere.
+  virtual std::string modelled_gpu() const { return {}; }
   // Scratch an op's kernel is given this iteration (its conv algorithm's, as the backend sizes it).
   virtual size_t workspace_bytes(const Op& op) const { return op.workspace_bytes; }
   // Elements of a resident tensor whose bit pattern is non-zero (a measurement for sizing

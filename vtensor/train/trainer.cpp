@@ -10,10 +10,12 @@
 #include "vtensor/core/errors.h"
 #include "vtensor/core/fault.h"
 #include "vtensor/memory/allocator.h"
+#include "vtensor/policy/auto.h"
 #include "vtensor/policy/checkpoint.h"
 #include "vtensor/policy/um.h"
 #include "vtensor/policy/compress.h"
 #include "vtensor/train/densities.h"
+#include "vtensor/train/rehearsal.h"
 
 namespace vtensor {
 
@@ -39,6 +41,7 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
     c->set_budget_aware(cfg_.budget != 0 || cfg_.backend == "cuda" || (cfg_.backend == "sim" && !cfg_.gpu.empty()));
   }
   configure_um_policy(*policy, cfg_);
+  if (auto* a = dynamic_cast<AutoPolicy*>(policy.get())) a->set_rehearser(rehearse);
   auto* compress_policy = dynamic_cast<CompressPolicy*>(policy.get());
   if (!cfg_.codecs.empty()) {
     cfg_.compression.bitmask = cfg_.compression.sign = false;

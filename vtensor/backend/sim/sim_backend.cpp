@@ -28,6 +28,8 @@ SimBackend::SimBackend(const BackendOptions& opts) : next_host_(kFakeHostBase) {
   }
   gpu_ = find_gpu(opts.gpu);
   arena_bytes_ = opts.arena_bytes ? opts.arena_bytes : gpu_.memory_bytes;
+  op_ms_ = opts.op_ms;
+  link_ms_per_byte_ = opts.link_ms_per_byte;
 }
 
 std::string SimBackend::device_description() const {
@@ -49,7 +51,8 @@ void SimBackend::copy_async(Stream s, void* dst, const void* src, size_t bytes) 
     move_device(dst, src, bytes);
     return;
   }
-  const double d = predict_copy_ms(gpu_, bytes, s == Stream::kH2D);
+  const double d = link_ms_per_byte_ > 0 ? static_cast<double>(bytes) * link_ms_per_byte_
+                                         : predict_copy_ms(gpu_, bytes, s == Stream::kH2D);
   // One copy at a time per direction, and never before the compute point it was issued at.
   const double start = std::max(clk(s), clk(Stream::kCompute));
   clk(s) = start + d;
@@ -86,7 +89,8 @@ void SimBackend::synchronize() {
 }
 
 void SimBackend::launch(const Graph& g, const Op& op, const KernelArgs& args) {
-  const double d = predict_op(gpu_, g, op, args.conv_algo).total_ms;
+  const auto i = static_cast<size_t>(op.index);
+  const double d = op.index >= 0 && i < op_ms_.size() ? op_ms_[i] : predict_op(gpu_, g, op, args.conv_algo).total_ms;
   clk(Stream::kCompute) += d;
   counters_.compute_busy_ms += d;
   ++counters_.kernels;

@@ -46,6 +46,7 @@ class SimBackend final : public Backend {
   std::string name() const override { return "sim"; }
   std::string device_description() const override;
   bool has_data() const override { return false; }
+  std::string modelled_gpu() const override { return gpu_.name; }
   void* arena_base() override;
   size_t arena_bytes() const override { return arena_bytes_; }
   void* host_alloc(size_t bytes) override;
@@ -81,6 +82,8 @@ class SimBackend final : public Backend {
   std::shared_ptr<const DensityTable> densities_;
   GpuSpec gpu_;
   size_t arena_bytes_;
+  std::vector<double> op_ms_;     // BackendOptions::op_ms
+  double link_ms_per_byte_ = 0;   // BackendOptions::link_ms_per_byte
   std::array<double, kNumStreams> clock_{};
   uintptr_t next_host_;
   size_t um_page_ = 0;

@@ -1,0 +1,54 @@
+#include "vtensor/train/rehearsal.h"
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+
+#include "vtensor/backend/sim/sim_backend.h"
+#include "vtensor/core/errors.h"
+#include "vtensor/memory/allocator.h"
+#include "vtensor/train/executor.h"
+
+namespace vtensor {
+
+RehearsalResult rehearse(const std::string& candidate, const RehearsalSetup& setup) {
+  const auto t0 = std::chrono::steady_clock::now();
+  RehearsalResult r;
+  r.policy = candidate;
+  try {
+    if (!setup.graph) throw std::invalid_argument("rehearse: no graph");
+    BackendOptions opts{.arena_bytes = setup.budget, .gpu = setup.gpu};
+    opts.op_ms = setup.op_ms;
+    opts.link_ms_per_byte = setup.link_ms_per_byte;
+    auto backend = make_sim_backend(opts);
+    MemoryManager mm(*backend, *setup.graph, make_allocator("caching", backend->arena_bytes(), ""),
+                     std::make_unique<AutoPolicy>(candidate));
+    Executor exec(*setup.graph, *backend, mm);
+    mm.init_persistent(1);
+    bool first = true;
+    for (int i = 0; i < std::max(setup.iterations, 2); ++i) {
+      const IterationStats s = exec.run_iteration(i);
+      if (i == 0) continue;  // the measured iteration: the same for every candidate
+      r.peak_allocated = std::max(r.peak_allocated, s.peak_allocated);
+      if (first || s.time_ms < r.time_ms) {
+        first = false;
+        r.time_ms = s.time_ms;
+        r.stall_ms = s.counters.stall_ms;
+        r.recompute_ms = s.counters.recompute_ms;
+        r.compactions = s.counters.compactions;
+        r.evictions = s.counters.evictions;
+        r.swapped_out_bytes = s.counters.swapped_out_bytes;
+        r.recomputed_ops = s.counters.recomputed_ops;
+      }
+    }
+    r.trained = true;
+  } catch (const OutOfMemoryError& e) {
+    r.error = std::string("out of memory: ") + e.what();
+  } catch (const std::exception& e) {
+    r.error = e.what();
+  }
+  r.wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+}  // namespace vtensor
