@@ -53,10 +53,10 @@ size_t max_peak(const AutoRun& r, size_t from = 0) {
   return p;
 }
 
-double best_guided_ms(const AutoRun& r) {
-  double t = r.iters.at(1).time_ms;
-  for (size_t i = 1; i < r.iters.size(); ++i) t = std::min(t, r.iters[i].time_ms);
-  return t;
+double mean_guided_ms(const AutoRun& r) {
+  double t = 0;
+  for (size_t i = 1; i < r.iters.size(); ++i) t += r.iters[i].time_ms;
+  return t / static_cast<double>(r.iters.size() - 1);
 }
 
 void expect_bit_identical(const AutoRun& a, const AutoRun& b) {
@@ -109,25 +109,25 @@ INSTANTIATE_TEST_SUITE_P(Models, AutoTiny, ::testing::Values("mlp-tiny", "vgg-ti
 class AutoSim : public ::testing::TestWithParam<std::string> {};
 
 // On sim the rehearsal models the run's own GPU, so the chosen candidate's rehearsal is the run:
-// its predicted peak and fastest guided iteration are the measured ones, and no candidate run on
-// its own (measured iteration, then guided) is faster.
+// its predicted peak and mean guided iteration are the measured ones, and no candidate run on its
+// own is faster. Capuchin run on its own measures under LRU swapping, auto under DTR's eviction:
+// their first iterations leave different arenas, so the guided times may differ by a hair.
 TEST_P(AutoSim, PredictionIsTheRunAndNoCandidateIsFaster) {
   const std::string model = GetParam();
-  const int iters = 3;
+  const int iters = 4;  // the rehearsal's count
   const AutoRun base = train(config(model, "none", 0, iters, "p100-16g"));
   const size_t budget = align_up(max_peak(base) / 2);
   const AutoRun a = train(config(model, "auto", budget, iters, "p100-16g"));
   ASSERT_TRUE(a.report.contains("predicted_peak_bytes")) << a.report.dump();
   EXPECT_EQ(a.report["predicted_peak_bytes"].get<size_t>(), max_peak(a, 1));
-  EXPECT_DOUBLE_EQ(a.report["predicted_time_ms"].get<double>(), best_guided_ms(a));
+  EXPECT_NEAR(a.report["predicted_time_ms"].get<double>(), mean_guided_ms(a), 1e-9 * mean_guided_ms(a));
   EXPECT_LE(max_peak(a), budget);
   const std::string chosen = a.report["chosen"];
   for (const auto& c : a.report["candidates"]) {
     if (!c["trained"].get<bool>()) continue;
     EXPECT_GE(c["predicted_time_ms"].get<double>(), a.report["predicted_time_ms"].get<double>()) << c.dump();
   }
-  // The Capuchin modes run on their own measure the same passive iteration first: the same run.
-  for (const std::string p : {"capuchin", "capuchin-swap", "capuchin-recompute"}) {
+  for (const std::string p : {"capuchin", "capuchin-swap", "capuchin-recompute", "dtr", "lru-recompute"}) {
     SCOPED_TRACE(p);
     AutoRun r;
     try {
@@ -135,8 +135,7 @@ TEST_P(AutoSim, PredictionIsTheRunAndNoCandidateIsFaster) {
     } catch (const OutOfMemoryError&) {
       continue;
     }
-    EXPECT_LE(best_guided_ms(a), best_guided_ms(r) * (1 + 1e-9));
-    if (p == chosen) EXPECT_EQ(max_peak(r, 1), max_peak(a, 1));
+    EXPECT_LE(mean_guided_ms(a), mean_guided_ms(r) * 1.001);
   }
 }
 

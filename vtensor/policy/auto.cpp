@@ -32,7 +32,8 @@ const std::vector<std::string>& auto_candidates() {
 
 AutoPolicy::AutoPolicy(std::string forced)
     : forced_(std::move(forced)), candidates_(auto_candidates()),
-      measuring_(std::make_unique<CapuchinPolicy>(CapuchinMode::kHybrid)) {
+      measuring_(std::make_unique<CapuchinPolicy>(CapuchinMode::kHybrid)), dtr_(make_policy("dtr")) {
+
   if (!forced_.empty()) {
     bool known = false;
     for (const auto& c : candidates_) known = known || c == forced_;
@@ -55,7 +56,9 @@ void AutoPolicy::begin_iteration(int iteration) { current().begin_iteration(iter
 std::vector<ConvAlgo> AutoPolicy::conv_algorithms() const { return current().conv_algorithms(); }
 std::vector<Action> AutoPolicy::after_op(int op_index) { return current().after_op(op_index); }
 std::vector<Victim> AutoPolicy::choose_victims(size_t bytes, const MemoryView& view) {
-  return current().choose_victims(bytes, view);
+  // Measuring: DTR's eviction (drops, recomputed on access; parameters swapped last), which
+  // leaves the arena as DTR's own first iteration does.
+  return active_ ? active_->choose_victims(bytes, view) : dtr_->choose_victims(bytes, view);
 }
 void AutoPolicy::on_restore(TensorId id, int op_index, Residency from, double waited_ms) {
   current().on_restore(id, op_index, from, waited_ms);
@@ -95,6 +98,8 @@ void AutoPolicy::choose(const AccessTrace& trace) {
   if (chosen_ == "capuchin") {
     measuring_->end_iteration(trace);  // it measured this iteration: it plans from it
     active_ = std::move(measuring_);
+  } else if (chosen_ == "dtr") {
+    active_ = std::move(dtr_);  // it evicted in this iteration: the same instance goes on
   } else {
     active_ = make_candidate(chosen_);
     active_->attach(*view_);

@@ -1,6 +1,6 @@
 // auto (ours): one policy that chooses, per run, among keep / swap / recompute plans by their
 // effect on the whole iteration rather than by an isolated per-tensor figure.
-//   Measured iteration: passive, exactly as Capuchin's (LRU swap on OOM, every access timed).
+//   Measured iteration: passive (DTR's eviction on OOM), every access and kernel timed.
 //   Plan: each candidate planner (Capuchin hybrid / swap / recompute, Chen's checkpointing, DTR,
 //   passive recomputation) is rehearsed on the sim backend's model of the measured iteration:
 //   the same graph, memory manager, allocator (arena, fragmentation, compaction), copy queues
@@ -30,17 +30,17 @@ struct RehearsalSetup {
   std::string gpu;                 // the GPU the sim models (the run's own on sim)
   std::vector<double> op_ms;       // per op, the measured kernel time (empty: the cost model's)
   double link_ms_per_byte = 0;     // measured host link (0: the GPU's)
-  int iterations = 3;              // the measured one and guided ones
+  int iterations = 4;              // the measured one and guided ones (as the benchmarks run)
 };
 
 struct RehearsalResult {
   std::string policy;
   bool trained = false;
   std::string error;               // why not (out of memory, ...)
-  double time_ms = 0;              // the fastest guided iteration
+  double time_ms = 0;              // mean over the guided iterations
   size_t peak_allocated = 0;       // over the guided iterations
-  double stall_ms = 0, recompute_ms = 0;  // in that fastest iteration
-  uint64_t compactions = 0, evictions = 0, swapped_out_bytes = 0, recomputed_ops = 0;
+  double stall_ms = 0, recompute_ms = 0;  // means over the guided iterations
+  uint64_t compactions = 0, evictions = 0, swapped_out_bytes = 0, recomputed_ops = 0;  // per guided iteration (mean)
   double wall_ms = 0;              // how long the rehearsal took
 };
 
@@ -84,6 +84,7 @@ class AutoPolicy final : public Policy {
   const MemoryView* view_ = nullptr;
   std::unique_ptr<Policy> measuring_;  // Capuchin's hybrid, passive until it plans
   std::unique_ptr<Policy> active_;     // the chosen planner's policy, once chosen
+  std::unique_ptr<Policy> dtr_;       // evicts while measuring (passive)
   std::string chosen_;
   std::vector<RehearsalResult> rehearsals_;
   double planning_ms_ = 0;

@@ -25,22 +25,23 @@ RehearsalResult rehearse(const std::string& candidate, const RehearsalSetup& set
                      std::make_unique<AutoPolicy>(candidate));
     Executor exec(*setup.graph, *backend, mm);
     mm.init_persistent(1);
-    bool first = true;
+    int guided = 0;
     for (int i = 0; i < std::max(setup.iterations, 2); ++i) {
       const IterationStats s = exec.run_iteration(i);
       if (i == 0) continue;  // the measured iteration: the same for every candidate
+      ++guided;
       r.peak_allocated = std::max(r.peak_allocated, s.peak_allocated);
-      if (first || s.time_ms < r.time_ms) {
-        first = false;
-        r.time_ms = s.time_ms;
-        r.stall_ms = s.counters.stall_ms;
-        r.recompute_ms = s.counters.recompute_ms;
-        r.compactions = s.counters.compactions;
-        r.evictions = s.counters.evictions;
-        r.swapped_out_bytes = s.counters.swapped_out_bytes;
-        r.recomputed_ops = s.counters.recomputed_ops;
-      }
+      r.time_ms += s.time_ms;
+      r.stall_ms += s.counters.stall_ms;
+      r.recompute_ms += s.counters.recompute_ms;
+      r.compactions += s.counters.compactions;
+      r.evictions += s.counters.evictions;
+      r.swapped_out_bytes += s.counters.swapped_out_bytes;
+      r.recomputed_ops += s.counters.recomputed_ops;
     }
+    r.time_ms /= guided, r.stall_ms /= guided, r.recompute_ms /= guided;
+    r.compactions /= static_cast<uint64_t>(guided), r.evictions /= static_cast<uint64_t>(guided);
+    r.swapped_out_bytes /= static_cast<uint64_t>(guided), r.recomputed_ops /= static_cast<uint64_t>(guided);
     r.trained = true;
   } catch (const OutOfMemoryError& e) {
     r.error = std::string("out of memory: ") + e.what();
