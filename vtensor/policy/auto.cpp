@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 
 #include "vtensor/policy/capuchin.h"
@@ -15,33 +16,69 @@ namespace {
 // The sim model a rehearsal of a cpu / cuda run uses for what the measurement does not give
 // (compaction moves at HBM bandwidth); kernel times and the link come from the measurement.
 constexpr const char* kRehearsalGpu = "h100-80g";
+// The fractions of the budget the Capuchin modes are also planned for: headroom for what the
+// plan's byte count leaves out (fragmentation, recomputations' working sets).
+constexpr const char* kPlanFractions[] = {"0.97", "0.94", "0.9", "0.85"};
+// The hybrid's swap-stall weights searched beside Capuchin's 1.
+constexpr const char* kSwapCostWeights[] = {"0.25", "4", "16"};
 
+const std::vector<std::string>& planner_names() {
+  static const std::vector<std::string> names = {"capuchin",   "capuchin-recompute", "capuchin-swap",
+                                                 "checkpoint", "dtr",                "lru-recompute"};
+  return names;
+}
+
+// "NAME", "NAME@F" (a Capuchin mode planning for F of the budget) or "capuchin@F,wW" (the hybrid
+// weighing a swap's stall W times against recompute time): the policy, or null when the name is
+// not a candidate.
 std::unique_ptr<Policy> make_candidate(const std::string& name) {
-  auto p = make_policy(name);
+  const size_t at = name.find('@');
+  const std::string base = name.substr(0, at);
+  bool known = false;
+  for (const auto& n : planner_names()) known = known || n == base;
+  if (!known) return nullptr;
+  auto p = make_policy(base);
   if (auto* c = dynamic_cast<CheckpointPolicy*>(p.get())) c->set_budget_aware(true);
+  if (at != std::string::npos) {
+    auto* c = dynamic_cast<CapuchinPolicy*>(p.get());
+    char* end = nullptr;
+    const std::string f = name.substr(at + 1);
+    const double v = std::strtod(f.c_str(), &end);
+    if (!c || f.empty() || end == f.c_str() || !(v > 0 && v <= 1)) return nullptr;
+    c->set_plan_fraction(v);
+    if (*end == ',' && end[1] == 'w' && base == "capuchin") {
+      const char* ws = end + 2;
+      const double w = std::strtod(ws, &end);
+      if (end == ws || !(w > 0)) return nullptr;
+      c->set_swap_cost_weight(w);
+    }
+    if (*end != '\0') return nullptr;
+  }
   return p;
 }
 
 }  // namespace
 
 const std::vector<std::string>& auto_candidates() {
-  static const std::vector<std::string> names = {"capuchin",   "capuchin-recompute", "capuchin-swap",
-                                                 "checkpoint", "dtr",                "lru-recompute"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n = planner_names();
+    for (const char* f : kPlanFractions)
+      for (const char* mode : {"capuchin", "capuchin-recompute", "capuchin-swap"}) n.push_back(std::string(mode) + "@" + f);
+    for (const char* f : {"1", "0.97", "0.94", "0.9"})
+      for (const char* w : kSwapCostWeights) n.push_back(std::string("capuchin@") + f + ",w" + w);
+    return n;
+  }();
   return names;
 }
 
 AutoPolicy::AutoPolicy(std::string forced)
     : forced_(std::move(forced)), candidates_(auto_candidates()),
       measuring_(std::make_unique<CapuchinPolicy>(CapuchinMode::kHybrid)), dtr_(make_policy("dtr")) {
-
-  if (!forced_.empty()) {
-    bool known = false;
-    for (const auto& c : candidates_) known = known || c == forced_;
-    if (!known) {
-      std::string accepted;
-      for (const auto& c : candidates_) accepted += (accepted.empty() ? "" : ", ") + c;
-      throw std::invalid_argument("auto: unknown candidate '" + forced_ + "'; accepted: " + accepted);
-    }
+  if (!forced_.empty() && !make_candidate(forced_)) {
+    std::string accepted;
+    for (const auto& c : planner_names()) accepted += (accepted.empty() ? "" : ", ") + c;
+    throw std::invalid_argument("auto: unknown candidate '" + forced_ + "'; accepted: " + accepted +
+                                ", or a Capuchin mode with @F, the fraction of the budget it plans for (0 < F <= 1)");
   }
 }
 

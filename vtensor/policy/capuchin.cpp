@@ -466,7 +466,7 @@ class Planner {
       const SwapEval s = eval_swap(c);
       c.swap_stall_ns = s.stall;
       c.trigger_op = s.trigger;
-      const double score = static_cast<double>(c.bytes) / std::max(s.cost(), kEpsNs) * 1e9;
+      const double score = static_cast<double>(c.bytes) / std::max(s.cost() * in_.swap_cost_weight, kEpsNs) * 1e9;
       if (s.ok && score > o.score) o.score = score, o.swap = true, o.eval = s;
     }
     return o;
@@ -660,7 +660,9 @@ void CapuchinPolicy::end_iteration(const AccessTrace& trace) {
     index_plan();
     return;
   }
-  PlannerInput in = planner_input(view_->graph(), trace, view_->budget());
+  const auto planned = static_cast<size_t>(static_cast<double>(view_->budget()) * plan_fraction_);
+  PlannerInput in = planner_input(view_->graph(), trace, planned);
+  in.swap_cost_weight = swap_cost_weight_;
   for (const Op& op : view_->graph().ops()) {  // what the memory manager allocated (aligned) at each op
     const size_t ws = view_->workspace_bytes(op);
     in.workspace_bytes.push_back(ws ? align_up(ws) : 0);

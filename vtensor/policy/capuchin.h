@@ -51,6 +51,9 @@ struct PlannerInput {
   // Per op, bytes another mechanism adds to (> 0) or takes from (< 0) the curve (compress+swap:
   // what the compression plan saves and its buffers cost). Empty: none.
   std::vector<long long> memory_delta;
+  // The hybrid's exchange rate between a swap's predicted stall and a recomputation's time when
+  // it ranks the two (> 1: recompute sooner). 1: Capuchin's own; policy auto searches over it.
+  double swap_cost_weight = 1.0;
 };
 
 struct CapuchinCandidate {
@@ -101,6 +104,10 @@ class CapuchinPolicy final : public Policy {
   nlohmann::json report() const override;
   std::string summary() const override;
 
+  // Plan for this fraction of the budget (policy auto's search: headroom for fragmentation and
+  // recomputations' working sets); 1 by default. The passive fallback still uses the whole budget.
+  void set_plan_fraction(double f) { plan_fraction_ = f; }
+  void set_swap_cost_weight(double w) { swap_cost_weight_ = w; }
   bool guided() const { return guided_; }
   const CapuchinPlan& plan() const { return plan_; }
   int measurements() const { return measurements_; }
@@ -121,6 +128,8 @@ class CapuchinPolicy final : public Policy {
   int measurements_ = 0, trigger_moves_ = 0, guided_iterations_ = 0;
   int current_op_ = -1;
   double swap_ns_per_byte_ = 0;
+  double plan_fraction_ = 1.0;
+  double swap_cost_weight_ = 1.0;
 };
 
 }  // namespace vtensor
