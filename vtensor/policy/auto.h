@@ -46,7 +46,8 @@ struct RehearsalResult {
 
 using Rehearser = std::function<RehearsalResult(const std::string& policy, const RehearsalSetup& setup)>;
 
-// The planners auto rehearses, in order of preference on a tie.
+// The candidates auto rehearses, in order of preference on a tie: the planners as they are, then
+// the search's variants (NAME@F: planned for F of the budget; capuchin@F,wW: swap stall weighed W).
 const std::vector<std::string>& auto_candidates();
 
 class AutoPolicy final : public Policy {
@@ -69,6 +70,8 @@ class AutoPolicy final : public Policy {
 
   void set_rehearser(Rehearser r) { rehearser_ = std::move(r); }
   void set_candidates(std::vector<std::string> c) { candidates_ = std::move(c); }
+  // Once planning has taken this long, the remaining candidates are not rehearsed.
+  void set_time_limit_ms(double ms) { time_limit_ms_ = ms; }
   const std::string& chosen() const { return chosen_; }
   const std::vector<RehearsalResult>& rehearsals() const { return rehearsals_; }
   double planning_ms() const { return planning_ms_; }
@@ -88,6 +91,10 @@ class AutoPolicy final : public Policy {
   std::string chosen_;
   std::vector<RehearsalResult> rehearsals_;
   double planning_ms_ = 0;
+  double time_limit_ms_ = kDefaultTimeLimitMs;
+
+ public:
+  static constexpr double kDefaultTimeLimitMs = 8000;
 };
 
 }  // namespace vtensor
