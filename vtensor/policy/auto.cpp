@@ -1,5 +1,6 @@
 #include "vtensor/policy/auto.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -27,10 +28,8 @@ constexpr unsigned kMaxRehearsalThreads = 4;
 constexpr const char* kSwapCostWeights[] = {"0.25", "4", "16"};
 
 const std::vector<std::string>& planner_names() {
-  // Not lru-recompute: its victim search re-walks the lineage per candidate and takes minutes per
-  // iteration on the unrolled GAN's log; where it wins (ResNet-50 at 25%) a searched variant
-  // beats it.
-  static const std::vector<std::string> names = {"capuchin", "capuchin-recompute", "capuchin-swap", "checkpoint", "dtr"};
+  static const std::vector<std::string> names = {"capuchin",   "capuchin-recompute", "capuchin-swap",
+                                                 "checkpoint", "dtr",                "lru-recompute"};
   return names;
 }
 
@@ -79,7 +78,7 @@ const std::vector<std::string>& auto_candidates() {
 
 AutoPolicy::AutoPolicy(std::string forced)
     : forced_(std::move(forced)), candidates_(auto_candidates()),
-      measuring_(std::make_unique<CapuchinPolicy>(CapuchinMode::kHybrid)), dtr_(make_policy("dtr")) {
+      measuring_(std::make_unique<CapuchinPolicy>(CapuchinMode::kHybrid)) {
   if (!forced_.empty() && !make_candidate(forced_)) {
     std::string accepted;
     for (const auto& c : planner_names()) accepted += (accepted.empty() ? "" : ", ") + c;
@@ -97,12 +96,45 @@ void AutoPolicy::attach(const MemoryView& view) {
 
 void AutoPolicy::begin_iteration(int iteration) { current().begin_iteration(iteration); }
 std::vector<ConvAlgo> AutoPolicy::conv_algorithms() const { return current().conv_algorithms(); }
-std::vector<Action> AutoPolicy::after_op(int op_index) { return current().after_op(op_index); }
-std::vector<Victim> AutoPolicy::choose_victims(size_t bytes, const MemoryView& view) {
-  // Measuring: DTR's eviction (drops, recomputed on access; parameters swapped last), which
-  // leaves the arena as DTR's own first iteration does.
-  return active_ ? active_->choose_victims(bytes, view) : dtr_->choose_victims(bytes, view);
+void AutoPolicy::check_deadline() const {
+  if (has_deadline_ && std::chrono::steady_clock::now() > deadline_) throw RehearsalTimeout();
 }
+
+std::vector<Action> AutoPolicy::after_op(int op_index) {
+  check_deadline();
+  return current().after_op(op_index);
+}
+std::vector<Victim> AutoPolicy::choose_victims(size_t bytes, const MemoryView& view) {
+  check_deadline();
+  if (active_) return active_->choose_victims(bytes, view);
+  // Measuring: swap the least recently used, parameters and optimizer state last. Swapping (not
+  // dropping) never runs out where a recomputation's locked inputs would (DTR measuring stopped
+  // ResNet-50 at 50% at batch 65 where swapping reaches 152); keeping the persistent tensors in
+  // place leaves the arena as a recomputing policy's own first iteration does (after plain LRU
+  // swapping, DTR ran 5% slower than on its own).
+  std::vector<TensorView> cands;
+  for (TensorId id : view.evictable()) cands.push_back(view.view(id));
+  std::sort(cands.begin(), cands.end(), [](const TensorView& a, const TensorView& b) {
+    if (a.persistent != b.persistent) return b.persistent;
+    return a.last_access != b.last_access ? a.last_access < b.last_access : a.id < b.id;
+  });
+  std::vector<Victim> out;
+  size_t freed = 0, room = view.host_room();
+  for (const auto& c : cands) {
+    if (freed >= bytes) break;
+    if (c.bytes <= room) {
+      out.push_back({c.id, EvictAction::kSwap});
+      room -= c.bytes;
+    } else if (view.can_recompute(c.id)) {
+      out.push_back({c.id, EvictAction::kDrop});  // the host is full: recomputed instead
+    } else {
+      continue;
+    }
+    freed += c.bytes;
+  }
+  return out;
+}
+
 void AutoPolicy::on_restore(TensorId id, int op_index, Residency from, double waited_ms) {
   current().on_restore(id, op_index, from, waited_ms);
 }
@@ -144,7 +176,10 @@ void AutoPolicy::choose(const AccessTrace& trace) {
           rehearsals_[i].error = "not rehearsed: planning time limit";
           continue;
         }
-        rehearsals_[i] = rehearser_(candidates_[i], s);
+        RehearsalSetup si = s;
+        // What is left of the limit; the first (Capuchin's hybrid, the fallback) runs to its end.
+        si.time_limit_ms = i == 0 ? 0 : std::max(1.0, time_limit_ms_ - spent);
+        rehearsals_[i] = rehearser_(candidates_[i], si);
       }
     };
     const unsigned n = std::max(1u, std::min(kMaxRehearsalThreads, std::thread::hardware_concurrency()));
@@ -160,8 +195,6 @@ void AutoPolicy::choose(const AccessTrace& trace) {
   if (chosen_ == "capuchin") {
     measuring_->end_iteration(trace);  // it measured this iteration: it plans from it
     active_ = std::move(measuring_);
-  } else if (chosen_ == "dtr") {
-    active_ = std::move(dtr_);  // it evicted in this iteration: the same instance goes on
   } else {
     active_ = make_candidate(chosen_);
     active_->attach(*view_);

@@ -1,20 +1,22 @@
-// auto (ours): one policy that chooses, per run, among keep / swap / recompute plans by their
-// effect on the whole iteration rather than by an isolated per-tensor figure.
-//   Measured iteration: passive (DTR's eviction on OOM), every access and kernel timed.
-//   Plan: each candidate planner (Capuchin hybrid / swap / recompute, Chen's checkpointing, DTR,
-//   passive recomputation) is rehearsed on the sim backend's model of the measured iteration:
-//   the same graph, memory manager, allocator (arena, fragmentation, compaction), copy queues
-//   and compute stream, with the measured kernel times and link bandwidth (on sim, the run's own
-//   GPU model, so the rehearsal is the run). A candidate that runs out of memory is discarded;
-//   the fastest rehearsed iteration wins. Guided iterations are run by that planner's policy,
-//   fed the measured trace (its own measured iteration is the one just run).
-// Deviations from the design (docs/design.md, "auto"): the choice is per run among whole
-// plans, not per tensor and access gap in one search; no compression candidate (it needs
-// densities on sim); no exact (ILP/DP) search; no pre-triggered recomputation. The rehearsal
-// needs a Rehearser (vtensor/train/rehearsal.h, set by the Trainer); without one, auto runs
-// Capuchin's hybrid.
+// auto (ours): one policy that chooses keep / swap / recompute by each plan's effect on the
+// whole iteration, not by an isolated per-tensor figure.
+//   Measured iteration: passive (LRU swap on OOM, parameters last), every access and kernel timed.
+//   Plan: each candidate (Capuchin hybrid / recompute / swap, Chen's checkpointing, DTR, then the
+//   search's variants: the Capuchin modes planned for 97-85% of the budget, the hybrid with its
+//   swap stall weighed 0.25-16x) is rehearsed on the sim backend's model of the measured
+//   iteration: the same graph, memory manager, caching allocator (arena, fragmentation,
+//   compaction), copy queues and compute stream, with the measured kernel times and link (on
+//   sim, the run's own GPU model: the rehearsal is the run). Out of memory discards a candidate;
+//   the lowest mean guided time wins. Time limit 8 s (the plain planners go first). Guided
+//   iterations are run by the winner's policy, fed the measured trace.
+// Deviations from the design: the choice is among whole plans, not per tensor and gap in
+// one search; no compression candidate, no ILP/DP, no pre-triggered recompute. Without a
+// Rehearser (vtensor/train/rehearsal.h, set by the Trainer) it runs Capuchin's hybrid. Full
+// notes: docs/design.md.
 #pragma once
+#include <chrono>
 #include <functional>
+#include <stdexcept>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,6 +33,7 @@ struct RehearsalSetup {
   std::vector<double> op_ms;       // per op, the measured kernel time (empty: the cost model's)
   double link_ms_per_byte = 0;     // measured host link (0: the GPU's)
   int iterations = 4;              // the measured one and guided ones (as the benchmarks run)
+  double time_limit_ms = 0;        // wall time the rehearsal may take (0: no limit)
 };
 
 struct RehearsalResult {
@@ -42,6 +45,11 @@ struct RehearsalResult {
   double stall_ms = 0, recompute_ms = 0;  // means over the guided iterations
   uint64_t compactions = 0, evictions = 0, swapped_out_bytes = 0, recomputed_ops = 0;  // per guided iteration (mean)
   double wall_ms = 0;              // how long the rehearsal took
+};
+
+// A rehearsal ran past its time limit (thrown by the rehearsed policy, caught by the rehearsal).
+struct RehearsalTimeout : std::runtime_error {
+  RehearsalTimeout() : std::runtime_error("not rehearsed to the end: planning time limit") {}
 };
 
 using Rehearser = std::function<RehearsalResult(const std::string& policy, const RehearsalSetup& setup)>;
@@ -69,6 +77,8 @@ class AutoPolicy final : public Policy {
   std::string summary() const override;
 
   void set_rehearser(Rehearser r) { rehearser_ = std::move(r); }
+  // A rehearsal's policy: past this point after_op and choose_victims throw RehearsalTimeout.
+  void set_deadline(std::chrono::steady_clock::time_point t) { deadline_ = t, has_deadline_ = true; }
   void set_candidates(std::vector<std::string> c) { candidates_ = std::move(c); }
   // Once planning has taken this long, the remaining candidates are not rehearsed.
   void set_time_limit_ms(double ms) { time_limit_ms_ = ms; }
@@ -87,11 +97,13 @@ class AutoPolicy final : public Policy {
   const MemoryView* view_ = nullptr;
   std::unique_ptr<Policy> measuring_;  // Capuchin's hybrid, passive until it plans
   std::unique_ptr<Policy> active_;     // the chosen planner's policy, once chosen
-  std::unique_ptr<Policy> dtr_;       // evicts while measuring (passive)
   std::string chosen_;
   std::vector<RehearsalResult> rehearsals_;
   double planning_ms_ = 0;
   double time_limit_ms_ = kDefaultTimeLimitMs;
+  std::chrono::steady_clock::time_point deadline_{};
+  bool has_deadline_ = false;
+  void check_deadline() const;
 
  public:
   static constexpr double kDefaultTimeLimitMs = 8000;

@@ -21,8 +21,11 @@ RehearsalResult rehearse(const std::string& candidate, const RehearsalSetup& set
     opts.op_ms = setup.op_ms;
     opts.link_ms_per_byte = setup.link_ms_per_byte;
     auto backend = make_sim_backend(opts);
-    MemoryManager mm(*backend, *setup.graph, make_allocator("caching", backend->arena_bytes(), ""),
-                     std::make_unique<AutoPolicy>(candidate));
+    auto policy = std::make_unique<AutoPolicy>(candidate);
+    if (setup.time_limit_ms > 0)
+      policy->set_deadline(std::chrono::steady_clock::now() +
+                           std::chrono::microseconds(static_cast<long long>(setup.time_limit_ms * 1e3)));
+    MemoryManager mm(*backend, *setup.graph, make_allocator("caching", backend->arena_bytes(), ""), std::move(policy));
     Executor exec(*setup.graph, *backend, mm);
     mm.init_persistent(1);
     int guided = 0;
@@ -43,6 +46,8 @@ RehearsalResult rehearse(const std::string& candidate, const RehearsalSetup& set
     r.compactions /= static_cast<uint64_t>(guided), r.evictions /= static_cast<uint64_t>(guided);
     r.swapped_out_bytes /= static_cast<uint64_t>(guided), r.recomputed_ops /= static_cast<uint64_t>(guided);
     r.trained = true;
+  } catch (const RehearsalTimeout& e) {
+    r.error = e.what();
   } catch (const OutOfMemoryError& e) {
     r.error = std::string("out of memory: ") + e.what();
   } catch (const std::exception& e) {
