@@ -110,7 +110,7 @@ class AutoSim : public ::testing::TestWithParam<std::string> {};
 
 // On sim the rehearsal models the run's own GPU, so the chosen candidate's rehearsal is the run:
 // its predicted peak and mean guided iteration are the measured ones, and no candidate run on its
-// own is faster (on these tiny models: a passive policy run on its own from the first iteration
+// own is faster, and the search beats the planners as they are (on these tiny models: a passive policy run on its own from the first iteration
 // leaves another arena than auto's measured iteration, which at paper scale can cost it a few
 // percent; docs/experiments.md, "auto").
 TEST_P(AutoSim, PredictionIsTheRunAndNoCandidateIsFaster) {
@@ -123,11 +123,15 @@ TEST_P(AutoSim, PredictionIsTheRunAndNoCandidateIsFaster) {
   EXPECT_EQ(a.report["predicted_peak_bytes"].get<size_t>(), max_peak(a, 1));
   EXPECT_NEAR(a.report["predicted_time_ms"].get<double>(), mean_guided_ms(a), 1e-9 * mean_guided_ms(a));
   EXPECT_LE(max_peak(a), budget);
-  const std::string chosen = a.report["chosen"];
+  // The search's variants beat the planners as they are on these rows (by 0.9-1.9%, sim figures).
+  double plain = 1e300;
   for (const auto& c : a.report["candidates"]) {
     if (!c["trained"].get<bool>()) continue;
     EXPECT_GE(c["predicted_time_ms"].get<double>(), a.report["predicted_time_ms"].get<double>()) << c.dump();
+    if (c["policy"].get<std::string>().find('@') == std::string::npos) plain = std::min(plain, c["predicted_time_ms"].get<double>());
   }
+  EXPECT_NE(a.report["chosen"].get<std::string>().find('@'), std::string::npos) << a.report["chosen"];
+  EXPECT_LT(a.report["predicted_time_ms"].get<double>(), plain);
   for (const std::string p : {"capuchin", "capuchin-swap", "capuchin-recompute", "dtr", "lru-recompute"}) {
     SCOPED_TRACE(p);
     AutoRun r;
