@@ -109,10 +109,10 @@ INSTANTIATE_TEST_SUITE_P(Models, AutoTiny, ::testing::Values("mlp-tiny", "vgg-ti
 class AutoSim : public ::testing::TestWithParam<std::string> {};
 
 // On sim the rehearsal models the run's own GPU, so the chosen candidate's rehearsal is the run:
-// its predicted peak and mean guided iteration are the measured ones, and no candidate run on its
-// own is faster, and the search beats the planners as they are (on these tiny models: a passive policy run on its own from the first iteration
+// its predicted peak and mean guided iteration are the measured ones; no candidate run on its own
+// is faster (on these tiny models: a passive policy run on its own from the first iteration
 // leaves another arena than auto's measured iteration, which at paper scale can cost it a few
-// percent; docs/experiments.md, "auto").
+// percent; docs/experiments.md, "auto"); and the search beats the planners as they are.
 TEST_P(AutoSim, PredictionIsTheRunAndNoCandidateIsFaster) {
   const std::string model = GetParam();
   const int iters = 4;  // the rehearsal's count
