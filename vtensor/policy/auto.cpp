@@ -36,7 +36,16 @@ const std::vector<std::string>& planner_names() {
 // "NAME", "NAME@F" (a Capuchin mode planning for F of the budget) or "capuchin@F,wW" (the hybrid
 // weighing a swap's stall W times against recompute time): the policy, or null when the name is
 // not a candidate.
-std::unique_ptr<Policy> make_candidate(const std::string& name) {
+constexpr const char* kDtrFallback = ",dtr";
+
+// "...,dtr": guided iterations evict as DTR does where the plan does not cover the budget.
+bool dtr_fallback(const std::string& name) {
+  const std::string suffix = kDtrFallback;
+  return name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::unique_ptr<Policy> make_candidate(const std::string& full) {
+  const std::string name = dtr_fallback(full) ? full.substr(0, full.size() - std::string(kDtrFallback).size()) : full;
   const size_t at = name.find('@');
   const std::string base = name.substr(0, at);
   bool known = false;
@@ -59,6 +68,7 @@ std::unique_ptr<Policy> make_candidate(const std::string& name) {
     }
     if (*end != '\0') return nullptr;
   }
+  if (dtr_fallback(full) && !dynamic_cast<CapuchinPolicy*>(p.get())) return nullptr;
   return p;
 }
 
@@ -71,6 +81,10 @@ const std::vector<std::string>& auto_candidates() {
       for (const char* mode : {"capuchin", "capuchin-recompute", "capuchin-swap"}) n.push_back(std::string(mode) + "@" + f);
     for (const char* f : {"1", "0.97", "0.94", "0.9"})
       for (const char* w : kSwapCostWeights) n.push_back(std::string("capuchin@") + f + ",w" + w);
+    for (const char* f : {"1", "0.97", "0.94", "0.9", "0.85"})
+      for (const char* mode : {"capuchin", "capuchin-recompute"}) n.push_back(std::string(mode) + "@" + f + kDtrFallback);
+    for (const char* f : {"1", "0.94"})
+      for (const char* w : kSwapCostWeights) n.push_back(std::string("capuchin@") + f + ",w" + w + kDtrFallback);
     return n;
   }();
   return names;
@@ -106,6 +120,14 @@ std::vector<Action> AutoPolicy::after_op(int op_index) {
 }
 std::vector<Victim> AutoPolicy::choose_victims(size_t bytes, const MemoryView& view) {
   check_deadline();
+  if (active_ && fallback_) {
+    auto* c = dynamic_cast<CapuchinPolicy*>(active_.get());
+    if (c && c->guided()) {
+      // As Capuchin's own fallback: a request within the budget is fragmentation (compacted).
+      if (c->plan().fits && view.allocated() + bytes <= view.budget()) return {};
+      return fallback_->choose_victims(bytes, view);
+    }
+  }
   if (active_) return active_->choose_victims(bytes, view);
   // Measuring: swap the least recently used, parameters and optimizer state last. Swapping (not
   // dropping) never runs out where a recomputation's locked inputs would (measuring under DTR's
@@ -192,6 +214,7 @@ void AutoPolicy::choose(const AccessTrace& trace) {
     if (best) chosen_ = best->policy;
   }
   if (chosen_.empty()) chosen_ = "capuchin";
+  if (dtr_fallback(chosen_)) fallback_ = make_policy("dtr");
   if (chosen_ == "capuchin") {
     measuring_->end_iteration(trace);  // it measured this iteration: it plans from it
     active_ = std::move(measuring_);

@@ -97,6 +97,7 @@ class AutoPolicy final : public Policy {
   const MemoryView* view_ = nullptr;
   std::unique_ptr<Policy> measuring_;  // Capuchin's hybrid, passive until it plans
   std::unique_ptr<Policy> active_;     // the chosen planner's policy, once chosen
+  std::unique_ptr<Policy> fallback_;   // "...,dtr": evicts in guided iterations instead of LRU swapping
   std::string chosen_;
   std::vector<RehearsalResult> rehearsals_;
   double planning_ms_ = 0;
