@@ -4,7 +4,7 @@
 For each paper model (reference batch) and DTR log at 50% / 25% of its unmanaged peak (and the
 Transformer log at 4 GB), on each GPU: one `vtensor train` / `vtensor replay --policy auto`
 with a report; from the report, the best of the planners as they are (capuchin, capuchin-recompute,
-capuchin-swap, checkpoint, dtr) against the candidate auto chose (on sim a rehearsal is the run, so
+capuchin-swap, checkpoint, dtr, lru-recompute) against the candidate auto chose (on sim a rehearsal is the run, so
 these are the times the run measures), and the planning time (rehearsals, on this machine).
 
   bench/auto_search.py [--gpus p100-16g,h100-80g] [--what models,logs] > auto_search.md
@@ -23,7 +23,7 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("VTENSOR_BINARY") or os.path.join(ROOT, "build", "vtensor")
-PLAIN = ["capuchin", "capuchin-recompute", "capuchin-swap", "checkpoint", "dtr"]
+PLAIN = ["capuchin", "capuchin-recompute", "capuchin-swap", "checkpoint", "dtr", "lru-recompute"]
 MODELS = [("resnet50", ["--batch", "32"]), ("vgg16", ["--batch", "64"]),
           ("gpt2-small", ["--batch", "8", "--seq", "1024"]), ("bert-base", ["--batch", "32", "--seq", "128"])]
 LOGS = ["densenet121", "inceptionv4", "lstm", "resnet32", "transformer", "treelstm", "unet", "unroll_gan"]

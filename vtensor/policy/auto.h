@@ -1,9 +1,9 @@
 // auto (ours): one policy that chooses keep / swap / recompute by each plan's effect on the
 // whole iteration, not by an isolated per-tensor figure.
 //   Measured iteration: passive (LRU swap on OOM, parameters last), every access and kernel timed.
-//   Plan: each candidate (the Capuchin modes, checkpointing, DTR, lru-recompute, then the
-//   search's variants: the Capuchin modes planned for 97-85% of the budget, the hybrid with its
-//   swap stall weighed 0.25-16x) is rehearsed on the sim backend's model of the measured
+//   Plan: each candidate (the Capuchin modes, checkpointing, DTR, lru-recompute, then the search's
+//   variants: Capuchin planned for 97-85% of the budget, its swap stall weighed 0.25-16x, DTR's
+//   eviction as the guided fallback) is rehearsed on the sim backend's model of the measured
 //   iteration: the same graph, memory manager, caching allocator (arena, fragmentation,
 //   compaction), copy queues and compute stream, with the measured kernel times and link (on
 //   sim, the run's own GPU model: the rehearsal is the run). Out of memory discards a candidate;
