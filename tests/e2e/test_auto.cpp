@@ -191,3 +191,17 @@ TEST(Auto, PlanningTimeLimitKeepsThePlainPlanners) {
   for (size_t i = 1; i < a->rehearsals().size(); ++i)
     EXPECT_NE(a->rehearsals()[i].error.find("time limit"), std::string::npos) << a->rehearsals()[i].policy;
 }
+
+// The rehearsal uses the run's allocator and host budget, so on sim the prediction is still the
+// run with --allocator planned and --host-budget.
+TEST(AutoSimRun, PredictionHoldsWithThePlannedPoolAndAHostBudget) {
+  const AutoRun base = train(config("resnet-tiny", "none", 0, 2, "p100-16g"));
+  TrainConfig cfg = config("resnet-tiny", "auto", align_up(max_peak(base) / 4), 4, "p100-16g");
+  cfg.allocator = "planned";
+  cfg.host_budget = size_t{4} << 20;
+  const AutoRun a = train(cfg);
+  ASSERT_TRUE(a.report.contains("predicted_peak_bytes")) << a.report.dump();
+  EXPECT_EQ(a.report["predicted_peak_bytes"].get<size_t>(), max_peak(a, 1));
+  EXPECT_NEAR(a.report["predicted_time_ms"].get<double>(), mean_guided_ms(a), 1e-9 * mean_guided_ms(a));
+  for (const auto& s : a.iters) EXPECT_LE(s.peak_host, cfg.host_budget);
+}

@@ -185,6 +185,8 @@ class MemoryManager final : public MemoryView {
   double copy_ms_per_byte() const override;
   double copy_latency_ms() const override;
   std::string modelled_gpu() const override { return backend_.modelled_gpu(); }
+  std::string allocator_name() const override { return allocator_->name(); }
+  size_t host_budget() const override { return host_.budget() == HostPool::kUnlimited ? 0 : host_.budget(); }
   static constexpr size_t kCalibrationBytes = size_t{4} << 20;
 
   Residency residency(TensorId id) const { return st(storage_of(id)).residency; }

@@ -54,6 +54,10 @@ class MemoryView {
   virtual double copy_latency_ms() const { return 0.0; }
   // The sim backend's GPU name (a rehearsal on sim can model the same one); empty elsewhere.
   virtual std::string modelled_gpu() const { return {}; }
+  // The device allocator's name ("caching", "planned") and the host pool's budget (0: unlimited),
+  // so that a rehearsal of the run (policy auto) can use the same.
+  virtual std::string allocator_name() const { return "caching"; }
+  virtual size_t host_budget() const { return 0; }
   // Scratch an op's kernel is given this iteration (its conv algorithm's, as the backend sizes it).
   virtual size_t workspace_bytes(const Op& op) const { return op.workspace_bytes; }
   // Elements of a resident tensor whose bit pattern is non-zero (a measurement for sizing

@@ -179,6 +179,8 @@ void AutoPolicy::choose(const AccessTrace& trace) {
     s.graph = &view_->graph();
     s.budget = view_->budget();
     s.gpu = view_->modelled_gpu();
+    s.allocator = view_->allocator_name();
+    s.host_budget = view_->host_budget();
     if (s.gpu.empty()) {  // not on sim: model the measurement
       s.gpu = kRehearsalGpu;
       if (trace.op_ms.size() == view_->graph().num_ops()) s.op_ms = trace.op_ms;

@@ -32,6 +32,8 @@ struct RehearsalSetup {
   std::string gpu;                 // the GPU the sim models (the run's own on sim)
   std::vector<double> op_ms;       // per op, the measured kernel time (empty: the cost model's)
   double link_ms_per_byte = 0;     // measured host link (0: the GPU's)
+  std::string allocator = "caching";  // the run's device allocator (its default planner)
+  size_t host_budget = 0;          // the run's --host-budget (0: unlimited)
   int iterations = 4;              // the measured one and guided ones (as the benchmarks run)
   double time_limit_ms = 0;        // wall time the rehearsal may take (0: no limit)
 };

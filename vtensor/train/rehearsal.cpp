@@ -25,7 +25,8 @@ RehearsalResult rehearse(const std::string& candidate, const RehearsalSetup& set
     if (setup.time_limit_ms > 0)
       policy->set_deadline(std::chrono::steady_clock::now() +
                            std::chrono::microseconds(static_cast<long long>(setup.time_limit_ms * 1e3)));
-    MemoryManager mm(*backend, *setup.graph, make_allocator("caching", backend->arena_bytes(), ""), std::move(policy));
+    MemoryManager mm(*backend, *setup.graph, make_allocator(setup.allocator, backend->arena_bytes(), ""), std::move(policy));
+    mm.set_host_budget(setup.host_budget);
     Executor exec(*setup.graph, *backend, mm);
     mm.init_persistent(1);
     int guided = 0;
