@@ -1115,6 +1115,195 @@ EXPERIMENTS["dtr-logs-p100"] = dtr_logs_gpu("p100-16g", True)
 EXPERIMENTS["dtr-logs-h100"] = dtr_logs_gpu("h100-80g", False)
 
 
+
+# Capuchin, DTR and the passive baselines on the cpu backend (tiny presets, real data): per
+# budget (a fraction of none's peak at batch 32) and policy, the run at batch 32 (16
+# iterations; time: the fastest after the first, other figures medians after the first) and the
+# largest batch that trains in that budget (the runner's exact search with 3-iteration train
+# runs: `vtensor maxbatch` runs on sim only).
+
+CAPUCHIN_CPU_POLICIES = ["none", "capuchin-swap", "capuchin-recompute", "capuchin", "dtr", "vdnn-conv", "lru", "lru-recompute"]
+
+
+def capuchin_cpu(model, fractions):
+    def budget(r, got):
+        return fraction_of_peak(got["unbounded"], r["fraction"])
+
+    def ok(fn):
+        return lambda c: fn(c.rep["run"]) if c.rep["run"] is not None else "–"
+
+    def mb_vs_none(c):
+        n, m = c.rep["none max batch"]["max_batch"], c.rep["max batch"]["max_batch"]
+        return f"{m / n:.2f}" if n else "– (none: 0)"
+
+    return {
+        "kind": "runs", "serial": True,
+        "about": f"{model} on the cpu backend at batch 32, 16 iterations, budget = the fraction of none's peak; max "
+                 "batch: the largest batch that trains in the budget (3 iterations per probe, up to 1024); "
+                 "time ratios on a shared 2-core machine are noisy",
+        "defaults": {"backend": "cpu", "iters": 16, "batch": 32, "model": model},
+        "rows": [{"fraction": f, "policy": p} for f in fractions for p in CAPUCHIN_CPU_POLICIES],
+        "runs": [("unbounded", lambda r, got: train(r)),
+                 ("run", lambda r, got: train(r, "--policy", r["policy"], "--budget", budget(r, got))),
+                 ("max batch", lambda r, got: {"start": 32, "limit": 1024, "search": lambda b, r=r, B=budget(r, got): train(
+                     {**r, "batch": b, "iters": 3}, "--policy", r["policy"], "--budget", B)}),
+                 ("none max batch", lambda r, got: {"start": 32, "limit": 1024, "search": lambda b, r=r, B=budget(r, got): train(
+                     {**r, "batch": b, "iters": 3}, "--policy", "none", "--budget", B)})],
+        "columns": [
+            ("budget", lambda c: "{} × peak = {} (none: {:.2f} ms)".format(
+                c.row["fraction"], mib(budget(c.row, c.rep)), fastest(c.rep["unbounded"]))),
+            ("policy", lambda c: c.row["policy"]),
+            ("peak allocated", lambda c: mib(c.rep["run"]["summary"]["peak_allocated_bytes"]) if c.rep["run"] else
+             "OOM" if c.row["policy"] == "none" else "OOM at batch 32"),
+            ("time vs none", lambda c: f"{fastest(c.rep['run']) / fastest(c.rep['unbounded']):.2f}" if c.rep["run"] else "–"),
+            ("swapped out / iter", ok(lambda r: mib(median(i["swapped_out_bytes"] for i in steady(r))))),
+            ("recomputed ops / iter", ok(lambda r: f"{median(i['recomputed_ops'] for i in steady(r)):.1f}")),
+            ("stall / iter", ok(lambda r: f"{median(i['stall_ms'] for i in steady(r)):.2f} ms")),
+            ("max batch", lambda c: c.rep["max batch"]["max_batch"]),
+            ("max batch vs none", mb_vs_none)]}
+
+
+EXPERIMENTS["capuchin-cpu-resnet-tiny"] = capuchin_cpu("resnet-tiny", [0.5, 0.25])
+EXPERIMENTS["capuchin-cpu-vgg-tiny"] = capuchin_cpu("vgg-tiny", [0.62, 0.5, 0.25])
+
+
+
+# Unified memory on the cpu backend (tiny presets, real paging): the last iteration's
+# unified_memory counters of `vtensor train --iters 4 --policy um|um-prefetch --budget B --um-page-size S`.
+
+def um_cpu_col(fn):
+    return lambda c: fn(c.rep["run"]["iterations"][-1]["unified_memory"])
+
+
+EXPERIMENTS["um-cpu"] = {
+    "kind": "runs", "serial": True,
+    "about": "`vtensor train --model M --iters 4 --policy P --budget B --um-page-size S [--optimizer adam]` on the cpu "
+             "backend, the last iteration's unified_memory counters",
+    "defaults": {"backend": "cpu", "iters": 4},
+    "rows": [{"model": m, "budget": b, "page": pg, "policy": p, **({"optimizer": "adam"} if m == "gpt-tiny" else {})}
+             for m, b, pg in (("resnet-tiny", "1856KiB", "64KiB"), ("vgg-tiny", "1000KiB", "16KiB"), ("gpt-tiny", "1984KiB", "64KiB"))
+             for p in ("um", "um-prefetch")],
+    "runs": [("none", lambda r, got: train(r)),
+             ("run", lambda r, got: train(r, "--policy", r["policy"], "--budget", r["budget"], "--um-page-size", r["page"]))],
+    "columns": [
+        ("model", lambda c: f"{c.row['model']} (peak {mib(c.rep['none']['summary']['peak_allocated_bytes'])})"
+         if c.row["policy"] == "um" else c.row["model"]),
+        ("policy", lambda c: c.row["policy"]), ("budget / page", lambda c: f"{c.row['budget']} / {c.row['page']}"),
+        ("final loss", lambda c: c.rep["run"]["summary"]["final_loss"], "{:.5f}"),
+        ("losses = none", lambda c: loss_equals_none(c.rep["run"], c.rep["none"])),
+        ("faults / batches", um_cpu_col(lambda u: f"{u['faults']} / {u['fault_batches']}")),
+        ("pages in / out", um_cpu_col(lambda u: f"{u['pages_in']} / {u['pages_out']}")),
+        ("prefetched (late)", um_cpu_col(lambda u: f"{u['prefetches']} ({u['prefetch_late']} late)")),
+        ("pre-evicted", um_cpu_col(lambda u: u["pre_evictions"])),
+        ("invalidated", um_cpu_col(lambda u: u["invalidated_pages"])),
+        ("dead pages copied out", um_cpu_col(lambda u: u["dead_pages_out"])),
+        ("device peak", um_cpu_col(lambda u: mib(u["peak_device_bytes"])))]}
+
+
+# FreeLunch on the cpu backend (real codecs): the last of 5 iterations.
+
+def last_it(c, key):
+    return c.rep["run"]["iterations"][-1][key]
+
+
+EXPERIMENTS["compress-cpu"] = {
+    "kind": "runs", "serial": True,
+    "about": "`vtensor train --model M --policy P --budget B --iters 5` on the cpu backend, the last iteration",
+    "defaults": {"backend": "cpu", "iters": 5},
+    "rows": [{"model": m, "budget": b, "policy": p, "flags_": fl} for m, bs in (("resnet-tiny", ("1280KiB", "2560KiB")),
+                                                                             ("vgg-tiny", ("830KiB",)))
+             for b in bs for p, fl in (("lru", []), ("compress", []), ("compress+swap", []),
+                                       ("compress", ["--no-persistent-buffers"]))],
+    "runs": [("none", lambda r, got: train(r)),
+             ("run", lambda r, got: train(r, "--policy", r["policy"], "--budget", r["budget"], *r["flags_"]))],
+    "columns": [("model", lambda c: c.row["model"]), ("budget", lambda c: c.row["budget"]),
+                ("policy", lambda c: " ".join([c.row["policy"], *c.row["flags_"]])),
+                ("final loss", lambda c: c.rep["run"]["summary"]["final_loss"], "{:.4f}"),
+                ("losses = none", lambda c: loss_equals_none(c.rep["run"], c.rep["none"])),
+                ("peak MiB", lambda c: last_it(c, "peak_allocated_bytes") / 2**20, "{:.2f}"),
+                ("swapped out MiB", lambda c: last_it(c, "swapped_out_bytes") / 2**20, "{:.2f}"),
+                ("compressed MiB", lambda c: last_it(c, "compressed_bytes") / 2**20, "{:.2f}"),
+                ("ratio", lambda c: f"{last_it(c, 'compression_ratio'):.3f}" if last_it(c, "compression_ratio") else "-")]}
+
+
+# The opt-in lossy codecs: loss drift against none (cpu, real data), compress at a fraction of
+# none's peak without --lossy and with each lossy mode.
+
+LOSSY_MODES = [("(lossless)", []), ("--no-persistent-buffers", ["--no-persistent-buffers"]),
+               ("bf16", ["--lossy", "bf16", "--no-persistent-buffers"]), ("fp16", ["--lossy", "fp16", "--no-persistent-buffers"]),
+               ("int8", ["--lossy", "int8", "--no-persistent-buffers"])]
+
+EXPERIMENTS["lossy-drift"] = {
+    "kind": "runs", "serial": True,
+    "about": "cpu backend, 20 iterations: none, then compress at the fraction of its peak (rounded down to 512 bytes) "
+             "without --lossy and with each lossy mode; the largest |loss - none's loss| over the iterations, the last "
+             "iteration's compressed MiB and ratio, the codecs the run used",
+    "defaults": {"backend": "cpu", "iters": 20},
+    "rows": [{"model": m, "fraction": f, "mode": label, "mode_args": a}
+             for m, f in (("resnet-tiny", 0.35), ("vgg-tiny", 0.62)) for label, a in LOSSY_MODES],
+    "runs": [("none", lambda r, got: train(r)),
+             ("run", lambda r, got: train(r, "--policy", "compress", "--budget",
+                                          fraction_of_peak(got["none"], r["fraction"], 512), *r["mode_args"]))],
+    "columns": [("model", lambda c: c.row["model"]), ("budget", lambda c: c.row["fraction"]), ("lossy", lambda c: c.row["mode"]),
+                ("max abs loss drift", lambda c: max(abs(x["loss"] - y["loss"]) for x, y in
+                                                     zip(c.rep["none"]["iterations"], c.rep["run"]["iterations"])), "{:.2e}"),
+                ("final loss (none)", lambda c: c.rep["none"]["summary"]["final_loss"], "{:.5f}"),
+                ("final loss", lambda c: c.rep["run"]["summary"]["final_loss"], "{:.5f}"),
+                ("compressed MiB", lambda c: last_it(c, "compressed_bytes") / 2**20, "{:.2f}"),
+                ("ratio", lambda c: f"{last_it(c, 'compression_ratio'):.3f}" if last_it(c, "compression_ratio") else "-"),
+                ("codecs", lambda c: ", ".join(sorted({t["codec"] for t in c.rep["run"].get("compression", [])})))]}
+
+
+
+# The C++ benchmarks that measure what the CLI cannot (built with -DVTENSOR_BUILD_BENCH=ON):
+# the caching allocator's throughput (google benchmark) and vDNN's planned memory per rung.
+
+EXPERIMENTS["allocator-bench"] = {
+    "kind": "runs", "about": "build/bench/vtensor_bench_allocator --benchmark_format=csv: the caching allocator under a "
+                             "training-like pattern of allocations and frees (random sizes, a fixed number of live blocks)",
+    "rows": [{}],
+    "runs": [("bench", lambda r, got: ["bench:vtensor_bench_allocator", "--benchmark_format=csv"])],
+    "each": lambda c: c.rep["bench"],
+    "columns": [("live blocks", lambda c: c.item["name"].rsplit("/", 1)[1]),
+                ("alloc-or-free, wall", lambda c: float(c.item["real_time"]), "{:.0f} ns"),
+                ("alloc-or-free, cpu", lambda c: float(c.item["cpu_time"]), "{:.0f} ns")]}
+
+EXPERIMENTS["vdnn-plan"] = {
+    "kind": "runs", "about": "build/bench/vtensor_vdnn_plan vgg16:256 resnet50:128 --inplace-relu-grad vgg16:256 "
+                             "resnet50:128: the planned peak and mean of one iteration under each vDNN rung, and the op "
+                             "at the peak (planned = measured, asserted in the e2e tests)",
+    "rows": [{}],
+    "runs": [("plan", lambda r, got: ["bench:vtensor_vdnn_plan", "vgg16:256", "resnet50:128", "--inplace-relu-grad",
+                                      "vgg16:256", "resnet50:128"])],
+    "each": lambda c: [dict(x, inplace="no" if i < 10 else "yes") for i, x in enumerate(c.rep["plan"])],
+    "columns": [("model", lambda c: c.item["model"]), ("batch", lambda c: c.item["batch"]),
+                ("in-place relu bwd", lambda c: c.item["inplace"]), ("offload", lambda c: c.item["offload"]),
+                ("conv algorithm", lambda c: c.item["conv_algorithm"]),
+                ("offloaded GiB", lambda c: int(c.item["offloaded_bytes"]) / 2**30, "{:.2f}"),
+                ("peak GiB", lambda c: int(c.item["peak_bytes"]) / 2**30, "{:.2f}"),
+                ("peak vs none", lambda c: c.item["peak_vs_none"]), ("mean vs none", lambda c: c.item["mean_vs_none"]),
+                ("peak at op", lambda c: c.item["peak_op"])]}
+
+
+
+EXPERIMENTS["smoke-runs"] = {
+    "kind": "runs", "test_only": True,
+    "about": "the runner's own test of kind runs: mlp-tiny on sim, none unbounded, then two policies at half its peak "
+             "and the largest batch each trains there",
+    "defaults": {"model": "mlp-tiny", "batch": 16, "backend": "sim", "gpu": "p100-16g", "iters": 3},
+    "rows": [{"policy": "lru"}, {"policy": "capuchin"}],
+    "runs": [("none", lambda r, got: train(r)),
+             ("run", lambda r, got: train(r, "--policy", r["policy"], "--budget", fraction_of_peak(got["none"], 0.5))),
+             ("max batch", lambda r, got: {"start": r["batch"], "limit": 256, "search": lambda b, r=r, B=fraction_of_peak(
+                 got["none"], 0.5): train({**r, "batch": b}, "--policy", r["policy"], "--budget", B)})],
+    "columns": [("policy", lambda c: c.row["policy"]),
+                ("budget bytes", lambda c: fraction_of_peak(c.rep["none"], 0.5)),
+                ("none peak bytes", lambda c: c.rep["none"]["summary"]["peak_allocated_bytes"]),
+                ("peak bytes", lambda c: c.rep["run"]["summary"]["peak_allocated_bytes"]),
+                ("time vs none", lambda c: steady_mean(c.rep["run"], "time_ms") / steady_mean(c.rep["none"], "time_ms"), "{:.2f}×"),
+                ("max batch", lambda c: c.rep["max batch"]["max_batch"])]}
+
+
 # ---- Markdown
 
 def ratio(r):
