@@ -10,6 +10,13 @@ output folder and rendered as a Markdown table. Debian's python3 only.
   bench/run.py NAME --render-only [--update-docs]   # the tables again from bench-out/NAME.json, no runs
   options: --out DIR (bench-out), --jobs N (parallel maxbatch searches, default 2)
 
+Kinds: grid (`vtensor sweep` per model, then `vtensor maxbatch --budget` per cell), logs (sweeps
+of the DTR operator logs), maxbatch (`vtensor maxbatch` per model, GPU and policy), and runs
+(any table whose rows come from named `vtensor train / replay / maxbatch / sweep / costs` runs
+and their reports, or from a C++ benchmark in build/bench/: see "kind runs" below).
+Three experiments (allocator-bench, vdnn-plan, dtr-logs-p100) call those C++ benchmarks:
+configure with -DVTENSOR_BUILD_BENCH=ON.
+
 A generated table in docs/ sits between `<!-- generated: bench/run.py NAME -->` and
 `<!-- end generated: NAME -->`; --update-docs replaces what lies between, and the table carries
 the command that produced it. Policies: `all` means every policy `vtensor policies` lists, so
@@ -1304,6 +1311,22 @@ EXPERIMENTS["smoke-runs"] = {
                 ("max batch", lambda c: c.rep["max batch"]["max_batch"])]}
 
 
+
+EXPERIMENTS["um-lookahead"] = {
+    "kind": "runs",
+    "about": "um-prefetch's lookahead: `vtensor train --backend sim --gpu p100-16g --model resnet50 --batch 32 --iters 4 "
+             "--policy um-prefetch --budget 1466503936 --um-lookahead D` (50% of none's peak), the last iteration",
+    "rows": [{"d": d} for d in (1, 4, 8, 16, 32, 64)],
+    "runs": [("run", lambda r, got: train({"model": "resnet50", "batch": 32, "backend": "sim", "gpu": "p100-16g", "iters": 4},
+                                          "--policy", "um-prefetch", "--budget", 1466503936, "--um-lookahead", r["d"]))],
+    "columns": [("d", lambda c: f"{c.row['d']}" + (" (default)" if c.row["d"] == 4 else "")),
+                ("iteration", lambda c: c.rep["run"]["iterations"][-1]["time_ms"], "{:.1f} ms"),
+                ("faults", um_cpu_col(lambda u: u["faults"])),
+                ("pages in / out", um_cpu_col(lambda u: f"{u['pages_in']} / {u['pages_out']}")),
+                ("late prefetches", um_cpu_col(lambda u: u["prefetch_late"])),
+                ("stall", um_cpu_col(lambda u: f"{u['stall_ms']:.1f} ms"))]}
+
+
 # ---- Markdown
 
 def ratio(r):
@@ -1442,7 +1465,7 @@ def main():
     a = ap.parse_args()
     if a.names == ["list"]:
         for n, e in EXPERIMENTS.items():
-            print(f"{n:15s} {e['about']}")
+            print(f"{n:26s} {e['about']}")
         return
     names = [n for n, e in EXPERIMENTS.items() if not e.get("test_only")] if a.names == ["all"] else a.names
     unknown = [n for n in names if n not in EXPERIMENTS]
