@@ -290,7 +290,10 @@ def run_one(args, tmp):
     if p.returncode != 0:
         sys.exit(f"vtensor {' '.join(args)} failed ({p.returncode}): {(p.stderr or p.stdout).strip()[-500:]}")
     with open(path) as f:
-        return json.load(f), None
+        rep = json.load(f)
+    if isinstance(rep, dict):
+        rep["_stdout"] = p.stdout  # what the report leaves out (maxbatch: which memory a failed probe ran out of)
+    return rep, None
 
 
 def run_runs(name, exp, out, jobs):
@@ -1325,6 +1328,29 @@ EXPERIMENTS["um-lookahead"] = {
                 ("pages in / out", um_cpu_col(lambda u: f"{u['pages_in']} / {u['pages_out']}")),
                 ("late prefetches", um_cpu_col(lambda u: u["prefetch_late"])),
                 ("stall", um_cpu_col(lambda u: f"{u['stall_ms']:.1f} ms"))]}
+
+
+
+def next_batch_ran_out_of(rep):
+    """maxbatch: what the batch above the maximum ran out of, from the search's printed probes."""
+    m = re.search(r"batch\s+%d\s+out of memory( \(host\))?" % (rep["max_batch"] + 1), rep["_stdout"])
+    return ("host" if m.group(1) else "device") if m else "not probed"
+
+
+EXPERIMENTS["host-budget"] = {
+    "kind": "runs",
+    "about": "`vtensor maxbatch --model resnet50 --gpu p100-16g --policy P [--host-budget 64GB]`: the maximum batch "
+             "with the pinned host memory unlimited or bounded (64 GB = 59.60 GiB); peak host at that batch, cached free "
+             "buffers included; what the batch above it ran out of",
+    "rows": [{"model": "resnet50", "gpu": "p100-16g", "policy": p, "host": h}
+             for p in ("lru", "lru-recompute", "capuchin") for h in ("unlimited", "64GB")],
+    "runs": [("mb", lambda r, got: maxbatch(r, "--policy", r["policy"], *(["--host-budget", r["host"]] if r["host"] != "unlimited" else [])))],
+    "columns": [("policy", lambda c: c.row["policy"]), ("host budget", lambda c: c.row["host"].replace("GB", " GB")),
+                ("max batch", lambda c: c.rep["mb"]["max_batch"]),
+                ("peak host", lambda c: gib(c.rep["mb"]["peak_host_bytes"])),
+                ("predicted iteration", lambda c: c.rep["mb"]["iteration_ms"], "{:.2f} ms"),
+                ("samples/s", lambda c: 1e3 * c.rep["mb"]["max_batch"] / c.rep["mb"]["iteration_ms"], "{:.1f}"),
+                ("next batch", lambda c: next_batch_ran_out_of(c.rep["mb"]))]}
 
 
 # ---- Markdown
