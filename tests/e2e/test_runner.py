@@ -112,11 +112,15 @@ class Docs(unittest.TestCase):
             for i, line in enumerate(lines):
                 m = re.match(r"<!-- generated: bench/run\.py (\S+) -->", line)
                 if m:
-                    inside = m.group(1)
+                    inside, rendered = m.group(1), False
                     if inside not in names:
                         bad.append(f"{path}:{i + 1}: marker for unknown experiment {inside}")
                 elif re.match(r"<!-- end generated: (\S+) -->", line):
+                    if not rendered:
+                        bad.append(f"{path}:{i + 1}: no table between the markers of {inside}")
                     inside = None
+                elif inside is not None and line.startswith("|"):
+                    rendered = True
                 if line.startswith("#"):
                     since_heading = []
                 if line.startswith("|") and not prev.startswith("|") and inside is None:
