@@ -1113,7 +1113,7 @@ def dtr_logs_gpu(gpu, prediction):
         runs.append(("plan", lambda r, got: ["bench:vtensor_dtr_log_plan", f"dtr:{r['log']}", "--fractions", "0.5,0.25",
                                              *(["--budgets", "4000000000"] if r["log"] == "transformer" else [])]))
         cols.append(("capuchin, planner's prediction", dtr_log_prediction))
-    return {"kind": "runs",
+    return {"kind": "runs", "needs": ["vtensor_dtr_log_plan"] if prediction else [],
             "about": f"`vtensor sweep --trace dtr:LOG --gpu {gpu} --iters 4` at 50% / 25% of each log's unmanaged peak (and "
                      "4 GB for the Transformer); time against the log's unmanaged replay" +
                      ("; the last column from build/bench/vtensor_dtr_log_plan (-DVTENSOR_BUILD_BENCH=ON)" if prediction else ""),
@@ -1269,7 +1269,7 @@ EXPERIMENTS["lossy-drift"] = {
 # the caching allocator's throughput (google benchmark) and vDNN's planned memory per rung.
 
 EXPERIMENTS["allocator-bench"] = {
-    "kind": "runs", "about": "build/bench/vtensor_bench_allocator --benchmark_format=csv: the caching allocator under a "
+    "kind": "runs", "needs": ["vtensor_bench_allocator"], "about": "build/bench/vtensor_bench_allocator --benchmark_format=csv: the caching allocator under a "
                              "training-like pattern of allocations and frees (random sizes, a fixed number of live blocks)",
     "rows": [{}],
     "runs": [("bench", lambda r, got: ["bench:vtensor_bench_allocator", "--benchmark_format=csv"])],
@@ -1279,7 +1279,7 @@ EXPERIMENTS["allocator-bench"] = {
                 ("alloc-or-free, cpu", lambda c: float(c.item["cpu_time"]), "{:.0f} ns")]}
 
 EXPERIMENTS["vdnn-plan"] = {
-    "kind": "runs", "about": "build/bench/vtensor_vdnn_plan vgg16:256 resnet50:128 --inplace-relu-grad vgg16:256 "
+    "kind": "runs", "needs": ["vtensor_vdnn_plan"], "about": "build/bench/vtensor_vdnn_plan vgg16:256 resnet50:128 --inplace-relu-grad vgg16:256 "
                              "resnet50:128: the planned peak and mean of one iteration under each vDNN rung, and the op "
                              "at the peak (planned = measured, asserted in the e2e tests)",
     "rows": [{}],
@@ -1534,6 +1534,10 @@ def main():
         sys.exit("--jobs must be at least 1")
     if not os.access(BIN, os.X_OK):
         sys.exit(f"{BIN} not found: build first (scripts/install.sh)")
+    missing = sorted({b for n in names for b in EXPERIMENTS[n].get("needs", [])
+                      if not os.access(os.path.join(os.path.dirname(BIN), "bench", b), os.X_OK)})
+    if missing and not a.render_only:  # before anything runs, not half-way through `all`
+        sys.exit(f"{', '.join(missing)} not built: configure with -DVTENSOR_BUILD_BENCH=ON and build them")
     for n in names:
         exp = EXPERIMENTS[n]
         if a.render_only:
