@@ -5,7 +5,8 @@ output folder and rendered as a Markdown table. Debian's python3 only.
 
   bench/run.py list                       # the experiments and what each runs
   bench/run.py NAME [NAME ...] | all      # run them; results in bench-out/NAME.{csv,json,md}
-                                          # (all: every experiment but the runner's own test, smoke)
+                                          # (all: every experiment but the runner's own tests, smoke
+                                          # and smoke-runs; about 30 minutes on 2 cores)
   bench/run.py NAME --update-docs         # and rewrite NAME's generated tables in docs/*.md
   bench/run.py NAME --render-only [--update-docs]   # the tables again from bench-out/NAME.json, no runs
   options: --out DIR (bench-out), --jobs N (parallel maxbatch searches, default 2)
