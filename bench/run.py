@@ -5,9 +5,18 @@ output folder and rendered as a Markdown table. Debian's python3 only.
 
   bench/run.py list                       # the experiments and what each runs
   bench/run.py NAME [NAME ...] | all      # run them; results in bench-out/NAME.{csv,json,md}
-                                          # (all: every experiment but the runner's own test, smoke)
+                                          # (all: every experiment but the runner's own tests, smoke
+                                          # and smoke-runs; about 30 minutes on 2 cores)
   bench/run.py NAME --update-docs         # and rewrite NAME's generated tables in docs/*.md
+  bench/run.py NAME --render-only [--update-docs]   # the tables again from bench-out/NAME.json, no runs
   options: --out DIR (bench-out), --jobs N (parallel maxbatch searches, default 2)
+
+Kinds: grid (`vtensor sweep` per model, then `vtensor maxbatch --budget` per cell), logs (sweeps
+of the DTR operator logs), maxbatch (`vtensor maxbatch` per model, GPU and policy), and runs
+(any table whose rows come from named `vtensor train / replay / maxbatch / sweep / costs` runs
+and their reports, or from a C++ benchmark in build/bench/: see "kind runs" below).
+Three experiments (allocator-bench, vdnn-plan, dtr-logs-p100) call those C++ benchmarks:
+configure with -DVTENSOR_BUILD_BENCH=ON.
 
 A generated table in docs/ sits between `<!-- generated: bench/run.py NAME -->` and
 `<!-- end generated: NAME -->`; --update-docs replaces what lies between, and the table carries
@@ -22,6 +31,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -216,6 +226,1167 @@ def run_maxbatch(name, exp, out, jobs):
             return list(ex.map(search, work))
 
 
+
+# kind runs: a table whose every row comes from named `vtensor` runs and what they report. Each
+# row is a dict (model, batch, seq, optimizer, flags, backend, gpu, iters and whatever the
+# columns read; the experiment's "defaults" fill in what a row leaves out). "runs" lists
+# (name, function(row, got) -> argument list) in order: `got` holds the reports of the row's
+# earlier runs (None where a run ran out of memory), so a budget can be a fraction of an
+# earlier run's peak. The arguments start with the subcommand: train and replay write their JSON
+# report (--report), maxbatch its search, sweep and costs their CSV rows (--out); "bench:NAME ..." runs the
+# C++ benchmark build/bench/NAME (built with -DVTENSOR_BUILD_BENCH=ON) and reads the CSV it
+# prints. A function returning None skips that run. Identical runs within an experiment run
+# once, so rows share their baseline. "columns" lists (header, function(c)[, format]): c.row is
+# the row, c.rep[name] a run's report (None: out of memory, c.err[name] says why); the CSV holds
+# the values, the Markdown the formatted ones. A run function may instead return a batch search,
+# {"search": function(batch) -> arguments, "start": batch[, "precision", "limit"]} (search_batch). "serial": rows one at a time (cpu timings).
+# Optional "keep": function(c) -> False drops the row; "each": function(c) -> items makes one
+# table row per item (c.item), e.g. per layer of a report.
+
+class Ctx:
+    def __init__(self, row, rep, err):
+        self.row, self.rep, self.err = row, rep, err
+
+
+class Memo:
+    """Runs each distinct command once; threads asking for one being run wait for it."""
+
+    def __init__(self):
+        self.lock, self.slots = threading.Lock(), {}
+
+    def get(self, key, fn):
+        with self.lock:
+            slot = self.slots.get(key)
+            mine = slot is None
+            if mine:
+                slot = self.slots[key] = [threading.Event(), None]
+        if mine:
+            try:
+                slot[1] = fn()
+            finally:
+                slot[0].set()
+        slot[0].wait()
+        return slot[1]
+
+
+def run_one(args, tmp):
+    """One run: (its report, None), or (None, the error) when it ran out of memory."""
+    fd, path = tempfile.mkstemp(dir=tmp)
+    os.close(fd)
+    if args[0].startswith("bench:"):
+        exe = os.path.join(os.path.dirname(BIN), "bench", args[0][len("bench:"):])
+        if not os.access(exe, os.X_OK):
+            sys.exit(f"{exe} not found: configure with -DVTENSOR_BUILD_BENCH=ON and build it")
+        p = subprocess.run([exe, *args[1:]], capture_output=True, text=True)
+        if p.returncode != 0:
+            sys.exit(f"{' '.join([exe, *args[1:]])} failed ({p.returncode}): {p.stderr.strip()[-500:]}")
+        return list(csv.DictReader(p.stdout.splitlines())), None
+    if args[0] in ("sweep", "costs"):  # they write CSV
+        path += ".csv"
+        vt([*args, "--out", path])
+        return read_csv(path), None
+    p = vt([*args, "--report", path], check=False)
+    if p.returncode == 3:  # out of device (or host) memory
+        return None, (p.stderr or p.stdout).strip()
+    if p.returncode != 0:
+        sys.exit(f"vtensor {' '.join(args)} failed ({p.returncode}): {(p.stderr or p.stdout).strip()[-500:]}")
+    with open(path) as f:
+        rep = json.load(f)
+    if isinstance(rep, dict):
+        rep["_stdout"] = p.stdout  # what the report leaves out (maxbatch: which memory a failed probe ran out of)
+    return rep, None
+
+
+def run_runs(name, exp, out, jobs):
+    memo = Memo()
+    rows = [{**exp.get("defaults", {}), **r} for r in exp["rows"]]
+    print(f"[{name}] {len(rows)} rows", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        def one(row):
+            rep, err = {}, {}
+            for run_name, fn in exp["runs"]:
+                args = fn(row, rep)
+                if args is None:
+                    continue
+                if isinstance(args, dict):  # a batch search: {"search": function(batch) -> arguments, "start": batch}
+                    key = ("search", *map(str, args["search"](0)), args.get("precision", 0))
+                    rep[run_name], err[run_name] = memo.get(key, lambda: (search_batch(args, memo, tmp), None))
+                    continue
+                args = [str(a) for a in args]
+                rep[run_name], err[run_name] = memo.get(tuple(args), lambda: run_one(args, tmp))
+            c = Ctx(row, rep, err)
+            if not exp.get("keep", lambda c: True)(c):
+                return []
+            out_rows = []
+            for item in exp["each"](c) if "each" in exp else [None]:
+                c.item, vals = item, {}
+                for col in exp["columns"]:
+                    v = col[1](c)
+                    vals[col[0]] = "" if v is None else v
+                out_rows.append(vals)
+            return out_rows
+
+        with ThreadPoolExecutor(max_workers=1 if exp.get("serial") else jobs) as ex:
+            return [r for part in ex.map(one, rows) for r in part]
+
+
+def search_batch(spec, memo, tmp):
+    """The largest batch whose run fits, from spec["start"]: doubling while it trains (or halving
+    until it does), then bisection until hi - lo <= max(1, precision * lo). For what `vtensor
+    maxbatch` cannot search (a train flag it does not take: the compress ablation)."""
+    def fits(b):
+        args = [str(a) for a in spec["search"](b)]
+        return memo.get(tuple(args), lambda: run_one(args, tmp))[0] is not None
+
+    limit, lo = spec.get("limit", 1 << 16), max(1, spec["start"])
+    if fits(lo):
+        hi = lo * 2
+        while hi <= limit and fits(hi):
+            lo, hi = hi, hi * 2
+        if hi > limit:
+            return {"max_batch": lo}
+    else:
+        hi, lo = lo, lo // 2
+        while lo >= 1 and not fits(lo):
+            hi, lo = lo, lo // 2
+        if lo < 1:
+            return {"max_batch": 0}
+    while hi - lo > max(1, int(spec.get("precision", 0) * lo)):
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return {"max_batch": lo}
+
+
+def md_runs(name, exp, rows):
+    cols = exp["columns"]
+    lines = ["| " + " | ".join(c[0] for c in cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        cells = []
+        for c in cols:
+            v = r[c[0]]
+            cells.append(c[2].format(v) if len(c) > 2 and v != "" else str(v))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+# Helpers for the runs' arguments and the columns.
+
+def train(row, *extra, cmd="train"):
+    """`vtensor train` (or replay) of a row: its model, backend, GPU and iterations, and extra."""
+    if cmd == "replay":
+        a = ["replay", "--trace", row["trace"], "--gpu", row["gpu"]]
+    else:
+        a = ["train", *model_args(row), "--backend", row.get("backend", "cpu")]
+        if row.get("backend") == "sim":
+            a += ["--gpu", row["gpu"]]
+    return [*a, "--iters", row.get("iters", 3), "--quiet", *row.get("train_args", []), *extra]
+
+
+def maxbatch(row, *extra):
+    """`vtensor maxbatch` of a row's model (the search chooses the batch) on its GPU."""
+    return ["maxbatch", *model_args({k: v for k, v in row.items() if k != "batch"}), "--gpu", row["gpu"], *extra]
+
+
+def fraction_of_peak(rep, f, align=256):
+    """A budget: the fraction f of a report's peak allocated bytes, rounded down to align."""
+    return int(rep["summary"]["peak_allocated_bytes"] * f) // align * align
+
+
+def steady(rep):
+    """The iterations after the first (the measured one for the planning policies)."""
+    return rep["iterations"][1:] or rep["iterations"]
+
+
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+def gib(b):
+    return f"{b / 2**30:.2f} GiB"
+
+
+def mib(b):
+    return f"{b / 2**20:.2f} MiB"
+
+
+
+# ---- the experiments of kind runs (docs/experiments.md's section tables)
+
+UNLIMITED = ["--budget", "1024GiB"]
+SIM_MODELS = [("ResNet-50, 224x224", "resnet50", 32), ("ResNet-50, 224x224", "resnet50", 1000),
+              ("VGG-16, 224x224", "vgg16", 64), ("VGG-16, 224x224", "vgg16", 256)]
+
+EXPERIMENTS.update({
+    "sim-peaks": {
+        "kind": "runs", "about": "policy none, unlimited budget, 2 iterations; the second iteration's predicted time",
+        "defaults": {"backend": "sim", "iters": 2},
+        "rows": [{"label": l, "model": m, "batch": b} for l, m, b in SIM_MODELS] +
+                [{"label": "DTR Transformer log (recorded on a Titan V)", "trace": "dtr:transformer", "batch": 10}],
+        "runs": [(g, lambda r, got, g=g: train({**r, "gpu": g}, *UNLIMITED, "--policy", "none",
+                                                cmd="replay" if "trace" in r else "train"))
+                 for g in ("p100-16g", "titan-x-12g")],
+        "columns": [("workload", lambda c: c.row["label"]), ("batch", lambda c: c.row["batch"]),
+                    ("peak allocated", lambda c: gib(c.rep["p100-16g"]["summary"]["peak_allocated_bytes"])),
+                    ("peak reserved", lambda c: gib(c.rep["p100-16g"]["summary"]["peak_reserved_bytes"])),
+                    ("iteration, p100-16g", lambda c: c.rep["p100-16g"]["iterations"][-1]["time_ms"], "{:.2f} ms"),
+                    ("iteration, titan-x-12g", lambda c: c.rep["titan-x-12g"]["iterations"][-1]["time_ms"], "{:.2f} ms")]},
+    "sim-maxbatch": {
+        "kind": "runs", "about": "`vtensor maxbatch --model M --gpu G --policy P`, budget = the GPU's memory",
+        "rows": [{"label": l, "model": m, "gpu": g, "policy": p}
+                 for l, m in (("ResNet-50", "resnet50"), ("VGG-16", "vgg16")) for g in ("p100-16g", "titan-x-12g")
+                 for p in ("none", "lru", "lru-recompute")],
+        "runs": [("mb", lambda r, got: maxbatch(r, "--policy", r["policy"]))],
+        "columns": [("model", lambda c: c.row["label"]), ("GPU", lambda c: c.row["gpu"]), ("policy", lambda c: c.row["policy"]),
+                    ("max batch", lambda c: c.rep["mb"]["max_batch"]),
+                    ("peak allocated", lambda c: gib(c.rep["mb"]["peak_allocated_bytes"])),
+                    ("predicted iteration", lambda c: c.rep["mb"]["iteration_ms"], "{:.2f} ms"),
+                    ("samples/s", lambda c: 1e3 * c.rep["mb"]["max_batch"] / c.rep["mb"]["iteration_ms"], "{:.1f}"),
+                    ("non-monotonic", lambda c: " ".join(map(str, c.rep["mb"]["non_monotonic"])) or "none")]},
+})
+
+
+def sweep_row(c, policy):
+    """The row of a sweep's CSV (run "sweep") at the row's budget under policy."""
+    return next(x for x in c.rep["sweep"] if (x["budget"], x["policy"]) == (c.row["budget"], policy))
+
+
+def sweep_cell(c, policy, fn):
+    x = sweep_row(c, policy)
+    return fn(x) if x["status"] == "ok" else "oom"
+
+
+TRANSFORMER_BUDGETS = ["100%", "75%", "50%", "40%", "30%", "25%", "20%"]
+EXPERIMENTS["dtr-transformer-sweep"] = {
+    "kind": "runs", "about": "`vtensor sweep --trace dtr:transformer --gpu p100-16g --budgets "
+                             f"{','.join(TRANSFORMER_BUDGETS)}` (3 iterations), time against the unmanaged replay",
+    "rows": [{"budget": b} for b in TRANSFORMER_BUDGETS],
+    "runs": [("sweep", lambda r, got: ["sweep", "--trace", "dtr:transformer", "--gpu", "p100-16g",
+                                       "--budgets", ",".join(TRANSFORMER_BUDGETS)])],
+    "columns": [("budget", lambda c: c.row["budget"]),
+                ("none", lambda c: sweep_cell(c, "none", lambda x: f"{float(x['overhead']):.3f}")),
+                ("lru: time vs unmanaged", lambda c: sweep_cell(c, "lru", lambda x: f"{float(x['overhead']):.3f}")),
+                ("lru: swapped out / iter", lambda c: sweep_cell(c, "lru", lambda x: f"{int(x['swapped_out_bytes']) / 2**20:.0f} MiB")),
+                ("lru: stall", lambda c: sweep_cell(c, "lru", lambda x: f"{float(x['stall_ms']):.1f} ms")),
+                ("lru-recompute: time vs unmanaged", lambda c: sweep_cell(c, "lru-recompute", lambda x: f"{float(x['overhead']):.3f}")),
+                ("lru-recompute: recomputed ops", lambda c: sweep_cell(c, "lru-recompute", lambda x: x["recomputed_ops"]))]}
+
+
+
+# vDNN (docs/experiments.md, vDNN section): none at the oracle budget, then none and each vDNN
+# policy at the budget under study; vdnn-all / vdnn-conv, whose plans do not depend on the
+# budget, measured again at the oracle budget where they do not fit (status over_budget).
+
+VDNN = ["vdnn-all", "vdnn-conv", "vdnn-dyn"]
+
+
+def mean_allocated(rep):
+    points = (rep.get("memory_timeline") or {}).get("points") or []
+    return sum(p[1] for p in points) / len(points) if points else 0
+
+
+def steady_mean(rep, key):
+    it = steady(rep)
+    return sum(x[key] for x in it) / len(it)
+
+
+def vdnn_budget(r, got):
+    f = r["budget"]
+    return fraction_of_peak(got["oracle"], f) if isinstance(f, float) else f
+
+
+def needs(err):
+    m = re.search(r"at least ([0-9.]+ [KMGT]?i?B)", err or "")
+    return f"needs {m.group(1)}" if m else ""
+
+
+def vdnn_chose(pr):
+    return f"{pr['offload']} offload, {pr['conv_algorithm']} conv"
+
+
+def vdnn_rows(specs, at_budget_none=True):
+    rows = []
+    for s in specs:
+        rows.append({**s, "policy": "none", "at": "oracle"})
+        if at_budget_none:
+            rows.append({**s, "policy": "none", "at": "budget"})
+        for p in VDNN:
+            rows.append({**s, "policy": p, "at": "budget"})
+            if p != "vdnn-dyn":
+                rows.append({**s, "policy": p, "at": "fallback"})
+    return rows
+
+
+def vdnn_runs(timeline):
+    tl = ["--timeline"] if timeline else []
+    return [("oracle", lambda r, got: train(r, "--policy", "none", "--budget", r["oracle"], *tl)),
+            ("none-budget", lambda r, got: train(r, "--policy", "none", "--budget", vdnn_budget(r, got), *tl)),
+            ("budget", lambda r, got: None if r["at"] == "oracle" else
+             train(r, "--policy", r["policy"], "--budget", vdnn_budget(r, got), *tl)),
+            ("fallback", lambda r, got: train(r, "--policy", r["policy"], "--budget", r["oracle"], *tl)
+             if r["at"] == "fallback" and got["budget"] is None else None)]
+
+
+def vdnn_run(c):
+    """The report a row shows: the oracle run, the run at the budget, or the fallback."""
+    return c.rep[{"oracle": "oracle", "budget": "budget", "fallback": "fallback"}[c.row["at"]]] \
+        if c.row["policy"] != "none" or c.row["at"] == "oracle" else c.rep["none-budget"]
+
+
+def vdnn_cpu_status(c):
+    rep = vdnn_run(c)
+    if c.row["at"] == "fallback":
+        return "over_budget"
+    if rep is None:
+        n = needs(c.err["budget" if c.row["policy"] != "none" else "none-budget"])
+        return f"oom ({n})" if n and c.row["policy"] != "none" else "oom"
+    return "ok"
+
+
+def vdnn_if_ok(fn):
+    return lambda c: fn(c, vdnn_run(c)) if vdnn_run(c) is not None else None
+
+
+def loss_equals_none(rep, none):
+    return "yes" if all(a["loss"] == b["loss"] for a, b in zip(rep["iterations"], none["iterations"])) else "no"
+
+
+VDNN_CPU = [{"model": "resnet-tiny", "batch": 32, "budget": 0.9}, {"model": "vgg-tiny", "batch": 32, "budget": 0.95},
+            {"model": "resnet-tiny", "batch": 2, "budget": 0.98},
+            {"model": "vgg-tiny", "batch": 32, "budget": 0.95, "flags": ["--inplace-relu-grad"]},
+            {"model": "resnet-tiny", "batch": 32, "budget": 0.95, "flags": ["--inplace-relu-grad"]}]
+EXPERIMENTS["vdnn-cpu"] = {
+    "kind": "runs", "serial": True,
+    "about": "cpu backend, 20 iterations: none at the 8 GiB oracle budget, every other run at the given fraction of "
+             "none's peak (rounded down to 256 bytes); a vdnn-all / vdnn-conv run that does not fit there measured "
+             "again at 8 GiB (over_budget)",
+    "defaults": {"backend": "cpu", "iters": 20, "oracle": "8GiB"},
+    "rows": vdnn_rows(VDNN_CPU), "runs": vdnn_runs(False),
+    "keep": lambda c: c.row["at"] != "fallback" or c.rep.get("fallback") is not None,
+    "columns": [
+        ("model:batch", lambda c: f"{c.row['model']}:{c.row['batch']}"),
+        ("in-place relu bwd", lambda c: "yes" if c.row.get("flags") else "no"),
+        ("policy", lambda c: c.row["policy"]),
+        ("budget", lambda c: "8 GiB (oracle)" if c.row["at"] == "oracle" else "8 GiB" if c.row["at"] == "fallback"
+         else f"{c.row['budget']} = {mib(vdnn_budget(c.row, c.rep))}"),
+        ("status", vdnn_cpu_status),
+        ("peak allocated", vdnn_if_ok(lambda c, r: mib(r["summary"]["peak_allocated_bytes"]))),
+        ("vs none", vdnn_if_ok(lambda c, r: r["summary"]["peak_allocated_bytes"] /
+                                            c.rep["oracle"]["summary"]["peak_allocated_bytes"]), "{:.3f}"),
+        ("offloaded / iter", vdnn_if_ok(lambda c, r: mib((r.get("policy_report") or {}).get("offloaded_bytes_per_iteration", 0)))),
+        ("dyn chose", vdnn_if_ok(lambda c, r: vdnn_chose(r["policy_report"]) if c.row["policy"] == "vdnn-dyn" else "")),
+        ("every loss = none", vdnn_if_ok(lambda c, r: loss_equals_none(r, c.rep["oracle"]))),
+    ]}
+
+
+def vdnn_sim_trains(c):
+    if c.row["policy"] == "none":
+        return "yes" if c.rep["none-budget"] is not None else "no"
+    if c.rep["budget"] is None:
+        return f"no ({needs(c.err['budget'])})"
+    return "yes" + (f": {vdnn_chose(c.rep['budget']['policy_report'])}" if c.row["policy"] == "vdnn-dyn" else "")
+
+
+def vdnn_sim_shown(c):
+    return c.rep["oracle"] if c.row["policy"] == "none" else c.rep["budget"] or c.rep.get("fallback")
+
+
+def vdnn_sim_col(fn):
+    return lambda c: fn(c, vdnn_sim_shown(c), c.rep["oracle"]) if vdnn_sim_shown(c) is not None else None
+
+
+def vdnn_sim(inplace):
+    flags = ["--inplace-relu-grad"] if inplace else []
+    return {
+        "kind": "runs",
+        "about": "sim backend, titan-x-12g, 3 iterations" + (", --inplace-relu-grad in every run" if inplace else "") +
+                 ": none with a 64 GiB budget (the oracle), each vDNN policy in 12 GiB; a row that does not fit shows "
+                 "the same run at 64 GiB",
+        "defaults": {"backend": "sim", "gpu": "titan-x-12g", "iters": 3, "oracle": "64GiB", "budget": "12GiB",
+                     "flags": flags},
+        "rows": [r for r in vdnn_rows([{"model": m, "batch": b} for m, b in
+                                       [("vgg16", 64), ("vgg16", 128), ("vgg16", 256), ("resnet50", 32), ("resnet50", 64),
+                                        ("resnet50", 128), ("resnet50", 256)]]) if r["at"] != "fallback"],
+        "runs": [*vdnn_runs(True)[:3],
+                 ("fallback", lambda r, got: train(r, "--policy", r["policy"], "--budget", r["oracle"], "--timeline")
+                  if r["policy"] not in ("none", "vdnn-dyn") and got["budget"] is None else None)],
+        "keep": lambda c: c.row["policy"] != "none" or c.row["at"] == "oracle",
+        "columns": [
+            ("model", lambda c: c.row["model"]), ("batch", lambda c: c.row["batch"]),
+            ("policy", lambda c: "none (oracle)" if c.row["policy"] == "none" else c.row["policy"]),
+            ("trains in 12 GiB", vdnn_sim_trains),
+            ("peak GiB", vdnn_sim_col(lambda c, r, o: r["summary"]["peak_allocated_bytes"] / 2**30), "{:.2f}"),
+            ("peak vs none", vdnn_sim_col(lambda c, r, o: r["summary"]["peak_allocated_bytes"] /
+                                                          o["summary"]["peak_allocated_bytes"]), "{:.3f}"),
+            ("mean vs none", vdnn_sim_col(lambda c, r, o: mean_allocated(r) / mean_allocated(o)), "{:.3f}"),
+            ("mean (no persistent) vs none", vdnn_sim_col(
+                lambda c, r, o: (mean_allocated(r) - r["graph"]["persistent_bytes"]) /
+                                (mean_allocated(o) - o["graph"]["persistent_bytes"])), "{:.3f}"),
+            ("offloaded GiB / iter", vdnn_sim_col(lambda c, r, o: (r.get("policy_report") or {}).get(
+                "offloaded_bytes_per_iteration", 0) / 2**30), "{:.2f}"),
+            ("prefetch stall ms / iter", vdnn_sim_col(lambda c, r, o: r["policy_report"]["prefetch_stall_ms"] / max(
+                1, r["policy_report"]["iterations"]) if r.get("policy_report") else 0), "{:.1f}"),
+            ("all copy stalls ms / iter", vdnn_sim_col(lambda c, r, o: steady_mean(r, "stall_ms")), "{:.1f}"),
+            ("time vs oracle", vdnn_sim_col(lambda c, r, o: steady_mean(r, "time_ms") / steady_mean(o, "time_ms")), "{:.3f}"),
+        ]}
+
+
+EXPERIMENTS["vdnn-sim"] = vdnn_sim(False)
+EXPERIMENTS["vdnn-sim-inplace"] = vdnn_sim(True)
+
+
+def vdnn_layers(model, batch):
+    return {
+        "kind": "runs",
+        "about": f"the per-layer report (policy_report.layers) of {model} at batch {batch} under vdnn-all, sim "
+                 "titan-x-12g, 12 GiB, --inplace-relu-grad, 3 iterations",
+        "rows": [{"model": model, "batch": batch, "backend": "sim", "gpu": "titan-x-12g", "iters": 3,
+                  "flags": ["--inplace-relu-grad"]}],
+        "runs": [("run", lambda r, got: train(r, "--policy", "vdnn-all", "--budget", "12GiB"))],
+        "each": lambda c: c.rep["run"]["policy_report"]["layers"],
+        "columns": [("layer", lambda c: c.item["layer"]), ("kind", lambda c: c.item["kind"]),
+                    ("offloaded", lambda c: "yes" if c.item["offloaded"] else "no"),
+                    ("offloaded MiB", lambda c: c.item["offloaded_bytes"] / 2**20, "{:.0f}"),
+                    ("prefetch after op", lambda c: c.item["prefetch_after_op"]),
+                    ("prefetch stall ms / iter", lambda c: c.item["prefetch_stall_ms"] / max(
+                        1, c.rep["run"]["policy_report"]["iterations"]), "{:.3f}")]}
+
+
+EXPERIMENTS["vdnn-layers-vgg16"] = vdnn_layers("vgg16", 256)
+EXPERIMENTS["vdnn-layers-resnet50"] = vdnn_layers("resnet50", 128)
+
+
+
+# Planned pool and zero-overhead swap (Zhang et al.): arena / lower bound per allocator, and the
+# zero-overhead-swap policies against none and lru. Per-iteration figures of the sim tables are
+# the last iteration's (the first is the measured, passive one).
+
+def spec_rows(spec):
+    """"model:batch,batch ..." -> rows."""
+    return [{"model": m, "batch": int(b)} for item in spec.split() for m, bs in [item.split(":")] for b in bs.split(",")]
+
+
+POOL_SIM = ("mlp-tiny:16,64 vgg-tiny:32,64 resnet-tiny:32,64 gpt-tiny:8,32 bert-tiny:8,32 mlp:128,512 vgg11:32,64 "
+            "vgg16:32,64 resnet18:64,128 resnet34:64,128 resnet50:32,64,128 gpt2-small:4,8 gpt2-medium:2,4 "
+            "gpt2-large:1,2 bert-base:16,32 bert-large:8,16")
+ZOS_SIM = "resnet50:32,64,128 vgg16:32,64 gpt2-small:4,8"
+POOL_RUNS = [("caching", lambda r, got: train(r, *r.get("budget_args", []))),
+             ("planned", lambda r, got: train(r, *r.get("budget_args", []), "--allocator", "planned")),
+             ("best", lambda r, got: train(r, *r.get("budget_args", []), "--allocator", "planned", "--planner", "best"))]
+
+
+def alloc(c, run):
+    return c.rep[run]["allocator_report"]
+
+
+POOL_COLUMNS = [
+    ("model", lambda c: c.row["model"]), ("batch", lambda c: c.rep["caching"]["config"]["batch"]),
+    ("lower bound", lambda c: mib(alloc(c, "planned")["lower_bound_bytes"])),
+    ("caching arena", lambda c: mib(alloc(c, "caching")["arena_bytes"])),
+    ("caching / LB", lambda c: alloc(c, "caching")["arena_over_lower_bound"], "{:.4f}"),
+    ("planned / LB (greedy-size)", lambda c: alloc(c, "planned")["arena_over_lower_bound"], "{:.4f}"),
+    ("planned / LB (best)", lambda c: alloc(c, "best")["arena_over_lower_bound"], "{:.4f}"),
+    ("best planner", lambda c: alloc(c, "best").get("plan", {}).get("made_by", "-")),
+    ("fallbacks", lambda c: alloc(c, "planned")["fallback_requests"] + alloc(c, "best")["fallback_requests"])]
+
+EXPERIMENTS["pool-sim"] = {
+    "kind": "runs", "about": "arena / lower bound of the caching allocator and the planned pool (default planner "
+                             "greedy-size, and --planner best), policy none, unlimited budget, sim p100-16g, the last of "
+                             "5 iterations",
+    "defaults": {"backend": "sim", "gpu": "p100-16g", "iters": 5, "budget_args": UNLIMITED},
+    "rows": spec_rows(POOL_SIM), "runs": POOL_RUNS,
+    "columns": POOL_COLUMNS[:5] + [("caching frag. at peak", lambda c: f"{alloc(c, 'caching')['fragmentation_at_peak']:.2%}")] +
+               POOL_COLUMNS[5:]}
+
+
+def peak_after_first(rep):
+    return max(i["peak_allocated_bytes"] for i in steady(rep))
+
+
+def pool_cpu(spec, iters):
+    return {
+        "kind": "runs", "serial": True,
+        "about": f"cpu backend, {iters} iterations: arena / lower bound (caching, planned, planned with --planner "
+                 "best) and zero-overhead-swap's peak (no budget) against none's; time and stall: medians over the "
+                 "iterations after the first",
+        "defaults": {"backend": "cpu", "iters": iters}, "rows": spec_rows(spec),
+        "runs": POOL_RUNS + [("zos", lambda r, got: train(r, "--policy", "zero-overhead-swap"))],
+        "columns": POOL_COLUMNS + [
+            ("none peak", lambda c: mib(peak_after_first(c.rep["caching"]))),
+            ("zero-overhead-swap peak", lambda c: mib(peak_after_first(c.rep["zos"]))),
+            ("saved", lambda c: f"{1 - peak_after_first(c.rep['zos']) / peak_after_first(c.rep['caching']):.1%}"),
+            ("time vs none", lambda c: median(i["time_ms"] for i in steady(c.rep["zos"])) /
+                                       median(i["time_ms"] for i in steady(c.rep["caching"])), "{:.2f}"),
+            ("stall / iter", lambda c: median(i["stall_ms"] for i in steady(c.rep["zos"])), "{:.2f} ms")]}
+
+
+EXPERIMENTS["pool-tiny-cpu"] = pool_cpu("mlp-tiny:8,32,64 vgg-tiny:8,32,64 resnet-tiny:8,32,64", 6)
+EXPERIMENTS["pool-zoo-cpu"] = pool_cpu("mlp:1,2 vgg11:1,2 vgg16:1,2 resnet18:1,2 resnet34:1,2 resnet50:1,2", 4)
+
+
+def zos_run(r, got):
+    policy, _, allocator = r["policy"].partition("+")
+    budget = UNLIMITED if r["fraction"] is None else ["--budget", fraction_of_peak(got["none"], r["fraction"])]
+    return train(r, *budget, "--policy", policy, *(["--allocator", allocator] if allocator else []))
+
+
+def zos_col(fn):
+    return lambda c: fn(c, c.rep["run"]["iterations"][-1], c.rep["none"]) if c.rep["run"] is not None else \
+        ("oom" if fn is ZOS_PEAK else None)
+
+
+def ZOS_PEAK(c, last, none):
+    return f"{last['peak_allocated_bytes'] / 2**20:.0f} MiB"
+
+
+def zos_experiment(fractions, policies, about):
+    return {
+        "kind": "runs", "about": about,
+        "defaults": {"backend": "sim", "gpu": "p100-16g", "iters": 5},
+        "rows": [{**r, "policy": p, "fraction": f} for r in spec_rows(ZOS_SIM) for f in fractions for p in policies],
+        "runs": [("none", lambda r, got: train(r, *UNLIMITED)), ("run", zos_run)],
+        "columns": [
+            ("model", lambda c: c.row["model"]), ("batch", lambda c: c.row["batch"]), ("policy", lambda c: c.row["policy"]),
+            ("budget", lambda c: "unlimited" if c.row["fraction"] is None else
+             f"{c.row['fraction']:.0%} ({fraction_of_peak(c.rep['none'], c.row['fraction']) / 2**20:.0f} MiB)"),
+            ("peak allocated", zos_col(ZOS_PEAK)),
+            ("saved vs none", zos_col(lambda c, l, n: f"{1 - l['peak_allocated_bytes'] / n['summary']['peak_allocated_bytes']:.1%}")),
+            ("arena (saved vs none)", zos_col(lambda c, l, n: "{:.0f} MiB ({:.1%})".format(
+                c.rep["run"]["allocator_report"]["arena_bytes"] / 2**20,
+                1 - c.rep["run"]["allocator_report"]["arena_bytes"] / n["allocator_report"]["arena_bytes"]))),
+            ("time vs none", zos_col(lambda c, l, n: f"{l['time_ms'] / n['iterations'][-1]['time_ms']:.3f}")),
+            ("stall / iter", zos_col(lambda c, l, n: f"{l['stall_ms']:.2f} ms")),
+            ("swapped out / iter", zos_col(lambda c, l, n: f"{l['swapped_out_bytes'] / 2**20:.0f} MiB")),
+            ("planned swaps (stalling)", zos_col(lambda c, l, n: "-" if c.row["policy"] == "lru" else "{} ({})".format(
+                len((c.rep["run"].get("policy_report") or {}).get("chosen", [])),
+                sum(not x["hidden"] for x in (c.rep["run"].get("policy_report") or {}).get("chosen", []))))),
+            ("passive evictions / iter", zos_col(lambda c, l, n: l["evictions"]))]}
+
+
+EXPERIMENTS["zos-sim"] = zos_experiment(
+    [None], ["zero-overhead-swap", "zero-overhead-swap+planned"],
+    "zero-overhead-swap with no budget (its peak is the smallest budget it needs), on the caching allocator and the "
+    "planned pool, against none with an unlimited budget; sim p100-16g, the last of 5 iterations")
+EXPERIMENTS["zos-limit-sim"] = zos_experiment(
+    [0.9, 0.8, 0.7], ["zero-overhead-swap-limit", "lru"],
+    "zero-overhead-swap-limit and lru at 90 / 80 / 70% of none's peak; sim p100-16g, the last of 5 iterations")
+EXPERIMENTS["zos-gpus"] = {
+    "kind": "runs", "about": "zero-overhead-swap (no budget) across GPUs against none (unlimited budget), sim, the last "
+                             "of 5 iterations",
+    "defaults": {"backend": "sim", "iters": 5},
+    "rows": [{**r, "gpu": g} for r in spec_rows("resnet50:32 vgg16:64 gpt2-small:8")
+             for g in ("titan-x-12g", "p100-16g", "v100-16g", "a100-40g", "h100-80g")],
+    "runs": [("none", lambda r, got: train(r, *UNLIMITED)),
+             ("zos", lambda r, got: train(r, *UNLIMITED, "--policy", "zero-overhead-swap"))],
+    "columns": [("model", lambda c: c.row["model"]), ("batch", lambda c: c.row["batch"]), ("GPU", lambda c: c.row["gpu"]),
+                ("none iteration", lambda c: c.rep["none"]["iterations"][-1]["time_ms"], "{:.1f} ms"),
+                ("saved vs none", lambda c: f"{1 - c.rep['zos']['iterations'][-1]['peak_allocated_bytes'] / max(i['peak_allocated_bytes'] for i in c.rep['none']['iterations']):.1%}"),
+                ("time vs none", lambda c: c.rep["zos"]["iterations"][-1]["time_ms"] / c.rep["none"]["iterations"][-1]["time_ms"], "{:.3f}"),
+                ("stall / iter", lambda c: c.rep["zos"]["iterations"][-1]["stall_ms"], "{:.2f} ms"),
+                ("swapped out / iter", lambda c: c.rep["zos"]["iterations"][-1]["swapped_out_bytes"] / 2**20, "{:.0f} MiB")]}
+
+EXPERIMENTS["zos-limit-cpu"] = {
+    "kind": "runs", "serial": True,
+    "about": "lru and zero-overhead-swap-limit at 80% / 70% of none's peak, cpu backend, 6 iterations; per-iteration "
+             "figures exclude the measured first iteration (stall and time: medians)",
+    "defaults": {"backend": "cpu", "iters": 6},
+    "rows": [{"model": m, "fraction": f, "policy": p} for m in ("resnet-tiny", "vgg-tiny") for f in (0.8, 0.7)
+             for p in ("lru", "zero-overhead-swap-limit")],
+    "runs": [("none", lambda r, got: train(r)),
+             ("run", lambda r, got: train(r, "--policy", r["policy"], "--budget", fraction_of_peak(got["none"], r["fraction"])))],
+    "columns": [
+        ("model", lambda c: c.row["model"]),
+        ("budget", lambda c: f"{c.row['fraction']:.0%} ({mib(fraction_of_peak(c.rep['none'], c.row['fraction']))})"),
+        ("policy", lambda c: c.row["policy"]),
+        ("peak allocated", lambda c: mib(peak_after_first(c.rep["run"]))),
+        ("evictions / iter", lambda c: steady_mean(c.rep["run"], "evictions"), "{:.1f}"),
+        ("swapped out / iter", lambda c: mib(steady_mean(c.rep["run"], "swapped_out_bytes"))),
+        ("stall / iter", lambda c: median(i["stall_ms"] for i in steady(c.rep["run"])), "{:.2f} ms"),
+        ("time vs none", lambda c: median(i["time_ms"] for i in steady(c.rep["run"])) /
+                                   median(i["time_ms"] for i in steady(c.rep["none"])), "{:.2f}"),
+        ("final loss", lambda c: c.rep["run"]["summary"]["final_loss"], "{:.6f}"),
+        ("losses = none", lambda c: loss_equals_none(c.rep["run"], c.rep["none"]))]}
+
+EXPERIMENTS["zos-planned-pool"] = {
+    "kind": "runs", "serial": True,
+    "about": "zero-overhead-swap on the planned pool against none on the caching allocator, cpu backend, the last of "
+             "4 iterations' arena (allocator_report.arena_bytes)",
+    "defaults": {"backend": "cpu", "iters": 4},
+    "rows": spec_rows("mlp-tiny:16 vgg-tiny:32 resnet-tiny:32 resnet18:2 resnet50:2 vgg16:2"),
+    "runs": [("none", lambda r, got: train(r)),
+             ("zos", lambda r, got: train(r, "--allocator", "planned", "--policy", "zero-overhead-swap"))],
+    "columns": [("model", lambda c: c.row["model"]), ("batch", lambda c: c.row["batch"]),
+                ("none + caching arena", lambda c: mib(alloc(c, "none")["arena_bytes"])),
+                ("zero-overhead-swap + planned arena", lambda c: mib(alloc(c, "zos")["arena_bytes"])),
+                ("saved", lambda c: f"{1 - alloc(c, 'zos')['arena_bytes'] / alloc(c, 'none')['arena_bytes']:.1%}"),
+                ("planned / LB", lambda c: alloc(c, "zos")["arena_over_lower_bound"], "{:.4f}")]}
+
+
+
+# Transformers (GPT-2 small, BERT-base) with Adam on the sim backend: unmanaged peaks beside an
+# analytic accounting, maximum batches, and the cost model's time per op kind. Analytic figures
+# (s sequence, b batch, h hidden, a heads, L layers, V vocabulary, P parameters):
+#   states 16 P (fp32 weights, gradients, Adam m and v); layers L (64 sbh + 4 a s^2 b)
+#   (Korthikanti et al. 2022, fp32, no dropout); head 8 sbV (the logits and their gradient).
+# Our graph's saved activations, exactly: L (64 sbh + 4 a s^2 b + 16 sb) plus
+#   4 (2 sbh + 4 sb + sbV) for gpt, 4 (5 sbh + 6 sb + sbV) for bert;
+# the column "formula = measured" compares them with the allocation after the last forward op.
+
+TRANSFORMER_SHAPES = {"gpt2-small": (12, 12, 768, 50257), "bert-base": (12, 12, 768, 30522)}  # L, a, h, V
+
+
+def transformer_analytic(row, params):
+    L, a, h, vocab = TRANSFORMER_SHAPES[row["model"]]
+    s, b = row["seq"], row["batch"]
+    layers = L * (64 * s * b * h + 4 * a * s * s * b)
+    head = 8 * s * b * vocab
+    extra = 4 * (2 * s * b * h + 4 * s * b + s * b * vocab) if row["model"].startswith("gpt") else \
+        4 * (5 * s * b * h + 6 * s * b + s * b * vocab)
+    ours = L * (64 * s * b * h + 4 * a * s * s * b + 16 * s * b) + extra
+    return {"states": 16 * params, "layers": layers, "head": head, "ours": ours, "total": 16 * params + layers + head}
+
+
+def transformer_peak(c):
+    """What the peaks table reads from a row's report and costs: saved activations, the peak."""
+    j = c.rep["train"]
+    s, b = c.row["seq"], c.row["batch"]
+    points = j["memory_timeline"]["points"]  # allocated after each op of the last iteration
+    last_fwd = next(i for i, o in enumerate(c.rep["costs"]) if ".bwd" in o["name"]) - 1
+    # After op 0 (the data): the persistent tensors as allocated and the token ids and targets (8 sb).
+    saved = points[last_fwd][1] - (points[0][1] - 8 * s * b)
+    params = j["graph"]["param_bytes"] // 4
+    return {"saved": saved, "after_forward": points[last_fwd][1], "params": params,
+            "peak": j["summary"]["peak_allocated_bytes"], "reserved": j["summary"]["peak_reserved_bytes"],
+            "persistent": j["graph"]["persistent_bytes"], **transformer_analytic(c.row, params)}
+
+
+def tp(key, scale=2**30):
+    return lambda c: transformer_peak(c)[key] / scale
+
+
+EXPERIMENTS["transformer-peaks"] = {
+    "kind": "runs",
+    "about": "policy none, Adam, sim a100-80g, unlimited budget, 2 iterations with the timeline; all in GiB; "
+             "`vtensor costs` of the same shape finds the last forward op",
+    "defaults": {"backend": "sim", "gpu": "a100-80g", "iters": 2, "optimizer": "adam"},
+    "rows": [{"model": "gpt2-small", "seq": 1024, "batch": b} for b in (1, 2, 4, 8)] +
+            [{"model": "gpt2-small", "seq": 512, "batch": 8}] +
+            [{"model": "bert-base", "seq": 128, "batch": b} for b in (8, 16, 32, 64)] +
+            [{"model": "bert-base", "seq": 512, "batch": 8}],
+    "runs": [("train", lambda r, got: train(r, *UNLIMITED, "--timeline")),
+             ("costs", lambda r, got: ["costs", *model_args(r), "--gpu", r["gpu"]])],
+    "columns": [("model", lambda c: c.row["model"]), ("seq", lambda c: c.row["seq"]), ("batch", lambda c: c.row["batch"]),
+                ("persistent (12P)", tp("persistent"), "{:.2f}"), ("saved activations", tp("saved"), "{:.2f}"),
+                ("backward adds", lambda c: (transformer_peak(c)["peak"] - transformer_peak(c)["after_forward"]) / 2**30, "{:.2f}"),
+                ("peak allocated", tp("peak"), "{:.2f}"), ("peak reserved", tp("reserved"), "{:.2f}"),
+                ("16P", tp("states"), "{:.2f}"), ("L x (64sbh + 4as^2b)", tp("layers"), "{:.2f}"), ("8sbV", tp("head"), "{:.2f}"),
+                ("analytic", tp("total"), "{:.2f}"), ("peak / analytic", lambda c: transformer_peak(c)["peak"] / transformer_peak(c)["total"], "{:.3f}"),
+                ("formula = measured", lambda c: "yes" if transformer_peak(c)["saved"] == transformer_peak(c)["ours"] else
+                 f"no ({transformer_peak(c)['ours']} formula)")]}
+
+EXPERIMENTS["transformer-maxbatch"] = {
+    "kind": "runs", "about": "`vtensor maxbatch --model M --seq S --optimizer adam --gpu G --policy P` (3 iterations per "
+                             "probe; predicted time: mean of iterations 2 and 3)",
+    "rows": [{"model": m, "seq": s, "optimizer": "adam", "gpu": g, "policy": p}
+             for m, s in (("gpt2-small", 1024), ("bert-base", 128)) for g in ("p100-16g", "v100-32g", "a100-80g")
+             for p in ("none", "lru", "lru-recompute")],
+    "runs": [("mb", lambda r, got: maxbatch(r, "--policy", r["policy"]))],
+    "columns": [("model", lambda c: f"{c.row['model']}, seq {c.row['seq']}"), ("GPU", lambda c: c.row["gpu"]),
+                ("policy", lambda c: c.row["policy"]), ("max batch", lambda c: c.rep["mb"]["max_batch"]),
+                ("peak allocated", lambda c: gib(c.rep["mb"]["peak_allocated_bytes"])),
+                ("predicted iteration", lambda c: c.rep["mb"]["iteration_ms"], "{:.1f} ms"),
+                ("samples/s", lambda c: 1e3 * c.rep["mb"]["max_batch"] / c.rep["mb"]["iteration_ms"], "{:.1f}")]}
+
+
+def kind_costs(rows):
+    """Per op kind: ops, predicted ms, bounds; and the total."""
+    kinds = {}
+    for o in rows:
+        k = kinds.setdefault(o["kind"], {"ops": 0, "ms": 0.0})
+        k["ops"] += 1
+        k["ms"] += float(o["total_ms"])
+    return kinds
+
+
+def costs_items(c):
+    g, b = kind_costs(c.rep["gpt"]), kind_costs(c.rep["bert"])
+    order = sorted(set(g) | set(b), key=lambda k: -(g.get(k, {}).get("ms", 0) + b.get(k, {}).get("ms", 0)))
+    total = lambda d: {"ops": sum(x["ops"] for x in d.values()), "ms": sum(x["ms"] for x in d.values())}
+    return [{"kind": k, "gpt": g.get(k), "bert": b.get(k), "gpt_total": total(g)["ms"], "bert_total": total(b)["ms"]}
+            for k in order] + [{"kind": "total", "gpt": total(g), "bert": total(b), "gpt_total": 0, "bert_total": 0}]
+
+
+def costs_col(model, what):
+    def f(c):
+        x = c.item[model]
+        if x is None:
+            return ""
+        if what == "share":
+            return f"{x['ms'] / c.item[model + '_total']:.1%}" if c.item[model + "_total"] else ""
+        return x["ops"] if what == "ops" else f"{x['ms']:.2f}"
+    return f
+
+
+EXPERIMENTS["transformer-costs"] = {
+    "kind": "runs", "about": "`vtensor costs --model M --seq S --batch B --optimizer adam --gpu v100-32g`: the predicted "
+                             "time of one training iteration per op kind, FP32",
+    "rows": [{"gpu": "v100-32g"}],
+    "runs": [("gpt", lambda r, got: ["costs", *model_args({"model": "gpt2-small", "seq": 1024, "batch": 8, "optimizer": "adam"}),
+                                     "--gpu", r["gpu"]]),
+             ("bert", lambda r, got: ["costs", *model_args({"model": "bert-base", "seq": 128, "batch": 32, "optimizer": "adam"}),
+                                      "--gpu", r["gpu"]])],
+    "each": costs_items,
+    "columns": [("op kind", lambda c: c.item["kind"]),
+                ("GPT-2 small, seq 1024, batch 8: ops", costs_col("gpt", "ops")), ("ms", costs_col("gpt", "ms")),
+                ("share", costs_col("gpt", "share")),
+                ("BERT-base, seq 128, batch 32: ops", costs_col("bert", "ops")), ("ms ", costs_col("bert", "ms")),
+                ("share ", costs_col("bert", "share"))]}
+
+EXPERIMENTS["transformer-peaks-cpu"] = {
+    "kind": "runs", "serial": True,
+    "about": "policy none, cpu backend (real kernels), caching allocator, one iteration; 1 GB = 10^9 bytes",
+    "defaults": {"backend": "cpu", "iters": 1},
+    "rows": [{"model": m, "batch": 8, "seq": 32, "optimizer": o} for m in ("gpt-tiny", "bert-tiny") for o in ("sgd", "adam")] +
+            [{"model": "gpt2-small", "batch": b, "seq": 128, "optimizer": "adam"} for b in (1, 4, 8)] +
+            [{"model": "gpt2-small", "batch": 8, "seq": 128, "optimizer": "sgd"},
+             {"model": "gpt2-small", "batch": 1, "seq": 1024, "optimizer": "adam"}] +
+            [{"model": "bert-base", "batch": b, "seq": 128, "optimizer": "adam"} for b in (1, 8, 16)] +
+            [{"model": "bert-base", "batch": 16, "seq": 128, "optimizer": "sgd"},
+             {"model": "bert-base", "batch": 32, "seq": 128, "optimizer": "adam"}],
+    "runs": [("train", lambda r, got: train(r, "--budget", "64GiB"))],
+    "columns": [("model", lambda c: c.row["model"]), ("batch", lambda c: c.row["batch"]), ("seq", lambda c: c.row["seq"]),
+                ("optimizer", lambda c: c.row["optimizer"]),
+                ("params", lambda c: (lambda n: f"{n:,}" if n < 10**6 else f"{n / 1e6:.2f}M")(c.rep["train"]["graph"]["param_bytes"] // 4)),
+                ("persistent", lambda c: (lambda n: f"{n / 1e6:.2f} MB" if n < 10**8 else f"{n / 1e9:.3f} GB")(c.rep["train"]["graph"]["persistent_bytes"])),
+                ("peak allocated", lambda c: (lambda n: f"{n / 1e6:.2f} MB" if n < 10**8 else f"{n / 1e9:.3f} GB")(c.rep["train"]["summary"]["peak_allocated_bytes"])),
+                ("16 B/param (fp32 Adam model states)", lambda c: "" if c.row["optimizer"] != "adam" else
+                 (lambda n: f"{n / 1e6:.2f} MB" if n < 10**8 else f"{n / 1e9:.3f} GB")(16 * (c.rep["train"]["graph"]["param_bytes"] // 4)))]}
+
+
+
+# Unified memory (um, um-prefetch) against capuchin and dtr on the sim backend: budgets at
+# 1/1.5, 1/2, 1/3 and 1/4 of none's peak at the reference batch; time against none's (the
+# fastest iteration after the first), um-prefetch's prefetch accuracy (last iteration).
+
+UM_MODELS = [{"model": "resnet50", "batch": 32}, {"model": "vgg16", "batch": 64},
+             {"model": "gpt2-small", "batch": 8, "optimizer": "adam"}, {"model": "bert-base", "batch": 32, "optimizer": "adam"}]
+UM_FRACTIONS = [(1 / 1.5, "1/1.5"), (0.5, "1/2 = 50%"), (1 / 3, "1/3"), (0.25, "1/4 = 25%")]
+UM_POLICIES = ["um", "um-prefetch", "capuchin", "dtr"]
+
+
+def fastest(rep):
+    return min(i["time_ms"] for i in steady(rep))
+
+
+def um_accuracy(rep):
+    if rep is None:
+        return "n/a"
+    u = rep["iterations"][-1]["unified_memory"]
+    if not u["prefetches"]:
+        return "n/a"
+    return f"{(u['prefetch_hits'] + u['prefetch_late']) / u['prefetches']:.2f} ({u['prefetch_late']} late of {u['prefetches']})"
+
+
+def um_sim(gpu):
+    return {
+        "kind": "runs",
+        "about": f"sim {gpu}, 4 iterations, reference batch (Adam for the transformers): each policy at 1/1.5 ... 1/4 "
+                 "of none's peak, the fastest iteration after the first against none's",
+        "defaults": {"backend": "sim", "gpu": gpu, "iters": 4},
+        "rows": [{**m, "fraction": f, "label": l} for m in UM_MODELS for f, l in UM_FRACTIONS],
+        "runs": [("none", lambda r, got: train(r, "--policy", "none"))] +
+                [(p, lambda r, got, p=p: train(r, "--policy", p, "--budget", fraction_of_peak(got["none"], r["fraction"])))
+                 for p in UM_POLICIES],
+        "columns": [("model (batch, none's time, peak)", lambda c: "{} ({}, {:.0f} ms, {:.2f} GiB)".format(
+                        c.row["model"], c.row["batch"], fastest(c.rep["none"]), c.rep["none"]["summary"]["peak_allocated_bytes"] / 2**30)),
+                    ("budget", lambda c: f"{c.row['label']} = {fraction_of_peak(c.rep['none'], c.row['fraction']) / 2**30:.2f} GiB")] +
+                   [(p, lambda c, p=p: f"{fastest(c.rep[p]) / fastest(c.rep['none']):.2f}×" if c.rep[p] else "OOM")
+                    for p in UM_POLICIES] +
+                   [("um-prefetch accuracy", lambda c: um_accuracy(c.rep["um-prefetch"]))]}
+
+
+def um_maxbatch(gpu):
+    return {
+        "kind": "runs", "about": f"`vtensor maxbatch --model M --gpu {gpu} --policy P` (Adam for the transformers), "
+                                 "budget = the GPU's memory; samples/s predicted at that batch; managed peak: the bytes "
+                                 "the batch's tensors occupy in the managed range",
+        "rows": [{**{k: v for k, v in m.items() if k != "batch"}, "gpu": gpu} for m in UM_MODELS],
+        "runs": [(p, lambda r, got, p=p: maxbatch(r, "--policy", p)) for p in ("um", "um-prefetch")],
+        "columns": [("model", lambda c: c.row["model"])] +
+                   [(p, lambda c, p=p: "{} ({:.1f}/s, managed peak {})".format(
+                       c.rep[p]["max_batch"], 1e3 * c.rep[p]["max_batch"] / c.rep[p]["iteration_ms"],
+                       gib(c.rep[p]["peak_allocated_bytes"]))) for p in ("um", "um-prefetch")]}
+
+
+EXPERIMENTS["um-sim-p100"] = um_sim("p100-16g")
+EXPERIMENTS["um-sim-h100"] = um_sim("h100-80g")
+EXPERIMENTS["um-maxbatch-p100"] = um_maxbatch("p100-16g")
+EXPERIMENTS["um-maxbatch-h100"] = um_maxbatch("h100-80g")
+
+
+
+# FreeLunch's ablation: compress with each switch off, at the reference batch and 50% / 25% of
+# none's peak; each cell the time against none's (fastest iteration after the first), the
+# maximum batch in that budget (searched by the runner with train runs, to within 2%: `vtensor
+# maxbatch` does not take the ablation switches), and the GiB swapped and compressed per
+# iteration (medians after the first) with the compression ratio.
+
+ABLATION = [("compress", []), ("compress@no-sliding-workspace", ["--no-sliding-workspace"]),
+            ("compress@no-persistent-buffers", ["--no-persistent-buffers"]),
+            ("compress@compress-on-compute-stream", ["--compress-on-compute-stream"])]
+
+
+def densities_args(row):
+    d = densities(row)
+    return ["--densities", d] if d else []
+
+
+def ablation_cell(c, name):
+    r, mb = c.rep[name], c.rep[name + " max batch"]["max_batch"]
+    if r is None:
+        return f"OOM / {mb}"
+    cb = median(i.get("compressed_bytes", 0) for i in steady(r))
+    ca = median(i.get("compressed_to_bytes", 0) for i in steady(r))
+    return "{:.2f}× / {}; swap {:.2f}, compr. {:.2f} ({})".format(
+        fastest(r) / fastest(c.rep["none"]), mb, median(i["swapped_out_bytes"] for i in steady(r)) / 2**30, cb / 2**30,
+        f"{ca / cb:.3f}" if cb else "-")
+
+
+def compress_ablation(gpu):
+    def budget(r, got):
+        return fraction_of_peak(got["none"], r["fraction"])
+    runs = [("none", lambda r, got: train(r, *UNLIMITED))]
+    for name, flags in ABLATION:
+        runs.append((name, lambda r, got, f=flags: train(r, "--policy", "compress", "--budget", budget(r, got), *f,
+                                                        *densities_args(r))))
+        runs.append((name + " max batch", lambda r, got, f=flags: {
+            "start": r["batch"], "precision": 0.02,
+            "search": lambda b, r=r, B=budget(r, got): train({**r, "batch": b, "iters": 3}, "--policy", "compress",
+                                                             "--budget", B, *f, *densities_args(r))}))
+    return {
+        "kind": "runs",
+        "about": f"compress with each ablation switch, sim {gpu}, reference batch, 4 iterations (3 per max-batch probe), "
+                 "densities from bench/densities/; each cell: time vs none / max batch in the budget (to within 2%); "
+                 "GiB swapped and compressed per iteration (ratio)",
+        "defaults": {"backend": "sim", "gpu": gpu, "iters": 4},
+        "rows": [{"model": m, "batch": b, "fraction": f} for m, b in (("resnet50", 32), ("vgg16", 64)) for f in (0.5, 0.25)],
+        "runs": runs,
+        "columns": [("model", lambda c: c.row["model"]), ("budget", lambda c: f"{c.row['fraction']:.2f} = {gib(fraction_of_peak(c.rep['none'], c.row['fraction']))}")] +
+                   [(name, lambda c, n=name: ablation_cell(c, n)) for name, _ in ABLATION]}
+
+
+EXPERIMENTS["compress-ablation-p100"] = compress_ablation("p100-16g")
+EXPERIMENTS["compress-ablation-h100"] = compress_ablation("h100-80g")
+
+
+
+# The DTR artifact's operator logs replayed under the Capuchin modes and dtr, one table per GPU,
+# with (p100-16g) Capuchin's own prediction for its hybrid plan: the C++ benchmark
+# vtensor_dtr_log_plan (12 GB/s assumed, stalls summed, not executed), which the CLI cannot give.
+
+DTR_LOG_POLICIES = ["capuchin-swap", "capuchin-recompute", "capuchin", "dtr"]
+
+
+def dtr_log_budgets(log):
+    return ["50%", "25%"] + (["4GB"] if log == "transformer" else [])
+
+
+def dtr_log_prediction(c):
+    b = c.row["budget"]
+    for x in c.rep["plan"]:
+        if x["mode"] != "capuchin":
+            continue
+        if (b.endswith("%") and abs(float(x["budget_fraction"]) - float(b[:-1]) / 100) < 1e-3) or \
+                (b == "4GB" and int(x["budget_bytes"]) == 4000000000):
+            return f"{float(x['predicted_overhead']):.2f}×" + ("" if x["fits"] == "1" else " (does not fit)")
+    return ""
+
+
+def dtr_logs_gpu(gpu, prediction):
+    runs = [("sweep", lambda r, got: ["sweep", "--trace", f"dtr:{r['log']}", "--gpu", gpu, "--iters", 4,
+                                      "--policies", ",".join(DTR_LOG_POLICIES), "--budgets", ",".join(dtr_log_budgets(r["log"]))])]
+    cols = [("log", lambda c: c.row["log"]),
+            ("budget", lambda c: "{} = {:.2f} GB of {:.2f}".format(c.row["budget"], int(sweep_row(c, "capuchin")["budget_bytes"]) / 1e9,
+                                                                   int(sweep_row(c, "capuchin")["unmanaged_peak_bytes"]) / 1e9))] + \
+           [(p, lambda c, p=p: sweep_cell(c, p, lambda x: f"{float(x['overhead']):.2f}×")) for p in DTR_LOG_POLICIES]
+    if prediction:
+        runs.append(("plan", lambda r, got: ["bench:vtensor_dtr_log_plan", f"dtr:{r['log']}", "--fractions", "0.5,0.25",
+                                             *(["--budgets", "4000000000"] if r["log"] == "transformer" else [])]))
+        cols.append(("capuchin, planner's prediction", dtr_log_prediction))
+    return {"kind": "runs", "needs": ["vtensor_dtr_log_plan"] if prediction else [],
+            "about": f"`vtensor sweep --trace dtr:LOG --gpu {gpu} --iters 4` at 50% / 25% of each log's unmanaged peak (and "
+                     "4 GB for the Transformer); time against the log's unmanaged replay" +
+                     ("; the last column from build/bench/vtensor_dtr_log_plan (-DVTENSOR_BUILD_BENCH=ON)" if prediction else ""),
+            "rows": [{"log": log, "budget": b} for log in DTR_LOGS for b in dtr_log_budgets(log)],
+            "runs": runs, "columns": cols}
+
+
+EXPERIMENTS["dtr-logs-p100"] = dtr_logs_gpu("p100-16g", True)
+EXPERIMENTS["dtr-logs-h100"] = dtr_logs_gpu("h100-80g", False)
+
+
+
+# Capuchin, DTR and the passive baselines on the cpu backend (tiny presets, real data): per
+# budget (a fraction of none's peak at batch 32) and policy, the run at batch 32 (16
+# iterations; time: the fastest after the first, other figures medians after the first) and the
+# largest batch that trains in that budget (the runner's exact search with 3-iteration train
+# runs: `vtensor maxbatch` runs on sim only).
+
+CAPUCHIN_CPU_POLICIES = ["none", "capuchin-swap", "capuchin-recompute", "capuchin", "dtr", "vdnn-conv", "lru", "lru-recompute"]
+
+
+def capuchin_cpu(model, fractions):
+    def budget(r, got):
+        return fraction_of_peak(got["unbounded"], r["fraction"])
+
+    def ok(fn):
+        return lambda c: fn(c.rep["run"]) if c.rep["run"] is not None else "–"
+
+    def mb_vs_none(c):
+        n, m = c.rep["none max batch"]["max_batch"], c.rep["max batch"]["max_batch"]
+        return f"{m / n:.2f}" if n else "– (none: 0)"
+
+    return {
+        "kind": "runs", "serial": True,
+        "about": f"{model} on the cpu backend at batch 32, 16 iterations, budget = the fraction of none's peak; max "
+                 "batch: the largest batch that trains in the budget (3 iterations per probe, up to 1024); "
+                 "time ratios on a shared 2-core machine are noisy",
+        "defaults": {"backend": "cpu", "iters": 16, "batch": 32, "model": model},
+        "rows": [{"fraction": f, "policy": p} for f in fractions for p in CAPUCHIN_CPU_POLICIES],
+        "runs": [("unbounded", lambda r, got: train(r)),
+                 ("run", lambda r, got: train(r, "--policy", r["policy"], "--budget", budget(r, got))),
+                 ("max batch", lambda r, got: {"start": 32, "limit": 1024, "search": lambda b, r=r, B=budget(r, got): train(
+                     {**r, "batch": b, "iters": 3}, "--policy", r["policy"], "--budget", B)}),
+                 ("none max batch", lambda r, got: {"start": 32, "limit": 1024, "search": lambda b, r=r, B=budget(r, got): train(
+                     {**r, "batch": b, "iters": 3}, "--policy", "none", "--budget", B)})],
+        "columns": [
+            ("budget", lambda c: "{} × peak = {} (none: {:.2f} ms)".format(
+                c.row["fraction"], mib(budget(c.row, c.rep)), fastest(c.rep["unbounded"]))),
+            ("policy", lambda c: c.row["policy"]),
+            ("peak allocated", lambda c: mib(c.rep["run"]["summary"]["peak_allocated_bytes"]) if c.rep["run"] else
+             "OOM" if c.row["policy"] == "none" else "OOM at batch 32"),
+            ("time vs none", lambda c: f"{fastest(c.rep['run']) / fastest(c.rep['unbounded']):.2f}" if c.rep["run"] else "–"),
+            ("swapped out / iter", ok(lambda r: mib(median(i["swapped_out_bytes"] for i in steady(r))))),
+            ("recomputed ops / iter", ok(lambda r: f"{median(i['recomputed_ops'] for i in steady(r)):.1f}")),
+            ("stall / iter", ok(lambda r: f"{median(i['stall_ms'] for i in steady(r)):.2f} ms")),
+            ("max batch", lambda c: c.rep["max batch"]["max_batch"]),
+            ("max batch vs none", mb_vs_none)]}
+
+
+EXPERIMENTS["capuchin-cpu-resnet-tiny"] = capuchin_cpu("resnet-tiny", [0.5, 0.25])
+EXPERIMENTS["capuchin-cpu-vgg-tiny"] = capuchin_cpu("vgg-tiny", [0.62, 0.5, 0.25])
+
+
+
+# Unified memory on the cpu backend (tiny presets, real paging): the last iteration's
+# unified_memory counters of `vtensor train --iters 4 --policy um|um-prefetch --budget B --um-page-size S`.
+
+def um_cpu_col(fn):
+    return lambda c: fn(c.rep["run"]["iterations"][-1]["unified_memory"])
+
+
+EXPERIMENTS["um-cpu"] = {
+    "kind": "runs", "serial": True,
+    "about": "`vtensor train --model M --iters 4 --policy P --budget B --um-page-size S [--optimizer adam]` on the cpu "
+             "backend, the last iteration's unified_memory counters",
+    "defaults": {"backend": "cpu", "iters": 4},
+    "rows": [{"model": m, "budget": b, "page": pg, "policy": p, **({"optimizer": "adam"} if m == "gpt-tiny" else {})}
+             for m, b, pg in (("resnet-tiny", "1856KiB", "64KiB"), ("vgg-tiny", "1000KiB", "16KiB"), ("gpt-tiny", "1984KiB", "64KiB"))
+             for p in ("um", "um-prefetch")],
+    "runs": [("none", lambda r, got: train(r)),
+             ("run", lambda r, got: train(r, "--policy", r["policy"], "--budget", r["budget"], "--um-page-size", r["page"]))],
+    "columns": [
+        ("model", lambda c: f"{c.row['model']} (peak {mib(c.rep['none']['summary']['peak_allocated_bytes'])})"
+         if c.row["policy"] == "um" else c.row["model"]),
+        ("policy", lambda c: c.row["policy"]), ("budget / page", lambda c: f"{c.row['budget']} / {c.row['page']}"),
+        ("final loss", lambda c: c.rep["run"]["summary"]["final_loss"], "{:.5f}"),
+        ("losses = none", lambda c: loss_equals_none(c.rep["run"], c.rep["none"])),
+        ("faults / batches", um_cpu_col(lambda u: f"{u['faults']} / {u['fault_batches']}")),
+        ("pages in / out", um_cpu_col(lambda u: f"{u['pages_in']} / {u['pages_out']}")),
+        ("prefetched (late)", um_cpu_col(lambda u: f"{u['prefetches']} ({u['prefetch_late']} late)")),
+        ("pre-evicted", um_cpu_col(lambda u: u["pre_evictions"])),
+        ("invalidated", um_cpu_col(lambda u: u["invalidated_pages"])),
+        ("dead pages copied out", um_cpu_col(lambda u: u["dead_pages_out"])),
+        ("device peak", um_cpu_col(lambda u: mib(u["peak_device_bytes"])))]}
+
+
+# FreeLunch on the cpu backend (real codecs): the last of 5 iterations.
+
+def last_it(c, key):
+    return c.rep["run"]["iterations"][-1][key]
+
+
+EXPERIMENTS["compress-cpu"] = {
+    "kind": "runs", "serial": True,
+    "about": "`vtensor train --model M --policy P --budget B --iters 5` on the cpu backend, the last iteration",
+    "defaults": {"backend": "cpu", "iters": 5},
+    "rows": [{"model": m, "budget": b, "policy": p, "flags_": fl} for m, bs in (("resnet-tiny", ("1280KiB", "2560KiB")),
+                                                                             ("vgg-tiny", ("830KiB",)))
+             for b in bs for p, fl in (("lru", []), ("compress", []), ("compress+swap", []),
+                                       ("compress", ["--no-persistent-buffers"]))],
+    "runs": [("none", lambda r, got: train(r)),
+             ("run", lambda r, got: train(r, "--policy", r["policy"], "--budget", r["budget"], *r["flags_"]))],
+    "columns": [("model", lambda c: c.row["model"]), ("budget", lambda c: c.row["budget"]),
+                ("policy", lambda c: " ".join([c.row["policy"], *c.row["flags_"]])),
+                ("final loss", lambda c: c.rep["run"]["summary"]["final_loss"], "{:.4f}"),
+                ("losses = none", lambda c: loss_equals_none(c.rep["run"], c.rep["none"])),
+                ("peak MiB", lambda c: last_it(c, "peak_allocated_bytes") / 2**20, "{:.2f}"),
+                ("swapped out MiB", lambda c: last_it(c, "swapped_out_bytes") / 2**20, "{:.2f}"),
+                ("compressed MiB", lambda c: last_it(c, "compressed_bytes") / 2**20, "{:.2f}"),
+                ("ratio", lambda c: f"{last_it(c, 'compression_ratio'):.3f}" if last_it(c, "compression_ratio") else "-")]}
+
+
+# The opt-in lossy codecs: loss drift against none (cpu, real data), compress at a fraction of
+# none's peak without --lossy and with each lossy mode.
+
+LOSSY_MODES = [("(lossless)", []), ("--no-persistent-buffers", ["--no-persistent-buffers"]),
+               ("bf16", ["--lossy", "bf16", "--no-persistent-buffers"]), ("fp16", ["--lossy", "fp16", "--no-persistent-buffers"]),
+               ("int8", ["--lossy", "int8", "--no-persistent-buffers"])]
+
+EXPERIMENTS["lossy-drift"] = {
+    "kind": "runs", "serial": True,
+    "about": "cpu backend, 20 iterations: none, then compress at the fraction of its peak (rounded down to 512 bytes) "
+             "without --lossy and with each lossy mode; the largest |loss - none's loss| over the iterations, the last "
+             "iteration's compressed MiB and ratio, the codecs the run used",
+    "defaults": {"backend": "cpu", "iters": 20},
+    "rows": [{"model": m, "fraction": f, "mode": label, "mode_args": a}
+             for m, f in (("resnet-tiny", 0.35), ("vgg-tiny", 0.62)) for label, a in LOSSY_MODES],
+    "runs": [("none", lambda r, got: train(r)),
+             ("run", lambda r, got: train(r, "--policy", "compress", "--budget",
+                                          fraction_of_peak(got["none"], r["fraction"], 512), *r["mode_args"]))],
+    "columns": [("model", lambda c: c.row["model"]), ("budget", lambda c: c.row["fraction"]), ("lossy", lambda c: c.row["mode"]),
+                ("max abs loss drift", lambda c: max(abs(x["loss"] - y["loss"]) for x, y in
+                                                     zip(c.rep["none"]["iterations"], c.rep["run"]["iterations"])), "{:.2e}"),
+                ("final loss (none)", lambda c: c.rep["none"]["summary"]["final_loss"], "{:.5f}"),
+                ("final loss", lambda c: c.rep["run"]["summary"]["final_loss"], "{:.5f}"),
+                ("compressed MiB", lambda c: last_it(c, "compressed_bytes") / 2**20, "{:.2f}"),
+                ("ratio", lambda c: f"{last_it(c, 'compression_ratio'):.3f}" if last_it(c, "compression_ratio") else "-"),
+                ("codecs", lambda c: ", ".join(sorted({t["codec"] for t in c.rep["run"].get("compression", [])})))]}
+
+
+
+# The C++ benchmarks that measure what the CLI cannot (built with -DVTENSOR_BUILD_BENCH=ON):
+# the caching allocator's throughput (google benchmark) and vDNN's planned memory per rung.
+
+EXPERIMENTS["allocator-bench"] = {
+    "kind": "runs", "needs": ["vtensor_bench_allocator"], "about": "build/bench/vtensor_bench_allocator --benchmark_format=csv: the caching allocator under a "
+                             "training-like pattern of allocations and frees (random sizes, a fixed number of live blocks)",
+    "rows": [{}],
+    "runs": [("bench", lambda r, got: ["bench:vtensor_bench_allocator", "--benchmark_format=csv"])],
+    "each": lambda c: c.rep["bench"],
+    "columns": [("live blocks", lambda c: c.item["name"].rsplit("/", 1)[1]),
+                ("alloc-or-free, wall", lambda c: float(c.item["real_time"]), "{:.0f} ns"),
+                ("alloc-or-free, cpu", lambda c: float(c.item["cpu_time"]), "{:.0f} ns")]}
+
+EXPERIMENTS["vdnn-plan"] = {
+    "kind": "runs", "needs": ["vtensor_vdnn_plan"], "about": "build/bench/vtensor_vdnn_plan vgg16:256 resnet50:128 --inplace-relu-grad vgg16:256 "
+                             "resnet50:128: the planned peak and mean of one iteration under each vDNN rung, and the op "
+                             "at the peak (planned = measured, asserted in the e2e tests)",
+    "rows": [{}],
+    "runs": [("plan", lambda r, got: ["bench:vtensor_vdnn_plan", "vgg16:256", "resnet50:128", "--inplace-relu-grad",
+                                      "vgg16:256", "resnet50:128"])],
+    "each": lambda c: [dict(x, inplace="no" if i < 10 else "yes") for i, x in enumerate(c.rep["plan"])],
+    "columns": [("model", lambda c: c.item["model"]), ("batch", lambda c: c.item["batch"]),
+                ("in-place relu bwd", lambda c: c.item["inplace"]), ("offload", lambda c: c.item["offload"]),
+                ("conv algorithm", lambda c: c.item["conv_algorithm"]),
+                ("offloaded GiB", lambda c: int(c.item["offloaded_bytes"]) / 2**30, "{:.2f}"),
+                ("peak GiB", lambda c: int(c.item["peak_bytes"]) / 2**30, "{:.2f}"),
+                ("peak vs none", lambda c: c.item["peak_vs_none"]), ("mean vs none", lambda c: c.item["mean_vs_none"]),
+                ("peak at op", lambda c: c.item["peak_op"])]}
+
+
+
+EXPERIMENTS["smoke-runs"] = {
+    "kind": "runs", "test_only": True,
+    "about": "the runner's own test of kind runs: mlp-tiny on sim, none unbounded, then two policies at half its peak "
+             "and the largest batch each trains there",
+    "defaults": {"model": "mlp-tiny", "batch": 16, "backend": "sim", "gpu": "p100-16g", "iters": 3},
+    "rows": [{"policy": "lru"}, {"policy": "capuchin"}],
+    "runs": [("none", lambda r, got: train(r)),
+             ("run", lambda r, got: train(r, "--policy", r["policy"], "--budget", fraction_of_peak(got["none"], 0.5))),
+             ("max batch", lambda r, got: {"start": r["batch"], "limit": 256, "search": lambda b, r=r, B=fraction_of_peak(
+                 got["none"], 0.5): train({**r, "batch": b}, "--policy", r["policy"], "--budget", B)})],
+    "columns": [("policy", lambda c: c.row["policy"]),
+                ("budget bytes", lambda c: fraction_of_peak(c.rep["none"], 0.5)),
+                ("none peak bytes", lambda c: c.rep["none"]["summary"]["peak_allocated_bytes"]),
+                ("peak bytes", lambda c: c.rep["run"]["summary"]["peak_allocated_bytes"]),
+                ("time vs none", lambda c: steady_mean(c.rep["run"], "time_ms") / steady_mean(c.rep["none"], "time_ms"), "{:.2f}×"),
+                ("max batch", lambda c: c.rep["max batch"]["max_batch"])]}
+
+
+
+EXPERIMENTS["um-lookahead"] = {
+    "kind": "runs",
+    "about": "um-prefetch's lookahead: `vtensor train --backend sim --gpu p100-16g --model resnet50 --batch 32 --iters 4 "
+             "--policy um-prefetch --budget 1466503936 --um-lookahead D` (50% of none's peak), the last iteration",
+    "rows": [{"d": d} for d in (1, 4, 8, 16, 32, 64)],
+    "runs": [("run", lambda r, got: train({"model": "resnet50", "batch": 32, "backend": "sim", "gpu": "p100-16g", "iters": 4},
+                                          "--policy", "um-prefetch", "--budget", 1466503936, "--um-lookahead", r["d"]))],
+    "columns": [("d", lambda c: f"{c.row['d']}" + (" (default)" if c.row["d"] == 4 else "")),
+                ("iteration", lambda c: c.rep["run"]["iterations"][-1]["time_ms"], "{:.1f} ms"),
+                ("faults", um_cpu_col(lambda u: u["faults"])),
+                ("pages in / out", um_cpu_col(lambda u: f"{u['pages_in']} / {u['pages_out']}")),
+                ("late prefetches", um_cpu_col(lambda u: u["prefetch_late"])),
+                ("stall", um_cpu_col(lambda u: f"{u['stall_ms']:.1f} ms"))]}
+
+
+
+def next_batch_ran_out_of(rep):
+    """maxbatch: what the batch above the maximum ran out of, from the search's printed probes."""
+    m = re.search(r"batch\s+%d\s+out of memory( \(host\))?" % (rep["max_batch"] + 1), rep["_stdout"])
+    return ("host" if m.group(1) else "device") if m else "not probed"
+
+
+EXPERIMENTS["host-budget"] = {
+    "kind": "runs",
+    "about": "`vtensor maxbatch --model resnet50 --gpu p100-16g --policy P [--host-budget 64GB]`: the maximum batch "
+             "with the pinned host memory unlimited or bounded (64 GB = 59.60 GiB); peak host at that batch, cached free "
+             "buffers included; what the batch above it ran out of",
+    "rows": [{"model": "resnet50", "gpu": "p100-16g", "policy": p, "host": h}
+             for p in ("lru", "lru-recompute", "capuchin") for h in ("unlimited", "64GB")],
+    "runs": [("mb", lambda r, got: maxbatch(r, "--policy", r["policy"], *(["--host-budget", r["host"]] if r["host"] != "unlimited" else [])))],
+    "columns": [("policy", lambda c: c.row["policy"]), ("host budget", lambda c: c.row["host"].replace("GB", " GB")),
+                ("max batch", lambda c: c.rep["mb"]["max_batch"]),
+                ("peak host", lambda c: gib(c.rep["mb"]["peak_host_bytes"])),
+                ("predicted iteration", lambda c: c.rep["mb"]["iteration_ms"], "{:.2f} ms"),
+                ("samples/s", lambda c: 1e3 * c.rep["mb"]["max_batch"] / c.rep["mb"]["iteration_ms"], "{:.1f}"),
+                ("next batch", lambda c: next_batch_ran_out_of(c.rep["mb"]))]}
+
+
+
+# Gradient checkpointing's plan at its maximum batch (p100-16g; Adam for the transformers):
+# `vtensor maxbatch --policy checkpoint`, then one training run at that batch and its
+# policy_report.
+
+def ckpt(c, key):
+    return c.rep["run"]["policy_report"][key]
+
+
+EXPERIMENTS["checkpoint-plan"] = {
+    "kind": "runs",
+    "about": "`vtensor maxbatch --model M --gpu p100-16g --policy checkpoint`, then `vtensor train --model M --batch "
+             "MAX --backend sim --gpu p100-16g --policy checkpoint --iters 2`: its policy_report and last iteration",
+    "defaults": {"backend": "sim", "gpu": "p100-16g", "iters": 2},
+    "rows": PAPER_MODELS_ADAM,
+    "runs": [("mb", lambda r, got: maxbatch(r, "--policy", "checkpoint")),
+             ("run", lambda r, got: train({**r, "batch": got["mb"]["max_batch"]}, "--policy", "checkpoint"))],
+    "columns": [
+        ("model, batch", lambda c: f"{c.row['model']}, {c.rep['mb']['max_batch']}"),
+        ("segments / layers (plan kept)", lambda c: f"{ckpt(c, 'segments')} / {ckpt(c, 'layers')} ({ckpt(c, 'rule')})"),
+        ("checkpoints", lambda c: f"{ckpt(c, 'checkpoints')}, {gib(ckpt(c, 'checkpoint_bytes'))}"),
+        ("dropped per iteration", lambda c: gib(ckpt(c, "dropped_bytes_per_iteration"))),
+        ("recomputed ops (plan / measured)", lambda c: "{} / {}".format(
+            ckpt(c, "expected_recomputed_ops_per_iteration"), c.rep["run"]["iterations"][-1]["recomputed_ops"])),
+        ("Chen's re-run of the segments", lambda c: ckpt(c, "segment_recompute_ops_per_iteration")),
+        ("forward ops", lambda c: ckpt(c, "forward_ops")),
+        ("recompute / iteration", lambda c: "{:.0f} / {:.0f} ms".format(c.rep["run"]["iterations"][-1]["recompute_ms"],
+                                                                         c.rep["run"]["iterations"][-1]["time_ms"])),
+        ("planned peak (measured)", lambda c: "{} ({})".format(gib(ckpt(c, "planned_peak_bytes")),
+                                                               gib(c.rep["run"]["summary"]["peak_allocated_bytes"]))),
+        ("sqrt(L) plan's peak", lambda c: gib(ckpt(c, "sqrt_plan_peak_bytes")))]}
+
+
 # ---- Markdown
 
 def ratio(r):
@@ -293,6 +1464,7 @@ def md_maxbatch(name, exp, rows):
 
 RUNNERS = {"grid": run_grid, "logs": run_logs, "maxbatch": run_maxbatch}
 RENDER = {"grid": md_grid, "logs": md_logs, "maxbatch": md_maxbatch}
+RUNNERS["runs"], RENDER["runs"] = run_runs, md_runs
 
 
 def render(name, exp, rows):
@@ -329,7 +1501,8 @@ def write_outputs(name, exp, rows, out):
     for r in rows:
         fields += [k for k in r if k not in fields]
     for ext, write in ((".csv", lambda f: (lambda w: (w.writeheader(), w.writerows(rows)))(csv.DictWriter(f, fieldnames=fields))),
-                       (".json", lambda f: json.dump({"experiment": name, "spec": exp, "rows": rows}, f, indent=1))):
+                       (".json", lambda f: json.dump({"experiment": name, "spec": exp, "rows": rows}, f, indent=1,
+                                                 default=lambda o: getattr(o, "__name__", str(o))))):
         path = os.path.join(out, name + ext)
         with open(path + ".tmp", "w", newline="") as f:
             write(f)
@@ -346,11 +1519,13 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "bench-out"))
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--update-docs", action="store_true")
+    ap.add_argument("--render-only", action="store_true",
+                    help="run nothing: render the tables from the rows of an earlier run (OUT/NAME.json)")
     ap.add_argument("--docs", default=os.path.join(ROOT, "docs"), help="folder of the Markdown files to update")
     a = ap.parse_args()
     if a.names == ["list"]:
         for n, e in EXPERIMENTS.items():
-            print(f"{n:15s} {e['about']}")
+            print(f"{n:26s} {e['about']}")
         return
     names = [n for n, e in EXPERIMENTS.items() if not e.get("test_only")] if a.names == ["all"] else a.names
     unknown = [n for n in names if n not in EXPERIMENTS]
@@ -360,9 +1535,17 @@ def main():
         sys.exit("--jobs must be at least 1")
     if not os.access(BIN, os.X_OK):
         sys.exit(f"{BIN} not found: build first (scripts/install.sh)")
+    missing = sorted({b for n in names for b in EXPERIMENTS[n].get("needs", [])
+                      if not os.access(os.path.join(os.path.dirname(BIN), "bench", b), os.X_OK)})
+    if missing and not a.render_only:  # before anything runs, not half-way through `all`
+        sys.exit(f"{', '.join(missing)} not built: configure with -DVTENSOR_BUILD_BENCH=ON and build them")
     for n in names:
         exp = EXPERIMENTS[n]
-        rows = RUNNERS[exp["kind"]](n, exp, a.out, a.jobs)
+        if a.render_only:
+            with open(os.path.join(a.out, n + ".json")) as f:
+                rows = json.load(f)["rows"]
+        else:
+            rows = RUNNERS[exp["kind"]](n, exp, a.out, a.jobs)
         text = write_outputs(n, exp, rows, a.out)
         print(f"[{n}] wrote {os.path.join(a.out, n)}.csv, .json, .md ({len(rows)} rows)")
         if a.update_docs:
