@@ -79,6 +79,10 @@ std::ifstream open(const std::string& path) {
 
 Graph load_vtensor_trace(const std::string& path) {
   std::ifstream in = open(path);
+  return read_vtensor_trace(in, path);
+}
+
+Graph read_vtensor_trace(std::istream& in, const std::string& path) {
   std::string text;
   size_t line = 0;
   if (!std::getline(in, text)) fail(path, 1, "empty file");
@@ -219,8 +223,7 @@ class DtrImporter {
  public:
   explicit DtrImporter(std::string path) : path_(std::move(path)) {}
 
-  Graph run() {
-    std::ifstream in = open(path_);
+  Graph run(std::istream& in) {
     std::string text;
     while (std::getline(in, text)) {
       ++line_;
@@ -428,7 +431,12 @@ int mark_overwritten_inputs(Graph& g) {
   return marked;
 }
 
-Graph load_dtr_log(const std::string& path) { return DtrImporter(path).run(); }
+Graph load_dtr_log(const std::string& path) {
+  std::ifstream in = open(path);
+  return read_dtr_log(in, path);
+}
+
+Graph read_dtr_log(std::istream& in, const std::string& name) { return DtrImporter(name).run(in); }
 
 // ---------------------------------------------------------------- by name
 
