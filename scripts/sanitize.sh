@@ -36,28 +36,42 @@ export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:log_path=$PWD/build-asan/re
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:log_path=$PWD/build-asan/reports/ubsan"
 export LSAN_OPTIONS="log_path=$PWD/build-asan/reports/lsan"
 export OPENBLAS_NUM_THREADS=1
-# name, binary, gtest filter: runs them; on a failure or any report shows both and stops; else
-# prints how many passed.
+# name, binary, gtest filter, shards: runs them (the shards side by side, gtest's sharding); on a
+# failure or any report shows both and stops; else prints how many passed.
 asan_run() {
-  local log="build-asan/$1.log" rc=0
-  "$2" --gtest_brief=1 "--gtest_filter=$3" >"$log" 2>&1 || rc=$?
+  local name=$1 bin=$2 filter=$3 shards=${4:-1} rc=0 pids=() i n=0
+  for ((i = 0; i < shards; i++)); do
+    GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i "$bin" --gtest_brief=1 "--gtest_filter=$filter" \
+      >"build-asan/$name.$i.log" 2>&1 & pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || rc=$?; done
   if [ "$rc" -ne 0 ] || [ -n "$(ls build-asan/reports)" ]; then
     {
-      tail -50 "$log"
+      for ((i = 0; i < shards; i++)); do tail -40 "build-asan/$name.$i.log"; done
       for f in build-asan/reports/*; do [ -f "$f" ] && { echo "== $f"; head -60 "$f"; }; done
-      echo "ASan+UBSan: $1 tests FAILED (exit $rc; log $log, reports in build-asan/reports)"
+      echo "ASan+UBSan: $name tests FAILED (exit $rc; logs build-asan/$name.*.log, reports in build-asan/reports)"
     } >&2
     exit 1
   fi
-  summary "$log"
+  for ((i = 0; i < shards; i++)); do n=$((n + $(summary "build-asan/$name.$i.log"))); done
+  echo "$n"
 }
 # Death tests (one: test_um.cpp, a write to a page off the device must kill the process with
 # SIGSEGV) die on purpose in a child process; ASan would write that SEGV up as a report, so
 # they run apart with handle_segv=0 (their gtest assertions still check the death).
 u1=$(asan_run unit build-asan/vtensor_unit_tests '-*DeathTest*')
 u2=$(ASAN_OPTIONS="$ASAN_OPTIONS:handle_segv=0" asan_run unit-death build-asan/vtensor_unit_tests '*DeathTest*')
-e=$(asan_run e2e build-asan/vtensor_e2e_tests '*')
+e=$(asan_run e2e build-asan/vtensor_e2e_tests '*' "$JOBS")
+# The e2e label's one test outside gtest: the experiment runner (bench/run.py) driving this vtensor.
+PY=python3; [ -x /usr/bin/python3 ] && PY=/usr/bin/python3
+if ! VTENSOR_BINARY="$PWD/build-asan/vtensor" "$PY" tests/e2e/test_runner.py >build-asan/runner.log 2>&1 ||
+    [ -n "$(ls build-asan/reports)" ]; then
+  { tail -40 build-asan/runner.log; for f in build-asan/reports/*; do [ -f "$f" ] && head -60 "$f"; done
+    echo "ASan+UBSan: the runner test FAILED"; } >&2
+  exit 1
+fi
 unit=$((u1 + ${u2:-0}))
+e=$((e + 1))
 echo "ASan+UBSan: unit $unit/$unit, e2e $e/$e passed; no sanitizer report (memory errors, undefined behaviour, leaks)"
 
 # ---- TSan
