@@ -19,7 +19,8 @@ run_one() {
   rm -rf "$dir" && mkdir -p "$dir/corpus"
   # -close_fd_mask=3: the targets' own output (help texts, parse errors) is dropped; libFuzzer's stays.
   "build-asan/fuzz_$t" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 -close_fd_mask=3 \
-    -print_final_stats=1 -artifact_prefix="$dir/" "$dir/corpus" "tests/fuzz/$t" >"$dir/log" 2>&1
+    -dict=tests/fuzz/numbers.dict -print_final_stats=1 -artifact_prefix="$dir/" "$dir/corpus" "tests/fuzz/$t" \
+    >"$dir/log" 2>&1
 }
 pids=()
 for t in "${targets[@]}"; do

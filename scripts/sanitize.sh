@@ -5,7 +5,7 @@
 #    (scripts/fuzz.sh), so everything there is also compiled with -fsanitize=fuzzer-no-link (coverage
 #    counters only). Every report (a memory error, undefined behaviour, a leak) is written to
 #    build-asan/reports/ and fails the job, also from the `vtensor` processes the e2e tests start.
-#    Nothing is excluded.
+#    Nothing is excluded; the one death test runs apart (below, with why).
 #  - TSan: the cpu backend's stream tests (tests/unit/test_cpu_streams.cpp) built alone, with the
 #    backend's sources, into build-tsan/, repeated so the threads interleave differently.
 # Each job ends with one line saying what ran and that it was clean; any report fails the script.
