@@ -12,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS="${VTENSOR_SANITIZE_JOBS:-$(nproc)}"
-common=(-G Ninja -DCMAKE_BUILD_TYPE=Sanitize -DCMAKE_CXX_COMPILER=clang++ -DVTENSOR_CUDA=OFF -DVTENSOR_PYTHON=OFF
+common=(-G Ninja -DCMAKE_BUILD_TYPE=Sanitize -DCMAKE_CXX_COMPILER=clang++ -DVTENSOR_CUDA=OFF -DVTENSOR_PYTHON=OFF -DVTENSOR_PCH=ON
         -DVTENSOR_BUILD_BENCH=OFF)
 
 build() {  # dir, targets...: builds quietly; on a failure shows the errors and stops
