@@ -4,6 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 pkgs=(build-essential cmake ninja-build python3 libopenblas-dev nlohmann-json3-dev libcli11-dev libgtest-dev libbenchmark-dev)
 pkgs+=(python3-dev pybind11-dev python3-torch python3-pytest)  # the Python package (python/) and its tests
+pkgs+=(clang libclang-rt-dev)  # the sanitizer jobs and libFuzzer targets (scripts/sanitize.sh, scripts/fuzz.sh)
 # The browser test (tests/e2e/test_view.cpp) opens a timeline page in headless Chromium: large,
 # so only when asked for; without it that test skips and says why.
 [ "${VTENSOR_BROWSER_TESTS:-0}" = 1 ] && pkgs+=(chromium)

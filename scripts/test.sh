@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Builds (installing what is missing) and runs every test: unit, e2e, and cuda (skipped without a GPU).
+# Builds (installing what is missing) and runs every test: unit, e2e, and cuda (skipped without a GPU),
+# the Python package's tests, then the sanitizer jobs and the fuzz targets (a few minutes more;
+# VTENSOR_SANITIZE=0 leaves them out).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install.sh
@@ -7,3 +9,7 @@ ctest --test-dir build --output-on-failure -j "$(nproc)"
 # The Python package's tests (python/tests) on Debian's python3-torch; the module is built into python/vtensor.
 PY=python3; [ -x /usr/bin/python3 ] && PY=/usr/bin/python3
 PYTHONPATH=python "$PY" -m pytest -q -p no:cacheprovider python/tests
+if [ "${VTENSOR_SANITIZE:-1}" != 0 ]; then
+  scripts/sanitize.sh  # ASan + UBSan on the unit and e2e tests, TSan on the cpu backend's streams
+  scripts/fuzz.sh      # each parser's libFuzzer target for a bounded time
+fi

@@ -80,32 +80,22 @@ TEST_P(Compress, BitIdenticalToNoneAtTheSmallestBudget) {
 
 INSTANTIATE_TEST_SUITE_P(Models, Compress, ::testing::Values("resnet-tiny", "vgg-tiny", "gpt-tiny"));
 
-// Where the compression plan fits the budget, compression takes the place of most swaps: the
-// guided iterations swap less than the measured (passive LRU) one at the same budget (what is
-// left is fragmentation: compressed buffers sit between tensors), and the report has per tensor
-// codec, sizes, times and stall. On cpu the plan comes from wall-clock times (the codec's
-// measured rate decides how many compressions hide), so whether it fits varies with the load:
-// every attempt must train bit-identically within the budget, and the first whose plan fits (of
-// at most five) must show the swaps replaced.
+// Where the compression plan fits the budget, compression takes the place of swaps: the guided
+// iterations swap less, on the whole, than the measured (passive LRU) one at the same budget
+// (not each one: compressed buffers sit between tensors, and the fragmentation they leave can
+// make a later iteration swap as much), and the report has per tensor codec, sizes, times and
+// stall. The plan comes from the op times: on cpu those are wall-clock times, so which plan the
+// clock gives varies with the load and the build (a sanitizer build runs the ops several times
+// slower, not all alike), and the cpu run checks what holds whichever plan it gets: bit-identical
+// training within the budget, and a consistent report. The claim itself is checked on sim, whose
+// virtual clock makes the plan deterministic, sized by the non-zero counts the cpu run recorded.
 TEST(Compress, ReplacesSwapsWhereThePlanFits) {
   const RunOutcome base = run_training(config("resnet-tiny", "none", 0, 4));
   const size_t budget = align_up(size_t{3520} << 10);  // 96% of the unmanaged 3.58 MiB; the plan predicts 3.42 MiB
   ASSERT_LT(budget, base.peak);
-  bool fitted = false;
-  for (int attempt = 0; attempt < 5 && !fitted; ++attempt) {
-    SCOPED_TRACE("attempt " + std::to_string(attempt));
-    const RunOutcome r = run_training(config("resnet-tiny", "compress", budget, 4));
-    expect_bit_identical(base, r);
-    for (const auto& s : r.iters) EXPECT_LE(s.peak_allocated, budget);
-    if (!r.result.policy_report.value("predicted_fits", false)) continue;
-    fitted = true;
-    ASSERT_GT(r.iters[0].counters.swapped_out_bytes, 0u);
-    for (size_t i = 1; i < r.iters.size(); ++i) {
-      EXPECT_LT(r.iters[i].counters.swapped_out_bytes, r.iters[0].counters.swapped_out_bytes) << "iteration " << i;
-      EXPECT_GT(r.iters[i].counters.compressions, 0u);
-    }
-    ASSERT_FALSE(r.result.compression.empty());
+  const auto check_report = [](const RunOutcome& r) {
     const nlohmann::json report = nlohmann::json::parse(report_json(r.result));
+    if (r.result.compression.empty()) return;
     ASSERT_TRUE(report.contains("compression"));
     for (const auto& t : report["compression"]) {
       EXPECT_TRUE(t["codec"] == "bitmask" || t["codec"] == "sign");
@@ -113,31 +103,70 @@ TEST(Compress, ReplacesSwapsWhereThePlanFits) {
       EXPECT_GE(t["compress_ms"].get<double>(), 0.0);
       EXPECT_TRUE(t.contains("stall_ms"));
     }
-    EXPECT_NE(format_iteration_line(r.iters.back(), 4).find("compressed"), std::string::npos);
+  };
+  const std::string densities = temp_path("compress", "replaces-swaps-densities.json");
+  {
+    SCOPED_TRACE("cpu");
+    TrainConfig cfg = config("resnet-tiny", "compress", budget, 4);
+    cfg.densities_out = densities;
+    const RunOutcome r = run_training(cfg);
+    expect_bit_identical(base, r);
+    for (const auto& s : r.iters) EXPECT_LE(s.peak_allocated, budget);
+    ASSERT_GT(r.iters[0].counters.swapped_out_bytes, 0u);  // the measured iteration: passive LRU
+    EXPECT_EQ(r.iters[0].counters.compressions, 0u);
+    check_report(r);
   }
-  EXPECT_TRUE(fitted) << "no attempt's plan fit the budget";
+  SCOPED_TRACE("sim");
+  TrainConfig cfg = config("resnet-tiny", "compress", budget, 4);
+  cfg.backend = "sim";
+  cfg.gpu = "p100-16g";
+  cfg.densities_path = densities;
+  const RunOutcome r = run_training(cfg);
+  for (const auto& s : r.iters) EXPECT_LE(s.peak_allocated, budget);
+  ASSERT_TRUE(r.result.policy_report.value("predicted_fits", false)) << r.result.policy_summary;
+  const uint64_t measured = r.iters[0].counters.swapped_out_bytes;
+  ASSERT_GT(measured, 0u);
+  uint64_t guided = 0;
+  for (size_t i = 1; i < r.iters.size(); ++i) {
+    EXPECT_GT(r.iters[i].counters.compressions, 0u) << "iteration " << i;
+    guided += r.iters[i].counters.swapped_out_bytes;
+  }
+  EXPECT_LT(guided, measured * (r.iters.size() - 1)) << "the guided iterations swap no less than the measured one";
+  EXPECT_LT(r.iters[1].counters.swapped_out_bytes, measured);
+  ASSERT_FALSE(r.result.compression.empty());
+  check_report(r);
+  EXPECT_NE(format_iteration_line(r.iters.back(), 4).find("compressed"), std::string::npos);
 }
 
 // resnet-tiny's last ReLU feeds the global average pool, whose backward reads only dy: the ReLU
 // backward is its only later reader, so it is kept as 1 bit per element, and training is still
-// bit-identical. On cpu the plan comes from wall-clock op times (the gap is short: whether the
-// codec hides in it varies), so a few budgets are tried; on sim the choice is deterministic.
+// bit-identical. With the codecs on the compute stream nothing has to hide behind other ops, so
+// the choice does not hang on how fast the cpu's clock runs (a sanitizer build included); on the
+// compression stream it does (the gap is short), so that run checks bit-identity and the size
+// only where it compresses. On sim the choice is deterministic.
 TEST(Compress, SignCodecWhereOnlyTheSignIsRead) {
   const RunOutcome base = run_training(config("resnet-tiny", "none", 0, 3));
   int sign = 0;
-  for (int percent : {84, 80, 88, 76}) {
+  const auto run = [&](int percent, bool on_compute_stream) {
+    SCOPED_TRACE(std::to_string(percent) + "%" + (on_compute_stream ? " on the compute stream" : ""));
     TrainConfig cfg = config("resnet-tiny", "compress", align_up(base.peak * static_cast<size_t>(percent) / 100), 3);
     cfg.codecs = "sign";
     cfg.compression.persistent_buffers = false;
+    cfg.compression.on_compute_stream = on_compute_stream;
     const RunOutcome r = run_training(cfg);
     expect_bit_identical(base, r);
+    int here = 0;
     for (const auto& c : r.result.compression)
-      if (c.codec == Codec::kSign && c.compressions > 0) {
-        ++sign;
+      if (c.compressions > 0) {
+        EXPECT_EQ(c.codec, Codec::kSign);
         EXPECT_EQ(c.bytes_after, c.bytes_before / 32);
+        ++here;
       }
-  }
+    return here;
+  };
+  for (int percent : {84, 76}) sign += run(percent, true);
   EXPECT_GT(sign, 0);
+  run(84, false);
   TrainConfig sim = config("resnet-tiny", "compress", align_up(size_t{3000} << 10), 3);
   sim.backend = "sim";
   sim.gpu = "p100-16g";

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <tuple>
 
@@ -179,3 +180,32 @@ TEST(DtrLog, UnknownTensorNamesTheLine) {
 }
 
 }  // namespace
+
+// Found by feeding the fuzz targets sizes near int64's limit (tests/fuzz/trace/found-*,
+// tests/fuzz/dtr_log/found-*): rounding a size up to whole floats, or multiplying out a shape,
+// overflowed int64 (undefined behaviour; UBSan stops there). Sizes are now bounded at 1 PiB, and
+// what is above is bad input naming the line.
+TEST(TraceLimits, SizesNearInt64sLimitAreBadInputNotOverflow) {
+  const auto rejects = [](auto read, const std::string& text, const std::string& what) {
+    std::istringstream in(text);
+    try {
+      read(in, "t");
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  const auto trace = [](std::istream& in, const std::string& n) { return read_vtensor_trace(in, n); };
+  const auto dtr = [](std::istream& in, const std::string& n) { return read_dtr_log(in, n); };
+  const std::string head = R"({"type":"graph","ops":[],"op_times":[{"ms":[]}],"tensors":[{"id":0,"name":"x","kind":"data","producer":-1,)";
+  rejects(trace, head + R"("bytes":9223372036854775807}]})", "bytes must be 0 to 1 PiB");
+  rejects(trace, head + R"("bytes":16,"shape":[4611686018427387904,8]}]})", "'shape' must hold sizes");
+  rejects(trace, head + R"("bytes":16,"shape":[-4,-1]}]})", "'shape' must hold sizes");
+  rejects(dtr,
+          "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"a\"}\n"
+          "{\"INSTRUCTION\":\"MEMORY\",\"MEMORY\":\"9223372036854775807\",\"NAME\":\"a\"}\n",
+          "over 1 PiB");
+  // At the bound itself both still read.
+  std::istringstream ok(head + R"("bytes":1125899906842624}]})");
+  EXPECT_EQ(read_vtensor_trace(ok, "t").tensor(0).bytes(), size_t{1} << 50);
+}

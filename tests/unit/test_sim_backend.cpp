@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <sstream>
 
 #include "vtensor/backend/sim/cost_model.h"
 #include "vtensor/backend/sim/gpu_specs.h"
@@ -48,6 +49,19 @@ TEST(GpuSpecs, LoadsAGpuFromJson) {
     EXPECT_NE(std::string(e.what()).find("fp32_tflops"), std::string::npos) << e.what();
   }
   std::filesystem::remove(path);
+}
+
+// Found by the gpu_file fuzz target (tests/fuzz/gpu_file/found-description-not-a-string.json): a
+// non-string description escaped as nlohmann's type_error, so the CLI said "internal error" and
+// exited 1 instead of naming the field and exiting 2.
+TEST(GpuSpecs, ADescriptionThatIsNotAStringIsBadInput) {
+  std::istringstream in(R"({"name": "g", "description": 20.5, "memory": "1GiB", "fp32_tflops": 1, "hbm_gbps": 1, "h2d_gbps": 1})");
+  try {
+    read_gpu_specs(in, "specs.json");
+    FAIL() << "accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("'description' must be a string"), std::string::npos) << e.what();
+  }
 }
 
 TEST(CostModel, ConvIsComputeBoundReluIsMemoryBound) {

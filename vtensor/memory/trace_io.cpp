@@ -58,6 +58,10 @@ int64_t decimal_field(const std::string& path, size_t line, const json& j, const
   }
 }
 
+// The largest tensor a trace may declare, 1 PiB (parse_bytes' bound too): sizes and element
+// counts stay far from int64 overflow.
+constexpr int64_t kMaxTensorBytes = int64_t{1} << 50;
+
 Shape floats_for(int64_t bytes) { return Shape{(bytes + 3) / 4}; }
 
 TensorKind parse_kind(const std::string& path, size_t line, const std::string& s) {
@@ -79,6 +83,10 @@ std::ifstream open(const std::string& path) {
 
 Graph load_vtensor_trace(const std::string& path) {
   std::ifstream in = open(path);
+  return read_vtensor_trace(in, path);
+}
+
+Graph read_vtensor_trace(std::istream& in, const std::string& path) {
   std::string text;
   size_t line = 0;
   if (!std::getline(in, text)) fail(path, 1, "empty file");
@@ -111,14 +119,22 @@ Graph load_vtensor_trace(const std::string& path) {
     info.name = str_field(path, line, t, "name");
     info.kind = parse_kind(path, line, str_field(path, line, t, "kind"));
     const int64_t bytes = int_field(path, line, t, "bytes");
-    if (bytes < 0) fail(path, line, "tensor " + info.name + " has negative bytes");
+    if (bytes < 0 || bytes > kMaxTensorBytes) fail(path, line, "tensor " + info.name + ": bytes must be 0 to 1 PiB");
     info.shape = floats_for(bytes);
     if (t.contains("shape")) {
+      std::vector<int64_t> dims;
       try {
-        info.shape = Shape(t["shape"].get<std::vector<int64_t>>());
+        dims = t["shape"].get<std::vector<int64_t>>();
       } catch (const json::exception&) {
         fail(path, line, "tensor " + info.name + ": 'shape' must be an array of integers");
       }
+      int64_t n = 1;
+      for (int64_t d : dims) {
+        if (d < 0 || (d > 0 && n > kMaxTensorBytes / d))
+          fail(path, line, "tensor " + info.name + ": 'shape' must hold sizes >= 0 of at most 1 PiB in all");
+        n *= d;
+      }
+      info.shape = Shape(std::move(dims));
       if (static_cast<int64_t>(info.bytes()) != bytes) fail(path, line, "tensor " + info.name + ": shape and bytes disagree");
     }
     if (t.contains("view_of")) {  // a view: no storage of its own (reshape, shared relu gradients)
@@ -219,8 +235,7 @@ class DtrImporter {
  public:
   explicit DtrImporter(std::string path) : path_(std::move(path)) {}
 
-  Graph run() {
-    std::ifstream in = open(path_);
+  Graph run(std::istream& in) {
     std::string text;
     while (std::getline(in, text)) {
       ++line_;
@@ -279,7 +294,9 @@ class DtrImporter {
                                                   : std::find(pending_.results.begin(), pending_.results.end(), name) ==
                                                         pending_.results.end()))
         fail(path_, line_, "MEMORY for '" + name + "', which the instruction before did not make");
-      pending_.memory[name] = decimal_field(path_, line_, j, "MEMORY");
+      const int64_t bytes = decimal_field(path_, line_, j, "MEMORY");
+      if (bytes > kMaxTensorBytes) fail(path_, line_, "MEMORY of '" + name + "' is over 1 PiB");
+      pending_.memory[name] = bytes;
       return;
     }
     if (ins == "ALIAS") {
@@ -428,7 +445,12 @@ int mark_overwritten_inputs(Graph& g) {
   return marked;
 }
 
-Graph load_dtr_log(const std::string& path) { return DtrImporter(path).run(); }
+Graph load_dtr_log(const std::string& path) {
+  std::ifstream in = open(path);
+  return read_dtr_log(in, path);
+}
+
+Graph read_dtr_log(std::istream& in, const std::string& name) { return DtrImporter(name).run(in); }
 
 // ---------------------------------------------------------------- by name
 

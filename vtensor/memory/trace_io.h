@@ -18,6 +18,7 @@
 //    recomputable (mark_overwritten_inputs).
 // Malformed input throws std::invalid_argument naming the file and the line; nothing is built.
 #pragma once
+#include <istream>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,9 @@ namespace vtensor {
 
 Graph load_vtensor_trace(const std::string& path);
 Graph load_dtr_log(const std::string& path);
+// The same from a stream; `name` stands for the file in the messages (the fuzz targets feed these).
+Graph read_vtensor_trace(std::istream& in, const std::string& name);
+Graph read_dtr_log(std::istream& in, const std::string& name);
 // Clears TensorInfo::recomputable on each forward result t whose producer reads a storage that
 // an op after t's production and before t's horizon writes in place: re-running the producer
 // would read other values. t's horizon is its last access (last use or release), extended to

@@ -90,9 +90,7 @@ const GpuSpec& find_gpu(const std::string& name) {
                               " (or add one with --gpu-file)");
 }
 
-std::vector<std::string> load_gpu_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::invalid_argument("--gpu-file: cannot read '" + path + "'");
+std::vector<GpuSpec> read_gpu_specs(std::istream& in, const std::string& path) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(in);
@@ -108,6 +106,8 @@ std::vector<std::string> load_gpu_file(const std::string& path) {
     if (!o.contains("name") || !o["name"].is_string()) throw std::invalid_argument(where + ": missing string field 'name'");
     GpuSpec g;
     g.name = o["name"].get<std::string>();
+    if (o.contains("description") && !o["description"].is_string())
+      throw std::invalid_argument(where + ": 'description' must be a string");
     g.description = o.value("description", g.name + " (from " + path + ")");
     if (!o.contains("memory")) throw std::invalid_argument(where + ": missing field 'memory'");
     if (o["memory"].is_string()) g.memory_bytes = parse_bytes(o["memory"].get<std::string>(), where + " 'memory'");
@@ -121,6 +121,13 @@ std::vector<std::string> load_gpu_file(const std::string& path) {
     check_gpu_spec(g, where);
     specs.push_back(g);
   }
+  return specs;
+}
+
+std::vector<std::string> load_gpu_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument("--gpu-file: cannot read '" + path + "'");
+  std::vector<GpuSpec> specs = read_gpu_specs(in, path);
   std::lock_guard<std::mutex> l(table_mutex());
   std::vector<std::string> names;
   for (auto& g : specs) {

@@ -3,6 +3,7 @@
 // cost model's business (cost_model.h).
 #pragma once
 #include <cstddef>
+#include <istream>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,9 @@ const GpuSpec& find_gpu(const std::string& name);
 // "h2d_gbps": ..., "d2h_gbps": ..., "launch_us": ...} (one object or an array of them) and makes
 // the GPUs findable by name. Throws std::invalid_argument naming the file and the bad field.
 std::vector<std::string> load_gpu_file(const std::string& path);
+// The parse and checks of load_gpu_file without registering anything; `path` names the input in
+// the messages.
+std::vector<GpuSpec> read_gpu_specs(std::istream& in, const std::string& path);
 // Validates a spec (positive figures); throws std::invalid_argument naming the field.
 void check_gpu_spec(const GpuSpec& g, const std::string& where);
 

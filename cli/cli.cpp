@@ -1,0 +1,581 @@
+// The vtensor command: train a model under a device-memory budget and report what it cost.
+#include "cli/cli.h"
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "vtensor/backend/sim/cost_model.h"
+#include "vtensor/backend/sim/gpu_specs.h"
+#include "vtensor/core/errors.h"
+#include "vtensor/memory/allocator.h"
+#include "vtensor/memory/trace_io.h"
+#include "vtensor/memory/planners.h"
+#include "vtensor/models/models.h"
+#include "vtensor/memory/policy.h"
+#include "vtensor/policy/registry.h"
+#include "vtensor/policy/um.h"
+#include "vtensor/train/experiments.h"
+#include "vtensor/train/report_html.h"
+#include "vtensor/train/trainer.h"
+
+using namespace vtensor;
+
+namespace {
+
+constexpr int kExitBadInput = 2;
+constexpr int kExitOom = 3;
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+// --checkpoint-segments with a single policy: it must be checkpoint (a sweep applies it to its checkpoint runs).
+void check_checkpoint_segments(const TrainConfig& cfg) {
+  if (cfg.checkpoint_segments < 0)
+    throw std::invalid_argument("--checkpoint-segments must be a positive segment count, got " +
+                                std::to_string(cfg.checkpoint_segments));
+  if (cfg.checkpoint_segments > 0 && cfg.policy != "checkpoint")
+    throw std::invalid_argument("--checkpoint-segments applies to --policy checkpoint only, got --policy " + cfg.policy);
+}
+
+// --um-page-size / --um-lookahead (policies um, um-prefetch).
+struct UmArgs {
+  std::string page_text;
+  int lookahead = -1;  // not given
+};
+
+void add_um_options(CLI::App* c, UmArgs& u) {
+  c->add_option("--um-page-size", u.page_text, "policies um, um-prefetch: unified-memory page, a power of two from 4KiB to 1GiB (default 2MiB)");
+  c->add_option("--um-lookahead", u.lookahead, "policy um-prefetch: kernels whose pages are prefetched ahead, 1 to 64 (default 4)");
+}
+
+// Validates and applies them; `policy` non-empty: a single run, whose policy they must fit.
+void apply_um_options(TrainConfig& cfg, const UmArgs& u, const std::string& policy) {
+  if (!u.page_text.empty()) cfg.um_page_bytes = parse_bytes(u.page_text, "--um-page-size");
+  if (!u.page_text.empty() && cfg.um_page_bytes == 0) check_page_bytes(0);
+  if (u.lookahead != -1) {
+    check_um_lookahead(u.lookahead);
+    cfg.um_lookahead = u.lookahead;
+  }
+  if (u.lookahead != -1 || !u.page_text.empty()) {
+    auto p = make_policy(policy.empty() ? "um-prefetch" : policy);
+    configure_um_policy(*p, cfg);  // range checks
+  }
+  if (!policy.empty() && !u.page_text.empty() && policy != "um" && policy != "um-prefetch")
+    throw std::invalid_argument("--um-page-size applies to --policy um or um-prefetch only, got --policy " + policy);
+  if (!policy.empty() && u.lookahead != -1 && policy != "um-prefetch")
+    throw std::invalid_argument("--um-lookahead applies to --policy um-prefetch only, got --policy " + policy);
+}
+
+constexpr const char* kHostBudgetHelp = "pinned host memory for swaps, e.g. 64GB (default: unlimited)";
+
+// --host-budget: empty keeps the default, unlimited (0).
+size_t parse_host_budget(const std::string& text) { return text.empty() ? 0 : parse_bytes(text, "--host-budget"); }
+
+std::string host_budget_suffix(size_t bytes) { return bytes ? ", host budget " + format_bytes(bytes) : ""; }
+
+void check_output_path(const std::string& path, const char* what) {
+  if (path.empty()) return;
+  auto dir = std::filesystem::path(path).parent_path();
+  if (!dir.empty() && !std::filesystem::is_directory(dir))
+    throw std::invalid_argument(std::string(what) + " '" + path + "': directory '" + dir.string() + "' does not exist");
+}
+
+// The memory-timeline page of a finished run (--html).
+void write_html(const TrainResult& r, const std::string& path) {
+  write_file_atomically(timeline_html(nlohmann::json::parse(report_json(r))), path, "page");
+  std::printf("memory timeline written to %s\n", path.c_str());
+}
+
+int cmd_train(const TrainConfig& base, const std::string& budget_text, const std::string& host_budget_text_arg,
+              const std::string& report, const std::string& html, bool quiet, const std::string& optimizer, bool lr_given) {
+  TrainConfig cfg = base;
+  check_output_path(html, "--html");
+  if (!html.empty()) cfg.timeline = true;
+  cfg.optimizer.kind = parse_optimizer(optimizer);
+  if (cfg.optimizer.kind != OptimizerKind::kSgd && !lr_given) cfg.optimizer.lr = 1e-3f;  // Adam's usual rate
+  if (!budget_text.empty()) cfg.budget = parse_bytes(budget_text, "--budget");
+  cfg.host_budget = parse_host_budget(host_budget_text_arg);
+  check_output_path(report, "--report");
+  check_output_path(cfg.trace_path, "--trace");
+  check_checkpoint_segments(cfg);
+  Trainer trainer(cfg);
+  const auto& c = trainer.config();
+  const auto& g = trainer.graph();
+  const bool images = c.model.name.rfind("mlp", 0) != 0;
+  const bool tokens = c.model.name.rfind("gpt", 0) == 0 || c.model.name.rfind("bert", 0) == 0;
+  const std::string input = tokens ? "seq " + std::to_string(c.model.image_size)
+                            : images ? std::to_string(c.model.image_size) + "x" + std::to_string(c.model.image_size)
+                                   : std::to_string(c.model.image_size) + " features";
+  std::printf("vtensor train: model %s (batch %d, %s, width %d, %d classes), policy %s, backend %s, budget %s%s\n",
+              c.model.name.c_str(), c.model.batch, input.c_str(), c.model.width, c.model.classes, c.policy.c_str(),
+              c.backend.c_str(), format_bytes(c.budget).c_str(), host_budget_suffix(c.host_budget).c_str());
+  std::printf("graph: %zu ops, %zu tensors, %zu parameters (%s), persistent %s\n", g.num_ops(), g.num_tensors(),
+              g.param_count(), format_bytes(g.param_count() * 4).c_str(), format_bytes(g.persistent_bytes()).c_str());
+  std::fflush(stdout);
+  TrainResult r = trainer.run([&](const IterationStats& s) {
+    if (!quiet) {
+      std::printf("%s\n", format_iteration_line(s, c.iters).c_str());
+      std::fflush(stdout);
+    }
+  });
+  size_t peak_alloc = 0, peak_res = 0;
+  double ms = 0;
+  for (const auto& s : r.iterations) {
+    peak_alloc = std::max(peak_alloc, s.peak_allocated);
+    peak_res = std::max(peak_res, s.peak_reserved);
+    ms += s.time_ms;
+  }
+  const auto loss_text = [](const IterationStats& s) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.5f", static_cast<double>(s.loss));
+    return std::string(b);
+  };
+  const std::string losses = r.iterations.front().has_loss
+                                 ? "loss " + loss_text(r.iterations.front()) + " -> " + loss_text(r.iterations.back())
+                                 : "loss n/a (the " + c.backend + " backend holds no values)";
+  std::printf("done: %s, peak allocated %s, peak reserved %s (budget %s), mean iteration %.1f ms\n",
+              losses.c_str(), format_bytes(peak_alloc).c_str(), format_bytes(peak_res).c_str(), format_bytes(c.budget).c_str(),
+              ms / static_cast<double>(r.iterations.size()));
+  if (c.host_budget || r.host_peak)
+    std::printf("host: peak %s held for swaps (budget %s)\n", format_bytes(r.host_peak).c_str(),
+                c.host_budget ? format_bytes(c.host_budget).c_str() : "unlimited");
+  if (!r.policy_summary.empty()) std::printf("policy %s: %s\n", c.policy.c_str(), r.policy_summary.c_str());
+  if (const auto& a = r.allocator_report; a.is_object() && a.contains("lower_bound_bytes"))
+    std::printf("allocator %s: arena %s, lower bound %s (x%.4f), last iteration\n", c.allocator.c_str(),
+                format_bytes(a["arena_bytes"].get<size_t>()).c_str(), format_bytes(a["lower_bound_bytes"].get<size_t>()).c_str(),
+                a["arena_over_lower_bound"].get<double>());
+  if (!report.empty()) {
+    write_report(r, report);
+    std::printf("report written to %s\n", report.c_str());
+  }
+  if (!html.empty()) write_html(r, html);
+  return 0;
+}
+
+int cmd_view(const std::string& input, const std::string& out) {
+  check_output_path(out, "-o");
+  const std::string text = view_html(read_json_file(input), input);
+  write_file_atomically(text, out, "page");
+  std::printf("%s written from %s\n", out.c_str(), input.c_str());
+  return 0;
+}
+
+// ---- sim experiments: replay, maxbatch, sweep (vtensor/train/experiments.h)
+
+double mib(size_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
+
+struct ReplayArgs {
+  ReplayConfig cfg;
+  std::string budget_text, host_budget_text, report, html;
+  bool quiet = false;
+};
+
+CLI::App* add_replay(CLI::App& app, ReplayArgs& a) {
+  auto* c = app.add_subcommand("replay", "replay a recorded access trace or a DTR operator log on the sim backend");
+  c->add_option("--trace", a.cfg.trace, "trace file (vtensor --trace JSON lines or a DTR log), or dtr:NAME")->required();
+  c->add_option("--gpu", a.cfg.gpu, "the GPU to model: " + join(gpu_names()))->required();
+  c->add_option("--budget", a.budget_text, "device memory budget (default: the GPU's memory)");
+  c->add_option("--host-budget", a.host_budget_text, kHostBudgetHelp);
+  c->add_option("--policy", a.cfg.policy, "memory policy: " + join(policy_names()));
+  c->add_option("--allocator", a.cfg.allocator, "device allocator: " + join(allocator_names()));
+  c->add_option("--iters", a.cfg.iters, "iterations to replay (default 3)");
+  c->add_option("--report", a.report, "write a JSON report to this file");
+  c->add_option("--html", a.html, "write the last iteration's memory timeline as an HTML page");
+  c->add_flag("--timeline", a.cfg.timeline, "put the last iteration's per-op memory timeline in the report");
+  c->add_flag("--quiet", a.quiet, "no per-iteration lines");
+  return c;
+}
+
+int cmd_replay(ReplayArgs a) {
+  if (!a.budget_text.empty()) a.cfg.budget = parse_bytes(a.budget_text, "--budget");
+  a.cfg.host_budget = parse_host_budget(a.host_budget_text);
+  check_output_path(a.report, "--report");
+  check_output_path(a.html, "--html");
+  if (!a.html.empty()) a.cfg.timeline = true;
+  std::printf("vtensor replay: %s on %s, policy %s%s\n", a.cfg.trace.c_str(), a.cfg.gpu.c_str(), a.cfg.policy.c_str(),
+              host_budget_suffix(a.cfg.host_budget).c_str());
+  std::fflush(stdout);
+  // The whole trace is read and checked before the first iteration: a malformed line reports nothing.
+  TrainResult r = replay_trace(a.cfg, [&](const IterationStats& s) {
+    if (!a.quiet) std::printf("%s\n", format_iteration_line(s, a.cfg.iters).c_str());
+  });
+  const RunSummary s = summarise(r);
+  std::printf("done: %zu ops, %zu tensors, budget %s, peak allocated %s, peak reserved %s, iteration %.2f ms "
+              "(recorded op time %.2f ms)\n",
+              r.num_ops, r.num_tensors, format_bytes(r.config.budget).c_str(), format_bytes(s.peak_allocated).c_str(),
+              format_bytes(s.peak_reserved).c_str(), s.iteration_ms, recorded_total_ms(*r.config.graph));
+  if (!a.report.empty()) {
+    write_report(r, a.report);
+    std::printf("report written to %s\n", a.report.c_str());
+  }
+  if (!a.html.empty()) write_html(r, a.html);
+  return 0;
+}
+
+struct ExperimentArgs {
+  TrainConfig cfg;
+  std::string budget_text, host_budget_text, budgets_text = "100%,75%,50%,25%", batches_text,
+      policies_text = "none,lru,lru-recompute";
+  std::string out, report, trace, optimizer = "sgd";
+  int max_limit = 1 << 20;
+  UmArgs um;
+};
+
+// --optimizer: the kind only (learning rates do not change memory or predicted time).
+void apply_optimizer(ExperimentArgs& a) { a.cfg.optimizer.kind = parse_optimizer(a.optimizer); }
+
+void add_experiment_model_options(CLI::App* c, ExperimentArgs& a, bool model_required = true, bool gpu_required = true) {
+  auto* model = c->add_option("--model", a.cfg.model.name, "model: " + join(model_names()));
+  if (model_required) model->required();
+  auto* gpu = c->add_option("--gpu", a.cfg.gpu, "the GPU to model: " + join(gpu_names()));
+  if (gpu_required) gpu->required();
+  c->add_option("--image-size", a.cfg.model.image_size, "input height = width (features for mlp)");
+  c->add_option("--seq", a.cfg.model.image_size, "sequence length (gpt, bert; the same field as --image-size)");
+  c->add_option("--width", a.cfg.model.width, "base channel count (hidden units for mlp)");
+  c->add_option("--classes", a.cfg.model.classes, "number of classes");
+  c->add_option("--optimizer", a.optimizer, "optimizer: sgd, adam, adamw (default sgd)");
+  c->add_option("--allocator", a.cfg.allocator, "device allocator: " + join(allocator_names()));
+  c->add_option("--iters", a.cfg.iters, "iterations per run (default 3: policies that measure need more than one)");
+  c->add_option("--host-budget", a.host_budget_text, kHostBudgetHelp);
+  c->add_flag("--inplace-relu-grad", a.cfg.inplace_relu_grad, "relu backward writes dx over dy where dy dies");
+  add_um_options(c, a.um);
+}
+
+CLI::App* add_maxbatch(CLI::App& app, ExperimentArgs& a) {
+  auto* c = app.add_subcommand("maxbatch", "the largest batch that trains, searched on the sim backend");
+  add_experiment_model_options(c, a);
+  c->add_option("--policy", a.cfg.policy, "memory policy: " + join(policy_names()));
+  c->add_option("--budget", a.budget_text, "device memory budget (default: the GPU's memory)");
+  c->add_option("--max-batch", a.max_limit, "stop the search here");
+  c->add_option("--checkpoint-segments", a.cfg.checkpoint_segments, "policy checkpoint: segment count (default: search the segments for the lowest peak)");
+  c->add_option("--densities", a.cfg.densities_path, "policies compress, compress+swap: non-zero counts recorded by a cpu run (train --densities-out)");
+  c->add_option("--report", a.report, "write the search as JSON to this file");
+  return c;
+}
+
+int cmd_maxbatch(ExperimentArgs a) {
+  apply_optimizer(a);
+  a.cfg.backend = "sim";
+  if (!a.budget_text.empty()) a.cfg.budget = parse_bytes(a.budget_text, "--budget");
+  a.cfg.host_budget = parse_host_budget(a.host_budget_text);
+  check_output_path(a.report, "--report");
+  make_policy(a.cfg.policy);
+  check_checkpoint_segments(a.cfg);
+  const size_t budget = a.cfg.budget ? a.cfg.budget : find_gpu(a.cfg.gpu).memory_bytes;
+  std::printf("vtensor maxbatch: model %s, policy %s, %s, budget %s%s, %d iterations per probe\n",
+              a.cfg.model.name.c_str(), a.cfg.policy.c_str(), a.cfg.gpu.c_str(), format_bytes(budget).c_str(),
+              host_budget_suffix(a.cfg.host_budget).c_str(), a.cfg.iters);
+  std::fflush(stdout);
+  MaxBatchResult r = max_batch(a.cfg, a.max_limit, [](int batch, const RunSummary& s) {
+    char host[48] = "";
+    if (s.peak_host) std::snprintf(host, sizeof host, "  host %10.1f MiB", mib(s.peak_host));
+    if (s.ok)
+      std::printf("  batch %7d  trains  peak %10.1f MiB  iteration %10.2f ms%s\n", batch, mib(s.peak_allocated),
+                  s.iteration_ms, host);
+    else
+      std::printf("  batch %7d  out of memory%s\n", batch, s.error.rfind("out of host", 0) == 0 ? " (host)" : "");
+    std::fflush(stdout);
+  });
+  if (r.batch == 0) {
+    std::printf("max batch: none: batch 1 does not fit\n");
+  } else {
+    std::printf("max batch %d: peak allocated %s, peak reserved %s, predicted iteration %.2f ms (%.1f samples/s)%s%s\n",
+                r.batch, format_bytes(r.at_batch.peak_allocated).c_str(), format_bytes(r.at_batch.peak_reserved).c_str(),
+                r.at_batch.iteration_ms, r.at_batch.iteration_ms > 0 ? 1e3 * r.batch / r.at_batch.iteration_ms : 0.0,
+                r.batch >= a.max_limit ? " (the --max-batch limit)" : "",
+                r.at_batch.peak_host ? ("; peak host " + format_bytes(r.at_batch.peak_host)).c_str() : "");
+    for (int b : r.non_monotonic)
+      std::printf("non-monotonic: batch %d also trains (the search assumes a batch that fails makes every larger one fail)\n", b);
+  }
+  if (!a.report.empty()) {
+    nlohmann::json probes = nlohmann::json::array();
+    for (const auto& [b, s] : r.probes)
+      probes.push_back({{"batch", b}, {"status", s.ok ? "ok" : "oom"}, {"peak_allocated_bytes", s.peak_allocated},
+                        {"peak_host_bytes", s.peak_host}, {"iteration_ms", s.iteration_ms}});
+    nlohmann::json j = {{"model", a.cfg.model.name}, {"policy", a.cfg.policy}, {"gpu", a.cfg.gpu},
+                        {"budget_bytes", budget},
+                        {"host_budget_bytes", a.cfg.host_budget ? nlohmann::json(a.cfg.host_budget) : nlohmann::json(nullptr)},
+                        {"iters", a.cfg.iters}, {"max_batch", r.batch},
+                        {"peak_allocated_bytes", r.at_batch.peak_allocated},
+                        {"peak_reserved_bytes", r.at_batch.peak_reserved},
+                        {"peak_host_bytes", r.at_batch.peak_host},
+                        {"iteration_ms", r.at_batch.iteration_ms}, {"probes", probes},
+                        {"checked_above", r.checked_above}, {"non_monotonic", r.non_monotonic}};
+    const std::string tmp = a.report + ".tmp";
+    {
+      std::ofstream out(tmp);
+      if (!out) throw std::invalid_argument("--report '" + a.report + "': cannot write");
+      out << j.dump(2) << "\n";
+    }
+    std::filesystem::rename(tmp, a.report);
+    std::printf("report written to %s\n", a.report.c_str());
+  }
+  return 0;
+}
+
+CLI::App* add_sweep(CLI::App& app, ExperimentArgs& a) {
+  auto* c = app.add_subcommand("sweep", "a policy x budget (x batch) grid, as CSV or JSON: on sim, or on cpu with "
+                                         "each run's losses and weights compared to the unmanaged run's");
+  add_experiment_model_options(c, a, false, false);
+  c->add_option("--backend", a.cfg.backend, "backend: sim (default; needs --gpu) or cpu (real training, bit-identity checked)");
+  c->add_option("--trace", a.trace, "instead of --model: a recorded trace or DTR log (dtr:NAME), replayed");
+  c->add_option("--batch", a.cfg.model.batch, "batch size (default: the model's preset)");
+  c->add_option("--policies", a.policies_text, "comma-separated policies (default none,lru,lru-recompute)");
+  c->add_option("--budgets", a.budgets_text, "comma-separated budgets: % of the unmanaged peak or sizes (default 100%,75%,50%,25%)");
+  c->add_option("--batches", a.batches_text, "comma-separated batch sizes (overrides --batch)");
+  c->add_option("--checkpoint-segments", a.cfg.checkpoint_segments, "runs of policy checkpoint: segment count (default: sqrt of the layer count)");
+  c->add_option("--densities", a.cfg.densities_path, "runs of policies compress, compress+swap: non-zero counts recorded by a cpu run (train --densities-out)");
+  c->add_option("--out", a.out, "output file, .csv or .json")->required();
+  return c;
+}
+
+int cmd_sweep(ExperimentArgs a) {
+  apply_optimizer(a);
+  if (a.cfg.backend != "sim" && a.cfg.backend != "cpu")
+    throw std::invalid_argument("sweep --backend '" + a.cfg.backend + "': accepted: sim, cpu");
+  const bool sim = a.cfg.backend == "sim";
+  if (sim && a.cfg.gpu.empty()) throw std::invalid_argument("sweep --backend sim needs --gpu: " + join(gpu_names()));
+  if (!sim && !a.cfg.gpu.empty()) throw std::invalid_argument("--gpu applies to --backend sim only");
+  a.cfg.host_budget = parse_host_budget(a.host_budget_text);
+  check_output_path(a.out, "--out");
+  if (a.out.size() < 5 || (a.out.substr(a.out.size() - 4) != ".csv" && a.out.substr(a.out.size() - 5) != ".json"))
+    throw std::invalid_argument("--out '" + a.out + "': accepted extensions: .csv, .json");
+  const auto policies = split_list(a.policies_text);
+  for (const auto& p : policies) make_policy(p);  // an unknown name fails before any output
+  const auto budgets = parse_budgets(a.budgets_text, "--budgets");
+  const auto batches = parse_batches(a.batches_text, "--batches");
+  if (sim) find_gpu(a.cfg.gpu);
+  if (a.trace.empty() == a.cfg.model.name.empty())
+    throw std::invalid_argument("sweep: give either --model or --trace");
+  if (!a.trace.empty()) {
+    if (!sim) throw std::invalid_argument("sweep --trace replays on --backend sim only: a trace holds no values");
+    if (!batches.empty()) throw std::invalid_argument("--batches: a trace has a fixed batch");
+    if (a.cfg.inplace_relu_grad)
+      throw std::invalid_argument("--inplace-relu-grad applies to --model only: a trace keeps the views it was recorded with");
+    a.cfg.graph = std::make_shared<const Graph>(load_trace(a.trace));
+    a.cfg.model.name = a.trace;
+  } else {
+    a.cfg.model = resolve_model(a.cfg.model);  // the preset's batch in every row
+  }
+  std::printf("vtensor sweep: model %s on %s, policies %s, budgets %s%s\n", a.cfg.model.name.c_str(),
+              sim ? a.cfg.gpu.c_str() : "cpu", a.policies_text.c_str(), a.budgets_text.c_str(),
+              host_budget_suffix(a.cfg.host_budget).c_str());
+  std::printf("%-6s %-24s %-7s %10s %7s %10s %9s %8s %10s %10s %9s\n", "batch", "policy", "budget", "budget MiB", "status",
+              "peak MiB", "iter ms", "vs none", "MiB moved", "recomputed", "identical");
+  // peak: device bytes (under unified memory the device pages in use); moved: to and from host.
+  std::fflush(stdout);
+  int last_batch = -1;
+  auto rows = sweep(a.cfg, policies, budgets, batches, [&](const SweepRow& r) {
+    const std::string batch = r.batch > 0 ? std::to_string(r.batch) : "trace";  // a trace's batch is fixed
+    if (r.batch != last_batch) {
+      last_batch = r.batch;
+      std::printf("%-6s %-24s %-7s %10s %7s %10.2f %9.2f %7.2fx %10.1f %10d %9s\n", batch.c_str(), "none (unmanaged)",
+                  "-", "-", r.unmanaged_peak ? "ok" : "oom", mib(r.unmanaged_peak), r.unmanaged_ms, 1.0, 0.0, 0, "-");
+    }
+    if (!r.run.ok) {
+      std::printf("%-6s %-24s %-7s %10.2f %7s   %s\n", batch.c_str(), r.policy.c_str(), r.budget_label.c_str(),
+                  mib(r.budget), "oom", r.run.error.substr(0, r.run.error.find(" (")).c_str());
+    } else {
+      std::printf("%-6s %-24s %-7s %10.2f %7s %10.2f %9.2f %7.2fx %10.1f %10llu %9s\n", batch.c_str(), r.policy.c_str(),
+                  r.budget_label.c_str(), mib(r.budget), "ok", mib(r.run.peak_device), r.run.iteration_ms,
+                  r.overhead, mib(r.run.swapped_out_bytes + r.run.swapped_in_bytes),
+                  static_cast<unsigned long long>(r.run.recomputed_ops), r.identical.empty() ? "n/a" : r.identical.c_str());
+    }
+    std::fflush(stdout);
+  });
+  write_sweep(rows, a.out);
+  std::printf("%zu rows written to %s\n", rows.size(), a.out.c_str());
+  return 0;
+}
+
+// ---- per-op cost predictions (to check the cost model against measured kernels)
+
+CLI::App* add_costs(CLI::App& app, ExperimentArgs& a) {
+  auto* c = app.add_subcommand("costs", "the sim cost model's prediction for every op of a model's training step");
+  add_experiment_model_options(c, a);
+  c->add_option("--batch", a.cfg.model.batch, "batch size (default: the model's preset)");
+  c->add_option("--out", a.out, "write the table as CSV to this file instead of printing it");
+  return c;
+}
+
+int cmd_costs(ExperimentArgs a) {
+  apply_optimizer(a);
+  check_output_path(a.out, "--out");
+  const GpuSpec gpu = find_gpu(a.cfg.gpu);
+  Graph g = build_model(resolve_model(a.cfg.model));
+  build_backward(g, a.cfg.optimizer);
+  if (a.cfg.inplace_relu_grad) share_relu_gradients(g);
+  std::string text = "op,name,kind,flops,bytes,compute_ms,memory_ms,launch_ms,total_ms,bound\n";
+  double total = 0;
+  for (const Op& op : g.ops()) {
+    const OpCost c = predict_op(gpu, g, op);
+    total += c.total_ms;
+    char buf[512];
+    std::snprintf(buf, sizeof buf, "%d,%s,%s,%.0f,%.0f,%.6f,%.6f,%.6f,%.6f,%s\n", op.index, op.name.c_str(),
+                  to_string(op.kind), c.flops, c.bytes, c.compute_ms, c.memory_ms, c.launch_ms, c.total_ms, c.bound());
+    text += buf;
+  }
+  if (a.out.empty()) {
+    std::fputs(text.c_str(), stdout);
+  } else {
+    const std::string tmp = a.out + ".tmp";
+    {
+      std::ofstream out(tmp);
+      if (!out) throw std::invalid_argument("--out '" + a.out + "': cannot write");
+      out << text;
+    }
+    std::filesystem::rename(tmp, a.out);
+  }
+  std::fprintf(a.out.empty() ? stderr : stdout, "%zu ops on %s: %.3f ms of predicted compute per iteration\n",
+               g.num_ops(), gpu.name.c_str(), total);
+  return 0;
+}
+
+}  // namespace
+
+int vtensor::run_cli(int argc, char** argv, CliMode mode) {
+  CLI::App app{"vtensor: train deep-learning models whose working set does not fit in device memory"};
+  app.require_subcommand(1);
+
+  TrainConfig cfg;
+  std::string budget_text, host_budget_arg, report;
+  bool quiet = false;
+  std::string optimizer = "sgd";
+  auto* train = app.add_subcommand("train", "train a model under a device-memory budget");
+  train->add_option("--model", cfg.model.name, "model: " + join(model_names()))->required();
+  train->add_option("--batch", cfg.model.batch, "batch size (default: the model's preset)");
+  train->add_option("--image-size", cfg.model.image_size, "input height = width (features for mlp)");
+  train->add_option("--seq", cfg.model.image_size, "sequence length (gpt, bert; the same field as --image-size)");
+  train->add_option("--width", cfg.model.width, "base channel count (hidden units for mlp)");
+  train->add_option("--classes", cfg.model.classes, "number of classes");
+  train->add_option("--budget", budget_text, "device memory budget, e.g. 512MiB (default: 8GiB on cpu, the free memory less a margin on cuda)");
+  train->add_option("--host-budget", host_budget_arg, kHostBudgetHelp);
+  train->add_option("--policy", cfg.policy, "memory policy: " + join(policy_names()));
+  train->add_option("--backend", cfg.backend, "backend: " + join(backend_names()));
+  std::string gpu_file;
+  train->add_option("--gpu", cfg.gpu, "sim backend: the GPU to model: " + join(gpu_names()));
+  train->add_option("--gpu-file", gpu_file, "JSON file with more GPUs for --gpu (gpu_specs.h has the fields)");
+  train->add_option("--allocator", cfg.allocator, "device allocator: " + join(allocator_names()));
+  train->add_option("--planner", cfg.planner, "planner for --allocator planned: " + join(planner_names()));
+  train->add_option("--iters", cfg.iters, "training iterations (default 10)");
+  train->add_option("--seed", cfg.seed, "weight-initialisation seed");
+  train->add_option("--data-seed", cfg.model.seed, "data and dropout seed");
+  auto* lr = train->add_option("--lr", cfg.optimizer.lr, "learning rate (default 0.05 for sgd, 0.001 for adam / adamw)");
+  train->add_option("--optimizer", optimizer, "optimizer: sgd, adam, adamw (default sgd)");
+  train->add_option("--momentum", cfg.optimizer.momentum, "SGD momentum");
+  train->add_option("--checkpoint-segments", cfg.checkpoint_segments, "policy checkpoint: segment count (default: search the segments for the lowest peak)");
+  train->add_flag("--inplace-relu-grad", cfg.inplace_relu_grad, "relu backward writes dx over dy where dy dies (cuDNN's in-place ReLU, as in vDNN)");
+  train->add_option("--weight-decay", cfg.optimizer.weight_decay, "weight decay (L2 for sgd and adam, decoupled for adamw)");
+  train->add_option("--report", report, "write a JSON report to this file");
+  train->add_option("--trace", cfg.trace_path, "write the access trace (JSON lines) to this file");
+  train->add_flag("--deterministic", cfg.deterministic, "cuda: deterministic cuDNN algorithms only (bit-identical reruns)");
+  train->add_flag("--timeline", cfg.timeline, "put the last iteration's per-op memory timeline in the report");
+  std::string html;
+  train->add_option("--html", html, "write the last iteration's memory timeline as an HTML page (implies --timeline)");
+  train->add_flag("--quiet", quiet, "no per-iteration lines");
+  UmArgs train_um;
+  add_um_options(train, train_um);
+  bool no_sliding = false, no_persistent = false;
+  train->add_flag("--no-sliding-workspace", no_sliding, "compress policies: a worst-case workspace per compression instead of one fixed sliding workspace (ablation)");
+  train->add_flag("--no-persistent-buffers", no_persistent, "compress policies: allocate each compressed buffer per use instead of once per tensor (ablation)");
+  train->add_flag("--compress-on-compute-stream", cfg.compression.on_compute_stream, "compress policies: run the codecs on the compute stream (ablation: no overlap)");
+  train->add_option("--lossy", cfg.lossy, "compress policies: opt-in lossy codec for what no lossless codec fits, read only by backward: bf16, fp16, int8 (default: none; losses then drift from `none`)");
+  train->add_option("--codecs", cfg.codecs, "compress policies: codecs to use, comma-separated: bitmask, sign (default: both)");
+  train->add_option("--densities", cfg.densities_path, "compress policies on sim: non-zero counts recorded by a cpu run (--densities-out)");
+  train->add_option("--densities-out", cfg.densities_out, "compress policies on cpu / cuda: write the measured non-zero counts to this file");
+
+  ReplayArgs replay_args;
+  ExperimentArgs maxbatch_args, sweep_args;
+  maxbatch_args.cfg.iters = sweep_args.cfg.iters = 3;
+  sweep_args.cfg.backend = "sim";  // --backend cpu runs the grid for real
+  auto* replay = add_replay(app, replay_args);
+  auto* maxbatch = add_maxbatch(app, maxbatch_args);
+  auto* sweep_cmd = add_sweep(app, sweep_args);
+  ExperimentArgs costs_args;
+  auto* costs = add_costs(app, costs_args);
+  for (auto* c : {replay, maxbatch, sweep_cmd, costs})
+    c->add_option("--gpu-file", gpu_file, "JSON file with more GPUs for --gpu (gpu_specs.h has the fields)");
+
+  std::string view_in, view_out;
+  auto* view = app.add_subcommand("view", "an HTML page from a report with a memory timeline, or from a sweep's JSON");
+  view->add_option("input", view_in, "train / replay --report JSON (with --timeline), or sweep --out JSON")->required();
+  view->add_option("-o,--out", view_out, "the HTML file to write")->required();
+  auto* models = app.add_subcommand("models", "list the models");
+  auto* policies = app.add_subcommand("policies", "list the memory policies");
+
+  if (argc > 1 && argv[1][0] != '-') {
+    const std::string cmd = argv[1];
+    if (cmd != "train" && cmd != "models" && cmd != "policies" && cmd != "replay" && cmd != "maxbatch" &&
+        cmd != "sweep" && cmd != "costs" && cmd != "view") {
+      std::fprintf(stderr, "vtensor: unknown command '%s'; accepted: train, replay, maxbatch, sweep, costs, view, models, policies\n",
+                   cmd.c_str());
+      return kExitBadInput;
+    }
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return kExitBadInput;
+  }
+  if (mode == CliMode::kParseOnly) return 0;
+
+  try {
+    if (models->parsed()) {
+      std::printf("%-12s %6s %6s %6s %8s  %s\n", "model", "batch", "input", "width", "classes", "description");
+      for (const auto& m : model_registry())
+        std::printf("%-12s %6d %6d %6d %8d  %s\n", m.name.c_str(), m.batch, m.image_size, m.width, m.classes,
+                    m.description.c_str());
+      return 0;
+    }
+    if (policies->parsed()) {
+      size_t w = 0;
+      for (const auto& p : policy_registry()) w = std::max(w, p.name.size());
+      for (const auto& p : policy_registry())
+        std::printf("%-*s  %s\n", static_cast<int>(w), p.name.c_str(), p.description.c_str());
+      return 0;
+    }
+    if (!gpu_file.empty()) load_gpu_file(gpu_file);
+    if (replay->parsed()) return cmd_replay(replay_args);
+    if (maxbatch->parsed()) {
+      apply_um_options(maxbatch_args.cfg, maxbatch_args.um, maxbatch_args.cfg.policy);
+      return cmd_maxbatch(maxbatch_args);
+    }
+    if (sweep_cmd->parsed()) {
+      apply_um_options(sweep_args.cfg, sweep_args.um, "");
+      return cmd_sweep(sweep_args);
+    }
+    if (costs->parsed()) return cmd_costs(costs_args);
+    if (view->parsed()) return cmd_view(view_in, view_out);
+    cfg.compression.sliding_workspace = !no_sliding;
+    cfg.compression.persistent_buffers = !no_persistent;
+    check_output_path(cfg.densities_out, "--densities-out");
+    apply_um_options(cfg, train_um, cfg.policy);
+    return cmd_train(cfg, budget_text, host_budget_arg, report, html, quiet, optimizer, lr->count() > 0);
+  } catch (const OutOfMemoryError& e) {
+    std::fprintf(stderr, "vtensor: %s\n", e.what());
+    return kExitOom;
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "vtensor: %s\n", e.what());
+    return kExitBadInput;
+  } catch (const DeviceError& e) {
+    std::fprintf(stderr, "vtensor: device error: %s\n", e.what());
+    return 1;
+  } catch (const IoError& e) {
+    std::fprintf(stderr, "vtensor: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "vtensor: internal error: %s\n", e.what());
+    return 1;
+  }
+}
