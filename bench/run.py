@@ -1467,6 +1467,169 @@ RENDER = {"grid": md_grid, "logs": md_logs, "maxbatch": md_maxbatch}
 RUNNERS["runs"], RENDER["runs"] = run_runs, md_runs
 
 
+# auto (docs/experiments.md, "auto" section). auto-vs-best and auto-vs-best-logs are derived from
+# the rows of headline-p100 / headline-h100 and dtr-logs (run them first, into the same --out);
+# auto-search runs `auto` once per row with a report and reads, from its rehearsals, the best of
+# the planners as they are against the candidate auto chose, the breakdown of its time and the
+# planning time (on this machine: that column is a timing, the others are the sim's).
+def run_derived(name, exp, out, jobs):
+    src = {}
+    for n in exp["from"]:
+        path = os.path.join(out, n + ".json")
+        if not os.path.exists(path):
+            sys.exit(f"[{name}] needs the rows of {n} in {out}: run `bench/run.py {n}` first (or `all`)")
+        with open(path) as f:
+            src[n] = json.load(f)["rows"]
+    return exp["derive"](src)
+
+
+RUNNERS["derived"], RENDER["derived"] = run_derived, md_runs
+AUTO_PLAIN = ["capuchin", "capuchin-recompute", "capuchin-swap", "checkpoint", "dtr", "lru-recompute"]
+
+
+def _ov(r):
+    return float(r["overhead"]) if r["status"] == "ok" else None
+
+
+def _x(v):
+    return f"{v:.2f}×" if v is not None else "OOM"
+
+
+def auto_vs_best(src):
+    rows = []
+    for n in ("headline-p100", "headline-h100"):
+        keys = list(dict.fromkeys((r["model"], r["budget"]) for r in src[n]))
+        for m, b in keys:
+            sel = {r["policy"]: r for r in src[n] if (r["model"], r["budget"]) == (m, b)}
+            if "auto" not in sel:
+                continue
+            ok = {p: _ov(r) for p, r in sel.items() if _ov(r) is not None and p not in ("auto", "none")}
+            best = min(ok, key=ok.get) if ok else None
+            a, av = sel["auto"], _ov(sel["auto"])
+            target = 1.05 if b == "50%" else 1.15
+            rows.append({"model": m, "GPU": a["gpu"], "budget": b, "auto": _x(av),
+                         "best other policy": f"{best} {_x(ok[best])}" if best else "none trains",
+                         "target": "" if av is None else ("met" if av <= target else "missed"),
+                         "auto's max batch": a["max_batch"],
+                         "best other's max batch": max((int(r["max_batch"] or 0) for p, r in sel.items()
+                                                        if p not in ("auto", "none")), default=0)})
+    return rows
+
+
+def auto_vs_best_logs(src):
+    rows, logs = [], src["dtr-logs"]
+    for m, g, b in dict.fromkeys((r["model"], r["gpu"], r["budget"]) for r in logs):
+        sel = {r["policy"]: r for r in logs if (r["model"], r["gpu"], r["budget"]) == (m, g, b)}
+        if "auto" not in sel:
+            continue
+        ov = {p: _ov(r) for p, r in sel.items() if _ov(r) is not None and p != "none"}
+        others = {p: v for p, v in ov.items() if p != "auto"}
+        best = min(others, key=others.get) if others else None
+
+        def extra(p):
+            return f"{(ov[p] - 1) * 100:.0f}%" if p in ov else "OOM"
+        rows.append({"log": m, "GPU": g, "budget": b, "auto": _x(ov.get("auto")),
+                     "best other policy": f"{best} {_x(others[best])}" if best else "none trains",
+                     "auto's extra": extra("auto"), "dtr's extra": extra("dtr"), "capuchin's extra": extra("capuchin")})
+    return rows
+
+
+def _cols(names):
+    return [(k, (lambda k: lambda c: c.row[k])(k)) for k in names]
+
+
+EXPERIMENTS["auto-vs-best"] = {
+    "kind": "derived", "from": ["headline-p100", "headline-h100"], "derive": auto_vs_best,
+    "about": "from the rows of headline-p100 and headline-h100: auto beside the fastest other policy per row; "
+             "target 1.05x at 50%, 1.15x at 25%; maximum batch in the same budget",
+    "columns": _cols(["model", "GPU", "budget", "auto", "best other policy", "target", "auto's max batch",
+                      "best other's max batch"])}
+EXPERIMENTS["auto-vs-best-logs"] = {
+    "kind": "derived", "from": ["dtr-logs"], "derive": auto_vs_best_logs,
+    "about": "from the rows of dtr-logs: auto beside the fastest other policy per log, GPU and budget; "
+             "extra time = overhead - 1",
+    "columns": _cols(["log", "GPU", "budget", "auto", "best other policy", "auto's extra", "dtr's extra",
+                      "capuchin's extra"])}
+
+
+def _auto_src(row):
+    return ["--model", row["name"], *row["args"]] if row["cmd"] == "train" else ["--trace", f"dtr:{row['name']}"]
+
+
+def _auto_budget(row, got):
+    if row["budget"] == "4GB":
+        return 4_000_000_000
+    sw = got.get("budgets")
+    hit = [r for r in (sw or []) if r["budget"] == row["budget"]]
+    return int(hit[0]["budget_bytes"]) if hit else None
+
+
+def _auto_run(row, got):
+    b = _auto_budget(row, got)
+    if b is None:
+        return None
+    return [row["cmd"], *_auto_src(row), *(["--backend", "sim"] if row["cmd"] == "train" else []), "--gpu", row["gpu"],
+            "--policy", "auto", "--budget", f"{b}B", "--iters", "2"]
+
+
+def _auto(c):
+    """From auto's report: its choice against the best plain planner, and where its time goes."""
+    rep = c.rep.get("auto")
+    if not rep:
+        return None
+    r = rep["policy_report"]
+    trained = {x["policy"]: x["predicted_time_ms"] for x in r["candidates"] if x.get("trained")}
+    plain = {k: v for k, v in trained.items() if k in AUTO_PLAIN}
+    best = min(plain, key=plain.get) if plain else None
+    ch = next((x for x in r["candidates"] if x["policy"] == r["chosen"]), {})
+    skipped = sum(1 for x in r["candidates"] if "time limit" in x.get("error", ""))
+    unmanaged = float(c.rep["budgets"][0]["unmanaged_ms"])
+    ms = trained.get(r["chosen"])
+    if ms is None:
+        return None
+    stall, rec = ch.get("predicted_stall_ms", 0), ch.get("predicted_recompute_ms", 0)
+    return {"best": f"{best} {plain[best]:.1f} ms" if best else "none trains", "choice": f"{r['chosen']} {ms:.1f} ms",
+            "gain": f"{(1 - ms / plain[best]) * 100:.1f}%" if best else "",
+            "parts": f"{unmanaged:.1f} + {stall:.1f} + {rec:.1f} + {ms - unmanaged - stall - rec:.1f}",
+            "swapped": f"{ch.get('predicted_swapped_out_bytes', 0) / 2**30:.2f}",
+            "planning": f"{r['planning_ms'] / 1e3:.2f}", "tried": f"{len(r['candidates']) - skipped} / {skipped}"}
+
+
+def _auto_col(key):
+    return lambda c: (_auto(c) or {}).get(key, "OOM" if key in ("best", "choice") else "")
+
+
+def auto_search(rows, what):
+    return {
+        "kind": "runs", "serial": True,  # the planning column is a timing
+        "about": f"{what}: per row `vtensor {rows[0]['cmd']} ... --policy auto --budget B --iters 2 --report R` on sim "
+                 "(B from a sweep of none); from the report, the best planner as it is against auto's choice, the "
+                 "breakdown of auto's time (unmanaged + stall on copies + recompute + the rest: compaction, "
+                 "launches), and the planning time on this machine (rehearsals tried / cut by the time limit)",
+        "rows": rows,
+        "runs": [("budgets", lambda r, got: ["sweep", *_auto_src(r), "--gpu", r["gpu"], "--policies", "none",
+                                             "--budgets", "50%,25%", "--iters", "1"]),
+                 ("auto", _auto_run)],
+        "columns": [("row", lambda c: c.row["name"]), ("GPU", lambda c: c.row["gpu"]),
+                    ("budget", lambda c: c.row["budget"]),
+                    ("best planner as it is", _auto_col("best")), ("auto's choice", _auto_col("choice")),
+                    ("search gain", _auto_col("gain")),
+                    ("auto's time: unmanaged + stall + recompute + rest (ms)", _auto_col("parts")),
+                    ("GiB swapped out", _auto_col("swapped")), ("planning (s)", _auto_col("planning")),
+                    ("rehearsed / skipped", _auto_col("tried"))]}
+
+
+EXPERIMENTS["auto-search-models"] = auto_search(
+    [{"cmd": "train", "name": m["model"], "budget": b, "gpu": g,
+      "args": ["--batch", str(m["batch"]), *(["--seq", str(m["seq"])] if "seq" in m else [])]}
+     for g in ("p100-16g", "h100-80g") for m in PAPER_MODELS for b in ("50%", "25%")], "the paper models")
+EXPERIMENTS["auto-search-logs"] = auto_search(
+    [{"cmd": "replay", "name": l, "budget": b, "gpu": g, "args": []}
+     for g in ("p100-16g", "h100-80g") for l in DTR_LOGS for b in ["50%", "25%"] + (["4GB"] if l == "transformer" else [])],
+    "the DTR logs")
+
+
+
 def render(name, exp, rows):
     table = RENDER[exp["kind"]](name, exp, rows)
     return f"Generated by `bench/run.py {name}` ({exp['about']}).\n\n{table}\n"
