@@ -112,7 +112,7 @@ class AutoSim : public ::testing::TestWithParam<std::string> {};
 // its predicted peak and mean guided iteration are the measured ones; no candidate run on its own
 // is faster (on these tiny models: a passive policy run on its own from the first iteration
 // leaves another arena than auto's measured iteration, which at paper scale can cost it a few
-// percent; docs/experiments.md, "auto"); and the search beats the planners as they are.
+// percent; docs/experiments.md, "auto"); and it is never slower than the planners as they are.
 TEST_P(AutoSim, PredictionIsTheRunAndNoCandidateIsFaster) {
   const std::string model = GetParam();
   const int iters = 4;  // the rehearsal's count
@@ -123,15 +123,17 @@ TEST_P(AutoSim, PredictionIsTheRunAndNoCandidateIsFaster) {
   EXPECT_EQ(a.report["predicted_peak_bytes"].get<size_t>(), max_peak(a, 1));
   EXPECT_NEAR(a.report["predicted_time_ms"].get<double>(), mean_guided_ms(a), 1e-9 * mean_guided_ms(a));
   EXPECT_LE(max_peak(a), budget);
-  // The search's variants beat the planners as they are on these rows (by 0.9-1.9%, sim figures).
+  // Never slower than the planners as they are. Whether a variant is strictly faster on these
+  // tiny rows is not asserted: the gcc build's Capuchin plan gains 0.9-1.9% from the variants,
+  // but the clang (sanitizer) build plans bert-tiny differently and its plain plan is already the
+  // best. What the search buys is measured at paper scale: bench/run.py auto-search-models.
   double plain = 1e300;
   for (const auto& c : a.report["candidates"]) {
     if (!c["trained"].get<bool>()) continue;
     EXPECT_GE(c["predicted_time_ms"].get<double>(), a.report["predicted_time_ms"].get<double>()) << c.dump();
     if (c["policy"].get<std::string>().find('@') == std::string::npos) plain = std::min(plain, c["predicted_time_ms"].get<double>());
   }
-  EXPECT_NE(a.report["chosen"].get<std::string>().find('@'), std::string::npos) << a.report["chosen"];
-  EXPECT_LT(a.report["predicted_time_ms"].get<double>(), plain);
+  EXPECT_LE(a.report["predicted_time_ms"].get<double>(), plain) << a.report["chosen"];
   for (const std::string p : {"capuchin", "capuchin-swap", "capuchin-recompute", "dtr", "lru-recompute"}) {
     SCOPED_TRACE(p);
     AutoRun r;
