@@ -18,8 +18,14 @@ TensorId attention(GraphBuilder& b, TensorId x, const Dims& d, bool causal) {
   const int head_dim = d.width / d.heads;
   TensorId q = b.linear(x, d.width), k = b.linear(x, d.width), v = b.linear(x, d.width);
   auto heads = [&](TensorId t) { return b.transpose12(b.reshape(t, {d.batch, d.seq, d.heads, head_dim})); };
-  TensorId scores = b.bmm(heads(q), heads(k), true, 1.f / std::sqrt(static_cast<float>(head_dim)));
-  TensorId out = b.bmm(b.softmax(scores, causal), heads(v), false);
+  // Builder calls are sequenced by hand: as two arguments of one call their order would be the
+  // compiler's (gcc and clang differ), and with it the op order, the plans and every figure.
+  // This is the order the gcc builds behind docs/ produced (right to left).
+  const TensorId kh = heads(k);
+  const TensorId qh = heads(q);
+  TensorId scores = b.bmm(qh, kh, true, 1.f / std::sqrt(static_cast<float>(head_dim)));
+  const TensorId vh = heads(v);
+  TensorId out = b.bmm(b.softmax(scores, causal), vh, false);
   out = b.reshape(b.transpose12(out), {int64_t(d.batch) * d.seq, d.width});
   return b.linear(out, d.width);
 }
@@ -37,7 +43,8 @@ Dims check(const ModelConfig& c, const TransformerShape& s) {
 std::pair<TensorId, TensorId> embed(GraphBuilder& b, const ModelConfig& c, const TransformerShape& s, TensorId tokens) {
   TensorId wte = b.param("wte", {c.classes, c.width}, Init::kUniformFanIn);
   TensorId wpe = b.param("wpe", {std::max(s.n_ctx, c.image_size), c.width}, Init::kUniformFanIn);
-  TensorId h = b.add(b.embedding(wte, tokens), b.position_embedding(wpe, c.batch * c.image_size, c.image_size));
+  const TensorId pos = b.position_embedding(wpe, c.batch * c.image_size, c.image_size);  // first: see attention()
+  TensorId h = b.add(b.embedding(wte, tokens), pos);
   return {h, wte};
 }
 
