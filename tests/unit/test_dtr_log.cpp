@@ -201,6 +201,12 @@ TEST(TraceLimits, SizesNearInt64sLimitAreBadInputNotOverflow) {
   rejects(trace, head + R"("bytes":9223372036854775807}]})", "bytes must be 0 to 1 PiB");
   rejects(trace, head + R"("bytes":16,"shape":[4611686018427387904,8]}]})", "'shape' must hold sizes");
   rejects(trace, head + R"("bytes":16,"shape":[-4,-1]}]})", "'shape' must hold sizes");
+  // Past uint64 a number parses as a double, whose conversion to an integer overflowed (found by
+  // fuzz_trace in CI: tests/fuzz/trace/found-shape-past-uint64.jsonl); so are fractions.
+  rejects(trace, head + R"("bytes":16,"shape":[46116860184272387904,8]}]})", "'shape' must be an array of integers");
+  rejects(trace, head + R"("bytes":16,"shape":[2.5,8]}]})", "'shape' must be an array of integers");
+  rejects(trace, head + R"("bytes":16,"shape":[9223372036854775808,8]}]})", "'shape' must be an array of integers");
+  rejects(trace, head + R"("bytes":18446744073709551615}]})", "field 'bytes' must be an integer");
   rejects(dtr,
           "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"a\"}\n"
           "{\"INSTRUCTION\":\"MEMORY\",\"MEMORY\":\"9223372036854775807\",\"NAME\":\"a\"}\n",

@@ -42,7 +42,8 @@ std::string str_field(const std::string& path, size_t line, const json& j, const
 
 int64_t int_field(const std::string& path, size_t line, const json& j, const char* key) {
   const json& v = field(path, line, j, key);
-  if (!v.is_number_integer()) fail(path, line, std::string("field '") + key + "' must be an integer");
+  if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)))
+    fail(path, line, std::string("field '") + key + "' must be an integer");
   return v.get<int64_t>();
 }
 
@@ -122,11 +123,15 @@ Graph read_vtensor_trace(std::istream& in, const std::string& path) {
     if (bytes < 0 || bytes > kMaxTensorBytes) fail(path, line, "tensor " + info.name + ": bytes must be 0 to 1 PiB");
     info.shape = floats_for(bytes);
     if (t.contains("shape")) {
+      // Checked element by element: a number past uint64 parses as a double, and converting
+      // that to an integer is undefined behaviour (found by fuzz_trace).
+      const json& sv = t["shape"];
+      if (!sv.is_array()) fail(path, line, "tensor " + info.name + ": 'shape' must be an array of integers");
       std::vector<int64_t> dims;
-      try {
-        dims = t["shape"].get<std::vector<int64_t>>();
-      } catch (const json::exception&) {
-        fail(path, line, "tensor " + info.name + ": 'shape' must be an array of integers");
+      for (const auto& x : sv) {
+        if (!x.is_number_integer() || (x.is_number_unsigned() && x.get<uint64_t>() > uint64_t(INT64_MAX)))
+          fail(path, line, "tensor " + info.name + ": 'shape' must be an array of integers");
+        dims.push_back(x.get<int64_t>());
       }
       int64_t n = 1;
       for (int64_t d : dims) {
