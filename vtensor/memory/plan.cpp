@@ -65,4 +65,25 @@ std::string Plan::str() const {
   return s;
 }
 
+size_t curve_peak(const std::vector<size_t>& mem) {
+  return mem.empty() ? 0 : *std::max_element(mem.begin(), mem.end());
+}
+
+double curve_excess(const std::vector<size_t>& mem, size_t budget) {
+  double sum = 0;
+  for (size_t m : mem) sum += m > budget ? static_cast<double>(m - budget) : 0;
+  return sum;
+}
+
+bool curve_over(const std::vector<size_t>& mem, size_t budget, int first, int last) {
+  for (int i = std::max(first, 0); i <= last && static_cast<size_t>(i) < mem.size(); ++i)
+    if (mem[static_cast<size_t>(i)] > budget) return true;
+  return false;
+}
+
+void curve_add(std::vector<size_t>& mem, int first, int last, long long delta) {
+  for (int i = std::max(first, 0); i <= last && static_cast<size_t>(i) < mem.size(); ++i)
+    mem[static_cast<size_t>(i)] = static_cast<size_t>(static_cast<long long>(mem[static_cast<size_t>(i)]) + delta);
+}
+
 }  // namespace vtensor

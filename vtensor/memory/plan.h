@@ -52,6 +52,15 @@ struct CopyLane {
   void add(double start, double dur);
 };
 
+// A planner's predicted memory curve: bytes held after each op. The arithmetic Capuchin's and
+// the compression planner share: its peak, the bytes over a budget summed over the ops, whether
+// any op in [first, last] is over, and adding a tensor's bytes over [first, last] (both clamped
+// to the curve).
+size_t curve_peak(const std::vector<size_t>& mem);
+double curve_excess(const std::vector<size_t>& mem, size_t budget);
+bool curve_over(const std::vector<size_t>& mem, size_t budget, int first, int last);
+void curve_add(std::vector<size_t>& mem, int first, int last, long long delta);
+
 // The plan's actions by the op after which they run, in plan order: a guided iteration's
 // per-op lookup (actions naming no op or one past num_ops are left out).
 std::vector<std::vector<Action>> actions_by_op(const Plan& plan, size_t num_ops);

@@ -79,22 +79,11 @@ class Planner {
 
   size_t n_ops() const { return static_cast<size_t>(in_.num_ops); }
   double dur(int op) const { return start_[static_cast<size_t>(op) + 1] - start_[static_cast<size_t>(op)]; }
-  size_t peak() const { return mem_.empty() ? 0 : *std::max_element(mem_.begin(), mem_.end()); }
+  size_t peak() const { return curve_peak(mem_); }
   bool fits() const { return peak() <= in_.budget; }
-  double excess() const {  // bytes over the budget, summed over the ops
-    double sum = 0;
-    for (size_t m : mem_) sum += m > in_.budget ? static_cast<double>(m - in_.budget) : 0;
-    return sum;
-  }
-  bool hits_over(int first, int last) const {
-    for (int i = std::max(first, 0); i <= last && i < in_.num_ops; ++i)
-      if (mem_[static_cast<size_t>(i)] > in_.budget) return true;
-    return false;
-  }
-  void add_mem(int first, int last, long long delta) {
-    for (int i = std::max(first, 0); i <= last && i < in_.num_ops; ++i)
-      mem_[static_cast<size_t>(i)] = static_cast<size_t>(static_cast<long long>(mem_[static_cast<size_t>(i)]) + delta);
-  }
+  double excess() const { return curve_excess(mem_, in_.budget); }  // bytes over the budget, summed over the ops
+  bool hits_over(int first, int last) const { return curve_over(mem_, in_.budget, first, last); }
+  void add_mem(int first, int last, long long delta) { curve_add(mem_, first, last, delta); }
 
   // Op start times, live intervals and the unmanaged memory curve from the trace.
   void measure() {

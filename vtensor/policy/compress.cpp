@@ -66,22 +66,11 @@ class Planner {
 
  private:
   size_t n_ops() const { return static_cast<size_t>(b_.num_ops); }
-  size_t peak() const { return mem_.empty() ? 0 : *std::max_element(mem_.begin(), mem_.end()); }
+  size_t peak() const { return curve_peak(mem_); }
   bool fits() const { return peak() <= b_.budget; }
-  double excess() const {
-    double sum = 0;
-    for (size_t m : mem_) sum += m > b_.budget ? static_cast<double>(m - b_.budget) : 0;
-    return sum;
-  }
-  bool hits_over(int first, int last) const {
-    for (int i = std::max(first, 0); i <= last && i < b_.num_ops; ++i)
-      if (mem_[static_cast<size_t>(i)] > b_.budget) return true;
-    return false;
-  }
-  void add_mem(std::vector<size_t>& m, int first, int last, long long delta) const {
-    for (int i = std::max(first, 0); i <= last && i < b_.num_ops; ++i)
-      m[static_cast<size_t>(i)] = static_cast<size_t>(static_cast<long long>(m[static_cast<size_t>(i)]) + delta);
-  }
+  double excess() const { return curve_excess(mem_, b_.budget); }
+  bool hits_over(int first, int last) const { return curve_over(mem_, b_.budget, first, last); }
+  void add_mem(std::vector<size_t>& m, int first, int last, long long delta) const { curve_add(m, first, last, delta); }
 
   // Op start times (measured kernel times end to end), access ops per tensor, the curve:
   // the same reading of the trace as Capuchin's planner.
