@@ -132,6 +132,10 @@ TEST_P(AutoSim, PredictionIsTheRunAndNoCandidateIsFaster) {
     if (c["policy"].get<std::string>().find('@') == std::string::npos) plain = std::min(plain, c["predicted_time_ms"].get<double>());
   }
   EXPECT_LE(a.report["predicted_time_ms"].get<double>(), plain) << a.report["chosen"];
+  // The per-gap search keeps only what beats the candidate it started from.
+  ASSERT_TRUE(a.report.contains("search")) << a.report.dump();
+  EXPECT_LE(a.report["search"]["time_ms"].get<double>(), a.report["search"]["candidate_time_ms"].get<double>());
+  EXPECT_EQ(a.report["search"]["time_ms"].get<double>(), a.report["predicted_time_ms"].get<double>());
   for (const std::string p : {"capuchin", "capuchin-swap", "capuchin-recompute", "dtr", "lru-recompute"}) {
     SCOPED_TRACE(p);
     AutoRun r;
@@ -190,6 +194,47 @@ TEST(Auto, PlanningTimeLimitKeepsThePlainPlanners) {
   EXPECT_TRUE(a->rehearsals()[0].trained) << a->rehearsals()[0].error;  // the first always runs
   for (size_t i = 1; i < a->rehearsals().size(); ++i)
     EXPECT_NE(a->rehearsals()[i].error.find("time limit"), std::string::npos) << a->rehearsals()[i].policy;
+}
+
+// The per-gap search's result is data: the chosen candidate and its pins, rehearsed again, give
+// the predicted run; without pins the candidate's own time; with the search off, no pins.
+TEST(AutoSearch, PinsReplayToThePredictedRun) {
+  const AutoRun base = train(config("resnet-tiny", "none", 0, 2, "p100-16g"));
+  const size_t budget = align_up(max_peak(base) / 4);
+  TrainConfig cfg = config("resnet-tiny", "auto", budget, 4, "p100-16g");
+  Trainer t(cfg);
+  auto* a = dynamic_cast<AutoPolicy*>(&t.memory().policy());
+  ASSERT_NE(a, nullptr);
+  const TrainResult res = t.run();
+  const nlohmann::json& rep = res.policy_report;
+  ASSERT_FALSE(a->pins().empty()) << "the search pinned nothing on this row: " << rep.dump();
+  EXPECT_EQ(rep["pins"].size(), a->pins().size());
+  EXPECT_GT(rep["search"]["rehearsals"].get<int>(), 0);
+  EXPECT_LT(rep["search"]["time_ms"].get<double>(), rep["search"]["candidate_time_ms"].get<double>());
+  const auto* c = a->capuchin();
+  ASSERT_NE(c, nullptr);
+  int pinned = 0;
+  for (const auto& cand : c->plan().candidates) pinned += cand.pinned;
+  EXPECT_GT(pinned, 0) << "the running plan carries the pinned decisions";
+
+  RehearsalSetup s;
+  s.graph = &t.graph();
+  s.budget = budget;
+  s.gpu = "p100-16g";
+  s.pins = a->pins();
+  const RehearsalResult again = rehearse(a->chosen(), s);
+  ASSERT_TRUE(again.trained) << again.error;
+  EXPECT_EQ(again.time_ms, rep["predicted_time_ms"].get<double>());
+  EXPECT_EQ(again.peak_allocated, rep["predicted_peak_bytes"].get<size_t>());
+  s.pins.clear();
+  EXPECT_EQ(rehearse(a->chosen(), s).time_ms, rep["search"]["candidate_time_ms"].get<double>());
+
+  Trainer off(cfg);
+  auto* b = dynamic_cast<AutoPolicy*>(&off.memory().policy());
+  b->set_search_rehearsals(0);
+  off.run();
+  EXPECT_TRUE(b->pins().empty());
+  EXPECT_TRUE(b->searched().empty());
 }
 
 // The rehearsal uses the run's allocator and host budget, so on sim the prediction is still the

@@ -229,6 +229,62 @@ TEST(CapuchinPlanner, HybridTakesTheCheaperPerTensor) {
   EXPECT_TRUE(s.fits);
 }
 
+// PlanPin (policy auto's per-gap search): a pinned decision is taken before the greedy, which
+// plans the rest around it.
+TEST(CapuchinPlanner, PinnedDecisionsComeFirstAndTheGreedyPlansAroundThem) {
+  TraceBuilder t(14);
+  t.in.swap_ns_per_byte = 0.1;
+  const TensorId w = t.tensor(8, -1, {}, false, true);
+  const TensorId p_ = t.tensor(100, 0, {}, true);
+  const TensorId q = t.tensor(400, 1, {w}, true);
+  t.accesses(w, {1});
+  t.accesses(p_, {0, 13});
+  t.accesses(q, {1, 7});
+  const TensorId big = t.tensor(1000, 2, {}, false);
+  t.live(big, 6, 6);
+  t.in.budget = 1008;
+  const CapuchinPlan free = plan_capuchin(t.in, CapuchinMode::kHybrid);
+  ASSERT_EQ(candidate(free, q).decision, CapuchinDecision::kRecompute);
+  ASSERT_EQ(candidate(free, p_).decision, CapuchinDecision::kSwap);
+
+  // q swapped although its copy stalls; p_ still as the greedy chose.
+  t.in.pins = {{q, 7, CapuchinDecision::kSwap}};
+  const CapuchinPlan s = plan_capuchin(t.in, CapuchinMode::kHybrid);
+  EXPECT_EQ(candidate(s, q).decision, CapuchinDecision::kSwap);
+  EXPECT_TRUE(candidate(s, q).pinned);
+  EXPECT_GT(candidate(s, q).swap_stall_ns, 0);
+  EXPECT_EQ(candidate(s, p_).decision, CapuchinDecision::kSwap);
+  EXPECT_FALSE(candidate(s, p_).pinned);
+  EXPECT_TRUE(s.fits);
+  // Its prefetch two ops earlier than the planner's in-trigger (never before the release).
+  t.in.pins = {{q, 7, CapuchinDecision::kSwap, 2}};
+  const CapuchinPlan s2 = plan_capuchin(t.in, CapuchinMode::kHybrid);
+  EXPECT_EQ(candidate(s2, q).trigger_op, std::max(candidate(s, q).release_op + 1, candidate(s, q).trigger_op - 2));
+
+  // p_ kept: the greedy may not swap it, so the plan no longer fits (nothing else frees op 6).
+  t.in.pins = {{p_, 13, CapuchinDecision::kKeep}};
+  const CapuchinPlan k = plan_capuchin(t.in, CapuchinMode::kHybrid);
+  EXPECT_EQ(candidate(k, p_).decision, CapuchinDecision::kKeep);
+  EXPECT_EQ(candidate(k, q).decision, CapuchinDecision::kRecompute);
+  for (const Action& a : k.plan.actions) EXPECT_NE(a.tensor, p_);
+  EXPECT_FALSE(k.fits);
+
+  // q recomputed ahead of its access, after op 5: a kRecompute action, and the curve holds q from op 6.
+  t.in.pins = {{q, 7, CapuchinDecision::kRecompute, 0, 5}};
+  const CapuchinPlan r = plan_capuchin(t.in, CapuchinMode::kHybrid);
+  EXPECT_EQ(candidate(r, q).decision, CapuchinDecision::kRecompute);
+  EXPECT_EQ(candidate(r, q).ahead_op, 5);
+  EXPECT_EQ(r.plan.at(5), (std::vector<Action>{{ActionKind::kRecompute, q, 5}}));
+  EXPECT_EQ(r.memory_after[6], free.memory_after[6] + 400);
+  EXPECT_EQ(r.memory_after[4], free.memory_after[4]);
+
+  // A pin that frees nothing over the budget is not taken: the greedy decides that gap.
+  t.in.budget = 100000;
+  t.in.pins = {{q, 7, CapuchinDecision::kSwap}};
+  const CapuchinPlan none = plan_capuchin(t.in, CapuchinMode::kHybrid);
+  EXPECT_TRUE(none.plan.actions.empty());
+}
+
 TEST(CapuchinPlanner, EachGapIsACandidateOfItsOwn) {
   TraceBuilder t(12);
   t.in.swap_ns_per_byte = 0.01;  // 1 ns per copy

@@ -52,8 +52,15 @@ class ScriptedPolicy : public Policy {
     return out;
   }
   std::vector<Victim> choose_victims(size_t, const MemoryView&) override { return {}; }
+  void on_restore(TensorId id, int op, Residency from, double) override { restores_.push_back({id, op, from}); }
 
+  struct Restore {
+    TensorId id;
+    int op;
+    Residency from;
+  };
   const std::vector<Seen>& seen() const { return seen_; }
+  const std::vector<Restore>& restores() const { return restores_; }
 
  private:
   Plan plan_;
@@ -61,6 +68,7 @@ class ScriptedPolicy : public Policy {
   int iteration_ = -1;
   std::function<void(int, int)> probe_;
   std::vector<Seen> seen_;
+  std::vector<Restore> restores_;
 };
 
 // The pieces Trainer's constructor builds, with a policy of our own. Not movable: the manager
@@ -387,6 +395,39 @@ TEST(ScriptedPolicy, DropDropoutOutputsInMlpIsBitIdentical) {
     EXPECT_EQ(s.counters.swap_outs, 0u);
   }
   for (const auto& s : rig->policy->seen()) EXPECT_EQ(s.residency, Residency::kResident);
+}
+
+// kRecompute: a dropped tensor is recomputed after the given op, ahead of its backward access,
+// which then finds it resident; the run stays bit-identical.
+TEST(ScriptedPolicy, RecomputeAheadOfTheAccessIsBitIdentical) {
+  const ModelConfig model = tiny("mlp-tiny", 16);
+  const RunOut ref = baseline(model);
+  Graph g = build_model(model);
+  build_backward(g, OptimizerConfig{});
+  Plan plan;
+  const auto relus = activations_named(g, "relu_out");
+  ASSERT_EQ(relus.size(), 2u);
+  std::vector<int> ahead;
+  for (TensorId id : relus) {
+    const Uses u = uses_of(g, id);
+    ASSERT_GT(u.first_backward, u.last_forward + 1);
+    plan.actions.push_back({ActionKind::kDrop, id, u.last_forward});
+    plan.actions.push_back({ActionKind::kRecompute, id, u.first_backward - 1});
+    ahead.push_back(u.first_backward - 1);
+  }
+  sort_actions(plan);
+  auto rig = make_rig(model, plan);
+  const RunOut got = run(*rig);
+  expect_identical(got, ref);
+  for (const auto& s : got.stats) {
+    SCOPED_TRACE("iteration " + std::to_string(s.iteration));
+    EXPECT_EQ(s.counters.dropped, relus.size());
+    EXPECT_GE(s.counters.recomputed_ops, relus.size());
+  }
+  for (const auto& r : rig->policy->restores())  // each access found it resident: recomputed ahead
+    for (TensorId id : relus) EXPECT_NE(r.id, id) << "restored on access at op " << r.op;
+  for (const auto& s : rig->policy->seen())
+    if (s.action.kind == ActionKind::kRecompute) EXPECT_EQ(s.residency, Residency::kDropped);
 }
 
 TEST(ScriptedPolicy, DropBatchNormOutputsKeepsRunningStats) {

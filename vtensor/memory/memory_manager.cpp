@@ -881,6 +881,12 @@ void MemoryManager::after_op(int op_index) {
       case ActionKind::kDrop:
         if (s.residency == Residency::kResident && s.locks == 0 && can_recompute(a.tensor)) drop(a.tensor);
         break;
+      case ActionKind::kRecompute:
+        if (s.residency == Residency::kDropped && can_recompute(a.tensor)) {
+          restore(a.tensor);
+          ++counters_.prefetches;
+        }
+        break;
       case ActionKind::kCompress:
         if (a.free_after != Action::kDefaultRelease && a.free_after <= op_index)
           throw std::logic_error("policy " + policy_->name() + ": compression of " + graph_.tensor(a.tensor).name +

@@ -7,7 +7,8 @@ namespace vtensor {
 void sort_actions(Plan& plan) {
   std::stable_sort(plan.actions.begin(), plan.actions.end(), [](const Action& a, const Action& b) {
     if (a.op != b.op) return a.op < b.op;
-    return (a.kind == ActionKind::kPrefetch) < (b.kind == ActionKind::kPrefetch);  // free memory first
+    auto brings_back = [](const Action& x) { return x.kind == ActionKind::kPrefetch || x.kind == ActionKind::kRecompute; };
+    return brings_back(a) < brings_back(b);  // free memory first
   });
 }
 
@@ -42,6 +43,7 @@ const char* to_string(ActionKind k) {
     case ActionKind::kPrefetch: return "prefetch";
     case ActionKind::kDrop: return "drop";
     case ActionKind::kCompress: return "compress";
+    case ActionKind::kRecompute: return "recompute";
   }
   return "?";
 }

@@ -18,6 +18,8 @@ enum class ActionKind {
   kCompress,  // after op `op`: compress it with `codec` into a buffer of `capacity` bytes on the
               // compression stream; its original block is freed at the end of op `free_after`.
               // A kPrefetch of a compressed tensor decompresses it.
+  kRecompute,  // after op `op`: recompute a dropped tensor now, ahead of its access (on the
+               // compute stream, where it would otherwise wait on a copy); a no-op otherwise
 };
 const char* to_string(ActionKind k);
 

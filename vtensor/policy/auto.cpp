@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <stdexcept>
 #include <thread>
 
@@ -72,6 +73,83 @@ std::unique_ptr<Policy> make_candidate(const std::string& full) {
   return p;
 }
 
+// The per-gap search (AutoPolicy::search): rehearsals run at once per round, and the smallest
+// gain that counts (sim times are deterministic; this keeps the search from chasing rounding).
+constexpr size_t kSearchBatch = 4;
+constexpr double kMinGain = 1e-5;
+constexpr double kMinCostMs = 1e-3;
+
+// Runs fn(0..n-1), a few at a time.
+void run_parallel(size_t n, const std::function<void(size_t)>& fn) {
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next++) < n;) fn(i);
+  };
+  const unsigned t = std::max(1u, std::min(kMaxRehearsalThreads, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (unsigned k = 1; k < t; ++k) pool.emplace_back(work);
+  work();
+  for (auto& th : pool) th.join();
+}
+
+bool recomputable(const Graph& g, TensorId id) {
+  const TensorInfo& t = g.tensor(id);
+  return !t.persistent() && t.recomputable && t.producer >= 0 && is_recomputable(g.op(t.producer));
+}
+
+// pins with p replacing any pin of the same gap.
+std::vector<PlanPin> with_pin(std::vector<PlanPin> pins, const PlanPin& p) {
+  for (auto& q : pins)
+    if (q.id == p.id && q.back_op == p.back_op) {
+      q = p;
+      return pins;
+    }
+  pins.push_back(p);
+  return pins;
+}
+
+std::string pins_key(const std::vector<PlanPin>& pins) {
+  std::string k;
+  for (const auto& p : pins) k += to_string(p) + " ";
+  return k;
+}
+
+// The neighbours of a rehearsed plan, most promising first: a gap that cost time is given another
+// decision. A stalling swap: its prefetch earlier, or recomputed. A recomputation: swapped, kept
+// (the greedy frees the bytes elsewhere), or run ahead of its access at the op before the
+// iteration's largest stall inside its gap, where the compute stream would wait on a copy anyway.
+// The bound is the gap's measured cost; its fraction orders the moves.
+std::vector<PlanPin> neighbours(const Graph& g, const RehearsalResult& r) {
+  std::vector<std::pair<double, PlanPin>> moves;
+  std::vector<double> stall_at(g.num_ops() + 1, 0.0);
+  for (const auto& x : r.gaps)
+    if (x.decision == CapuchinDecision::kSwap && x.back_op >= 0 && static_cast<size_t>(x.back_op) < stall_at.size())
+      stall_at[static_cast<size_t>(x.back_op)] += x.cost_ms;
+  for (const auto& x : r.gaps) {
+    if (x.cost_ms <= kMinCostMs) continue;
+    if (x.decision == CapuchinDecision::kSwap) {
+      int shift = 0;
+      for (const auto& p : r.pins)
+        if (p.id == x.id && p.back_op == x.back_op && p.decision == CapuchinDecision::kSwap) shift = p.trigger_shift;
+      moves.push_back({x.cost_ms, {x.id, x.back_op, CapuchinDecision::kSwap, shift + 2}});
+      moves.push_back({0.9 * x.cost_ms, {x.id, x.back_op, CapuchinDecision::kSwap, shift + 8}});
+      if (recomputable(g, x.id)) moves.push_back({0.5 * x.cost_ms, {x.id, x.back_op, CapuchinDecision::kRecompute}});
+    } else if (x.decision == CapuchinDecision::kRecompute) {
+      int at = -1;
+      for (int op = x.evict_op + 2; op < x.back_op; ++op)  // recomputed after op - 1, in (evict_op, back_op - 1)
+        if (stall_at[static_cast<size_t>(op)] > kMinCostMs && (at < 0 || stall_at[static_cast<size_t>(op)] >= stall_at[static_cast<size_t>(at)])) at = op;
+      if (at >= 0)
+        moves.push_back({std::min(x.cost_ms, stall_at[static_cast<size_t>(at)]), {x.id, x.back_op, CapuchinDecision::kRecompute, 0, at - 1}});
+      moves.push_back({0.75 * x.cost_ms, {x.id, x.back_op, CapuchinDecision::kSwap}});
+      moves.push_back({0.25 * x.cost_ms, {x.id, x.back_op, CapuchinDecision::kKeep}});
+    }
+  }
+  std::stable_sort(moves.begin(), moves.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<PlanPin> out;
+  for (auto& m : moves) out.push_back(m.second);
+  return out;
+}
+
 }  // namespace
 
 const std::vector<std::string>& auto_candidates() {
@@ -90,8 +168,8 @@ const std::vector<std::string>& auto_candidates() {
   return names;
 }
 
-AutoPolicy::AutoPolicy(std::string forced)
-    : forced_(std::move(forced)), candidates_(auto_candidates()),
+AutoPolicy::AutoPolicy(std::string forced, std::vector<PlanPin> pins)
+    : forced_(std::move(forced)), candidates_(auto_candidates()), pins_(std::move(pins)),
       measuring_(std::make_unique<CapuchinPolicy>(CapuchinMode::kHybrid)) {
   if (!forced_.empty() && !make_candidate(forced_)) {
     std::string accepted;
@@ -213,19 +291,68 @@ void AutoPolicy::choose(const AccessTrace& trace) {
     for (auto& t : pool) t.join();
     for (const auto& r : rehearsals_)
       if (r.trained && (!best || r.time_ms < best->time_ms)) best = &r;
-    if (best) chosen_ = best->policy;
+    if (best) {
+      chosen_ = best->policy;
+      chosen_result_ = *best;
+      pins_.clear();
+      if (!best->gaps.empty() && search_rehearsals_ > 0) search(s, *best, t0);
+    }
   }
   if (chosen_.empty()) chosen_ = "capuchin";
   if (dtr_fallback(chosen_)) fallback_ = make_policy("dtr");
   if (chosen_ == "capuchin") {
+    static_cast<CapuchinPolicy&>(*measuring_).set_pins(pins_);
     measuring_->end_iteration(trace);  // it measured this iteration: it plans from it
     active_ = std::move(measuring_);
   } else {
     active_ = make_candidate(chosen_);
+    if (auto* c = dynamic_cast<CapuchinPolicy*>(active_.get())) c->set_pins(pins_);
     active_->attach(*view_);
     active_->end_iteration(trace);  // a measuring planner plans from it; the others ignore it
   }
   planning_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Per-gap search from the chosen candidate's rehearsal (hill climbing, the rehearsal as the cost
+// model): each round rehearses up to kSearchBatch neighbours (a gap's decision changed, the greedy
+// planning the rest around it) and keeps the fastest if it beats the best so far; it ends when no
+// neighbour is left, after search_rehearsals_ rehearsals, or kSearchTimeMs past the candidates'
+// time limit.
+void AutoPolicy::search(const RehearsalSetup& setup, const RehearsalResult& base, std::chrono::steady_clock::time_point t0) {
+  RehearsalResult best = base;
+  std::vector<std::string> tried{pins_key(best.pins)};
+  const double limit = time_limit_ms_ + kSearchTimeMs;
+  int done = 0;
+  auto spent = [&] { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(); };
+  while (done < search_rehearsals_ && spent() < limit) {
+    std::vector<std::vector<PlanPin>> batch;
+    for (const PlanPin& m : neighbours(*setup.graph, best)) {
+      auto pins = with_pin(best.pins, m);
+      const std::string key = pins_key(pins);
+      if (std::find(tried.begin(), tried.end(), key) != tried.end()) continue;
+      tried.push_back(key);
+      batch.push_back(std::move(pins));
+      if (batch.size() == kSearchBatch || done + static_cast<int>(batch.size()) >= search_rehearsals_) break;
+    }
+    if (batch.empty()) break;
+    std::vector<RehearsalResult> res(batch.size());
+    run_parallel(batch.size(), [&](size_t i) {
+      RehearsalSetup si = setup;
+      si.pins = batch[i];
+      si.time_limit_ms = std::max(1.0, limit - spent());
+      res[i] = rehearser_(best.policy, si);
+    });
+    done += static_cast<int>(batch.size());
+    int better = -1;
+    for (size_t i = 0; i < res.size(); ++i) {
+      searched_.push_back(res[i]);
+      const double bar = better < 0 ? best.time_ms * (1 - kMinGain) : res[static_cast<size_t>(better)].time_ms;
+      if (res[i].trained && res[i].time_ms < bar) better = static_cast<int>(i);
+    }
+    if (better >= 0) best = res[static_cast<size_t>(better)];
+  }
+  chosen_result_ = best;
+  pins_ = best.pins;
 }
 
 nlohmann::json AutoPolicy::report() const {
@@ -247,13 +374,29 @@ nlohmann::json AutoPolicy::report() const {
     }
     cands.push_back(c);
   }
+  json pins = json::array();
+  for (const auto& p : pins_) pins.push_back(to_string(p));
   json out = {{"mode", "auto"}, {"chosen", chosen_}, {"forced", !forced_.empty()}, {"planning_ms", planning_ms_},
-              {"candidates", cands}};
-  for (const auto& r : rehearsals_)
-    if (r.policy == chosen_ && r.trained) {
-      out["predicted_time_ms"] = r.time_ms;
-      out["predicted_peak_bytes"] = r.peak_allocated;
-    }
+              {"candidates", cands}, {"pins", pins}};
+  if (chosen_result_.trained) {
+    out["predicted_time_ms"] = chosen_result_.time_ms;
+    out["predicted_peak_bytes"] = chosen_result_.peak_allocated;
+    out["predicted_stall_ms"] = chosen_result_.stall_ms;
+    out["predicted_recompute_ms"] = chosen_result_.recompute_ms;
+    out["predicted_compactions"] = chosen_result_.compactions;
+    out["predicted_swapped_out_bytes"] = chosen_result_.swapped_out_bytes;
+  }
+  if (!searched_.empty() || !rehearsals_.empty()) {
+    double base = 0;
+    for (const auto& r : rehearsals_)
+      if (r.policy == chosen_ && r.trained) base = r.time_ms;
+    int trained = 0;
+    double wall = 0;
+    for (const auto& r : searched_) trained += r.trained, wall += r.wall_ms;
+    out["search"] = {{"rehearsals", searched_.size()}, {"trained", trained}, {"rehearsal_wall_ms", wall},
+                     {"candidate_time_ms", base}, {"pins", pins_.size()},
+                     {"time_ms", chosen_result_.trained ? chosen_result_.time_ms : base}};
+  }
   out["plan"] = current().report();
   return out;
 }
@@ -272,7 +415,13 @@ std::string AutoPolicy::summary() const {
         std::snprintf(buf, sizeof buf, " %s OOM;", r.policy.c_str());
       s += buf;
     }
-    char buf[64];
+    char buf[160];
+    if (!searched_.empty())
+      std::snprintf(buf, sizeof buf, "; per-gap search: %zu rehearsals, %zu decisions pinned, %.2f ms;", searched_.size(),
+                    pins_.size(), chosen_result_.time_ms);
+    else
+      buf[0] = '\0';
+    s += buf;
     std::snprintf(buf, sizeof buf, " planned in %.0f ms", planning_ms_);
     s += buf;
   }

@@ -1,18 +1,21 @@
-// auto (ours): one policy that chooses keep / swap / recompute by each plan's effect on the
-// whole iteration, not by an isolated per-tensor figure.
+// auto (ours): one policy that chooses keep / swap / recompute per access gap by each plan's
+// effect on the whole iteration, not by an isolated per-tensor figure.
 //   Measured iteration: passive (LRU swap on OOM, parameters last), every access and kernel timed.
-//   Plan: each candidate (the Capuchin modes, checkpointing, DTR, lru-recompute, then the search's
-//   variants: Capuchin planned for 97-85% of the budget, its swap stall weighed 0.25-16x, DTR's
-//   eviction as the guided fallback) is rehearsed on the sim backend's model of the measured
-//   iteration: the same graph, memory manager, caching allocator (arena, fragmentation,
-//   compaction), copy queues and compute stream, with the measured kernel times and link (on
-//   sim, the run's own GPU model: the rehearsal is the run). Out of memory discards a candidate;
-//   the lowest mean guided time wins. Time limit 8 s (the plain planners go first). Guided
-//   iterations are run by the winner's policy, fed the measured trace.
-// Deviations from the design: the choice is among whole plans, not per tensor and gap in
-// one search; no compression candidate, no ILP/DP, no pre-triggered recompute. Without a
-// Rehearser (vtensor/train/rehearsal.h, set by the Trainer) it runs Capuchin's hybrid. Full
-// notes: docs/design.md.
+//   Candidates: the Capuchin modes, checkpointing, DTR, lru-recompute, then variants (Capuchin
+//   planned for 97-85% of the budget, its swap stall weighed 0.25-16x, DTR's eviction as the
+//   guided fallback), each rehearsed on the sim backend's model of the measured iteration: the
+//   same graph, memory manager, caching allocator (arena, fragmentation, compaction), copy queues
+//   and compute stream, with the measured kernel times and link (on sim the rehearsal is the run).
+//   Out of memory discards a candidate; the lowest mean guided time wins (limit 8 s).
+//   Per-gap search: from the winner's rehearsal (what each gap it swaps or recomputes cost),
+//   hill climbing over PlanPins (capuchin.h): a stalling swap prefetched earlier or recomputed, a
+//   recomputation swapped, kept, or run ahead of its access before a stall; each neighbour is
+//   rehearsed with the greedy planning the rest, the fastest of each round of 4 kept if it wins.
+//   At most 256 rehearsals, 1.5 s past the candidates' limit.
+// Deviations from the design: a local search with the rehearsal as its cost model, not an
+// ILP / DP (the cost of a gap's choice depends on the queues and the arena the rest leaves); no
+// compression or arena-placement decision of its own. Without a Rehearser (set by the Trainer) it
+// runs Capuchin's hybrid. Full notes: docs/design.md.
 #pragma once
 #include <chrono>
 #include <functional>
@@ -22,6 +25,7 @@
 #include <vector>
 
 #include "vtensor/memory/policy.h"
+#include "vtensor/policy/capuchin.h"
 
 namespace vtensor {
 
@@ -36,6 +40,17 @@ struct RehearsalSetup {
   size_t host_budget = 0;          // the run's --host-budget (0: unlimited)
   int iterations = 4;              // the measured one and guided ones (as the benchmarks run)
   double time_limit_ms = 0;        // wall time the rehearsal may take (0: no limit)
+  std::vector<PlanPin> pins;       // the search's fixed decisions (Capuchin-based candidates)
+};
+
+// One access gap of a rehearsed Capuchin-based plan: what the plan decided and what it cost in
+// the last guided iteration (stall on its swap-in, or its recomputation). The search's input.
+struct RehearsedGap {
+  TensorId id = kNoTensor;
+  int evict_op = -1, back_op = -1, trigger_op = -1;
+  CapuchinDecision decision = CapuchinDecision::kKeep;
+  size_t bytes = 0;
+  double cost_ms = 0;
 };
 
 struct RehearsalResult {
@@ -47,6 +62,8 @@ struct RehearsalResult {
   double stall_ms = 0, recompute_ms = 0;  // means over the guided iterations
   uint64_t compactions = 0, evictions = 0, swapped_out_bytes = 0, recomputed_ops = 0;  // per guided iteration (mean)
   double wall_ms = 0;              // how long the rehearsal took
+  std::vector<PlanPin> pins;       // as rehearsed
+  std::vector<RehearsedGap> gaps;  // the gaps the plan swaps or recomputes (Capuchin-based candidates)
 };
 
 // A rehearsal ran past its time limit (thrown by the rehearsed policy, caught by the rehearsal).
@@ -64,7 +81,8 @@ class AutoPolicy final : public Policy {
  public:
   // forced: run that candidate after the measured iteration without rehearsing (what a
   // rehearsal itself runs); empty: choose by rehearsal.
-  explicit AutoPolicy(std::string forced = {});
+  // pins: the search's decisions for a Capuchin-based forced candidate.
+  explicit AutoPolicy(std::string forced = {}, std::vector<PlanPin> pins = {});
   ~AutoPolicy() override;
   std::string name() const override { return "auto"; }
   void attach(const MemoryView& view) override;
@@ -86,12 +104,21 @@ class AutoPolicy final : public Policy {
   void set_time_limit_ms(double ms) { time_limit_ms_ = ms; }
   const std::string& chosen() const { return chosen_; }
   const std::vector<RehearsalResult>& rehearsals() const { return rehearsals_; }
+  // The per-gap search's rehearsals, in order (each: the chosen candidate with its pins).
+  const std::vector<RehearsalResult>& searched() const { return searched_; }
+  const std::vector<PlanPin>& pins() const { return pins_; }
+  // The running Capuchin-based planner (null for the others): its plan and per-gap costs.
+  const CapuchinPolicy* capuchin() const { return dynamic_cast<const CapuchinPolicy*>(&current()); }
+  // The per-gap search: at most this many rehearsals (after the candidates), within this much
+  // more wall time than the candidates' limit.
+  void set_search_rehearsals(int n) { search_rehearsals_ = n; }
   double planning_ms() const { return planning_ms_; }
 
  private:
   Policy& current() { return active_ ? *active_ : *measuring_; }
   const Policy& current() const { return active_ ? *active_ : *measuring_; }
   void choose(const AccessTrace& trace);
+  void search(const RehearsalSetup& setup, const RehearsalResult& base, std::chrono::steady_clock::time_point t0);
 
   std::string forced_;
   std::vector<std::string> candidates_;
@@ -102,6 +129,10 @@ class AutoPolicy final : public Policy {
   std::unique_ptr<Policy> fallback_;   // "...,dtr": evicts in guided iterations instead of LRU swapping
   std::string chosen_;
   std::vector<RehearsalResult> rehearsals_;
+  std::vector<RehearsalResult> searched_;
+  std::vector<PlanPin> pins_;
+  RehearsalResult chosen_result_;
+  int search_rehearsals_ = kDefaultSearchRehearsals;
   double planning_ms_ = 0;
   double time_limit_ms_ = kDefaultTimeLimitMs;
   std::chrono::steady_clock::time_point deadline_{};
@@ -110,6 +141,8 @@ class AutoPolicy final : public Policy {
 
  public:
   static constexpr double kDefaultTimeLimitMs = 8000;
+  static constexpr double kSearchTimeMs = 1500;
+  static constexpr int kDefaultSearchRehearsals = 256;
 };
 
 }  // namespace vtensor

@@ -10,6 +10,13 @@
 
 namespace vtensor {
 
+std::string to_string(const PlanPin& p) {
+  std::string s = "t" + std::to_string(p.id) + "@" + std::to_string(p.back_op) + ":" + to_string(p.decision);
+  if (p.trigger_shift > 0) s += "-" + std::to_string(p.trigger_shift);
+  if (p.ahead_op >= 0) s += "^" + std::to_string(p.ahead_op);
+  return s;
+}
+
 const char* to_string(CapuchinDecision d) {
   switch (d) {
     case CapuchinDecision::kKeep: return "keep";
@@ -52,6 +59,7 @@ class Planner {
     find_candidates();
     out_.memory_before = mem_;
     out_.peak_before = peak();
+    apply_pins();
     if (mode_ != CapuchinMode::kRecompute) hidden_swaps();
     greedy();
     if (mode_ != CapuchinMode::kRecompute) refine_triggers();
@@ -411,6 +419,56 @@ class Planner {
       cands_of_[static_cast<size_t>(out_.candidates[k].id)].push_back(static_cast<int>(k));
   }
 
+  // The search's decisions first (PlanPin), each taken as the greedy would take it: a swap or a
+  // drop that does not lower the bytes over the budget, or that breaks a chosen recomputation, is
+  // not taken (and left to the greedy). A kept pin only keeps the greedy away from that gap.
+  void apply_pins() {
+    if (in_.pins.empty()) return;
+    index_candidates();
+    held_from_.resize(out_.candidates.size(), -1);
+    for (const PlanPin& p : in_.pins) {
+      if (p.id < 0 || static_cast<size_t>(p.id) >= cands_of_.size()) continue;
+      for (int k : cands_of_[static_cast<size_t>(p.id)]) {
+        auto& c = out_.candidates[static_cast<size_t>(k)];
+        if (c.back_op != p.back_op || c.pinned) continue;
+        c.pinned = true;
+        if (p.decision == CapuchinDecision::kSwap) {
+          SwapEval s = eval_swap(c);
+          if (s.ok && p.trigger_shift > 0) {
+            s.trigger = std::max(s.release + 1, s.trigger - p.trigger_shift);
+            s.in_start = h2d_.earliest_fit(std::max(start_[static_cast<size_t>(s.trigger) + 1], s.out_end), c.swap_ns);
+            s.stall = std::max(0.0, s.in_start + c.swap_ns - start_[static_cast<size_t>(c.back_op)]);
+          }
+          if (!s.ok || !apply_swap(c, s)) c.pinned = false;
+        } else if (p.decision == CapuchinDecision::kRecompute) {
+          const double chain = c.bytes > held_inputs(c) ? chain_ns(c.id, c.back_op, c.evict_op) : -1;
+          if (chain < 0) {
+            c.pinned = false;
+            break;
+          }
+          const std::vector<size_t> mem = mem_;
+          const std::vector<int> held = held_from_;
+          const double over = excess();
+          apply_recompute(c, chain);
+          if (excess() >= over || breaks_a_recompute(c)) {
+            mem_ = mem, held_from_ = held;
+            c.decision = CapuchinDecision::kKeep;
+            c.order = -1, --order_;
+            c.pinned = false;
+            out_.plan.actions.pop_back();
+            break;
+          }
+          if (p.ahead_op > c.evict_op && p.ahead_op < c.back_op - 1) {  // back on the device from ahead_op + 1
+            c.ahead_op = p.ahead_op;
+            add_mem(p.ahead_op + 1, c.back_op - 1, static_cast<long long>(c.bytes));
+            out_.plan.actions.push_back({ActionKind::kRecompute, c.id, p.ahead_op});
+          }
+        }
+        break;
+      }
+    }
+  }
+
   // Swaps whose copies hide completely, largest free time first.
   void hidden_swaps() {
     index_candidates();
@@ -423,6 +481,7 @@ class Planner {
       if (fits()) return;
       auto& c = out_.candidates[k];
       if (c.free_time_ns < 0) break;
+      if (c.pinned || c.decision != CapuchinDecision::kKeep) continue;
       const SwapEval s = eval_swap(c);
       if (s.ok && s.cost() <= kEpsNs) apply_swap(c, s);
     }
@@ -467,7 +526,7 @@ class Planner {
     std::priority_queue<std::pair<double, int>> queue;  // (score, -index): ties to the lower index
     for (size_t k = 0; k < out_.candidates.size(); ++k) {
       auto& c = out_.candidates[k];
-      if (c.decision != CapuchinDecision::kKeep) continue;
+      if (c.decision != CapuchinDecision::kKeep || c.pinned) continue;
       const Option o = evaluate(c);
       if (o.score >= 0) queue.emplace(o.score, -static_cast<int>(k));
     }
@@ -652,6 +711,7 @@ void CapuchinPolicy::end_iteration(const AccessTrace& trace) {
   const auto planned = static_cast<size_t>(static_cast<double>(view_->budget()) * plan_fraction_);
   PlannerInput in = planner_input(view_->graph(), trace, planned);
   in.swap_cost_weight = swap_cost_weight_;
+  in.pins = pins_;
   for (const Op& op : view_->graph().ops()) {  // what the memory manager allocated (aligned) at each op
     const size_t ws = view_->workspace_bytes(op);
     in.workspace_bytes.push_back(ws ? align_up(ws) : 0);
@@ -702,6 +762,8 @@ nlohmann::json CapuchinPolicy::report() const {
               {"measured_cost_ms", k < cost_ms_.size() ? cost_ms_[k] : 0.0}};
     if (c.decision == CapuchinDecision::kSwap) t["freed_after_op"] = c.release_op, t["prefetch_after_op"] = c.trigger_op;
     if (c.order >= 0) t["chosen_order"] = c.order;
+    if (c.pinned) t["pinned"] = true;
+    if (c.ahead_op >= 0) t["recompute_after_op"] = c.ahead_op;
     tensors.push_back(t);
   }
   return {{"mode", name()},

@@ -11,7 +11,7 @@
 //   changed access sequence goes back to measuring.
 // Deviations: release at a predicted op, not on copy completion (deterministic memory figures);
 // op times laid end to end from the measured kernel times; each access gap is a candidate,
-// parameters included; lazy re-ranking; recompute on access, not pre-triggered; the passive
+// parameters included; lazy re-ranking; recompute on access (ahead of it only when pinned: PlanPin); the passive
 // fallback stays on; the plan ignores the host budget. Full notes: docs/design.md.
 #pragma once
 #include <string>
@@ -24,6 +24,21 @@ namespace vtensor {
 enum class CapuchinMode { kSwap, kRecompute, kHybrid };
 enum class CapuchinDecision { kKeep, kSwap, kRecompute };
 const char* to_string(CapuchinDecision d);
+
+// A decision fixed for one access gap before the greedy runs (policy auto's per-gap search): the
+// gap of `id` that ends at `back_op` is kept, swapped (its prefetch `trigger_shift` ops earlier
+// than the planner's in-trigger) or recomputed (`ahead_op` >= 0: recomputed after that op, ahead
+// of its access, where the compute stream would otherwise wait on a copy). The greedy plans the
+// rest around it; a pin that does not lower the bytes over the budget is not taken.
+struct PlanPin {
+  TensorId id = kNoTensor;
+  int back_op = -1;
+  CapuchinDecision decision = CapuchinDecision::kKeep;
+  int trigger_shift = 0;
+  int ahead_op = -1;
+  bool operator==(const PlanPin&) const = default;
+};
+std::string to_string(const PlanPin& p);
 
 // What the planner needs per tensor (from the graph).
 struct PlannerTensor {
@@ -54,6 +69,7 @@ struct PlannerInput {
   // The hybrid's exchange rate between a swap's predicted stall and a recomputation's time when
   // it ranks the two (> 1: recompute sooner). 1: Capuchin's own; policy auto searches over it.
   double swap_cost_weight = 1.0;
+  std::vector<PlanPin> pins;  // decided before the greedy (policy auto's search)
 };
 
 struct CapuchinCandidate {
@@ -70,6 +86,8 @@ struct CapuchinCandidate {
   double msps = 0;                  // bytes per second of recompute at the time it was ranked
   CapuchinDecision decision = CapuchinDecision::kKeep;
   int order = -1;                   // when it was chosen
+  bool pinned = false;              // its decision came from a PlanPin
+  int ahead_op = -1;                // recompute: recomputed after this op, ahead of the access
 };
 
 struct CapuchinPlan {
@@ -108,6 +126,10 @@ class CapuchinPolicy final : public Policy {
   // recomputations' working sets); 1 by default. The passive fallback still uses the whole budget.
   void set_plan_fraction(double f) { plan_fraction_ = f; }
   void set_swap_cost_weight(double w) { swap_cost_weight_ = w; }
+  void set_pins(std::vector<PlanPin> pins) { pins_ = std::move(pins); }
+  // Per plan candidate, what its gap cost the last guided iteration (stall on its swap-in, its
+  // recomputation), as on_restore measured it.
+  const std::vector<double>& measured_cost_ms() const { return cost_ms_; }
   bool guided() const { return guided_; }
   const CapuchinPlan& plan() const { return plan_; }
   int measurements() const { return measurements_; }
@@ -130,6 +152,7 @@ class CapuchinPolicy final : public Policy {
   double swap_ns_per_byte_ = 0;
   double plan_fraction_ = 1.0;
   double swap_cost_weight_ = 1.0;
+  std::vector<PlanPin> pins_;
 };
 
 }  // namespace vtensor

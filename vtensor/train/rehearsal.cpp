@@ -21,7 +21,9 @@ RehearsalResult rehearse(const std::string& candidate, const RehearsalSetup& set
     opts.op_ms = setup.op_ms;
     opts.link_ms_per_byte = setup.link_ms_per_byte;
     auto backend = make_sim_backend(opts);
-    auto policy = std::make_unique<AutoPolicy>(candidate);
+    auto policy = std::make_unique<AutoPolicy>(candidate, setup.pins);
+    const AutoPolicy* ap = policy.get();
+    r.pins = setup.pins;
     if (setup.time_limit_ms > 0)
       policy->set_deadline(std::chrono::steady_clock::now() +
                            std::chrono::microseconds(static_cast<long long>(setup.time_limit_ms * 1e3)));
@@ -47,6 +49,14 @@ RehearsalResult rehearse(const std::string& candidate, const RehearsalSetup& set
     r.compactions /= static_cast<uint64_t>(guided), r.evictions /= static_cast<uint64_t>(guided);
     r.swapped_out_bytes /= static_cast<uint64_t>(guided), r.recomputed_ops /= static_cast<uint64_t>(guided);
     r.trained = true;
+    if (const CapuchinPolicy* c = ap->capuchin()) {
+      const auto& cost = c->measured_cost_ms();
+      const auto& cands = c->plan().candidates;
+      for (size_t k = 0; k < cands.size(); ++k)
+        if (cands[k].decision != CapuchinDecision::kKeep)
+          r.gaps.push_back({cands[k].id, cands[k].evict_op, cands[k].back_op, cands[k].trigger_op, cands[k].decision,
+                            cands[k].bytes, k < cost.size() ? cost[k] : 0.0});
+    }
   } catch (const RehearsalTimeout& e) {
     r.error = e.what();
   } catch (const OutOfMemoryError& e) {
