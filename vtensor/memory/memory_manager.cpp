@@ -448,7 +448,9 @@ void MemoryManager::finish_swap_outs_due(uint64_t op_seq) {
       ++it;
       continue;
     }
+    const double stall0 = counters_.stall_ms;
     wait_copy(st(id));
+    if (counters_.stall_ms > stall0) policy_->on_swap_out_wait(id, counters_.stall_ms - stall0);
     it = swapping_out_.erase(it);
     complete_swap_out(id);
   }
@@ -475,7 +477,9 @@ bool MemoryManager::finish_prefetches() {
 bool MemoryManager::finish_oldest_swap_out() {
   if (swapping_out_.empty()) return false;
   TensorId id = swapping_out_.front();
+  const double stall0 = counters_.stall_ms;
   wait_copy(st(id));
+  if (counters_.stall_ms > stall0) policy_->on_swap_out_wait(id, counters_.stall_ms - stall0);
   swapping_out_.pop_front();
   complete_swap_out(id);
   return true;

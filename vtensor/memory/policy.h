@@ -102,6 +102,9 @@ class Policy {
   // `waited_ms` for its copy back from host or its recomputation: a late or missing prefetch
   // (Capuchin's feedback, vDNN's per-layer stall time).
   virtual void on_restore(TensorId id, int op_index, Residency from, double waited_ms) {}
+  // The compute stream waited `waited_ms` for `id`'s swap-out to end (at its release point, or
+  // for its block when an allocation needed it): a congested copy queue.
+  virtual void on_swap_out_wait(TensorId id, double waited_ms) {}
   // The smallest budget a static plan is known to need, for the OutOfMemoryError (nullopt: unknown).
   virtual std::optional<size_t> smallest_working_budget() const { return std::nullopt; }
   // Lossless policies must give bit-identical training to `none`.

@@ -118,6 +118,8 @@ std::string pins_key(const std::vector<PlanPin>& pins) {
 // decision. A stalling swap: its prefetch earlier, or recomputed. A recomputation: swapped, kept
 // (the greedy frees the bytes elsewhere), or run ahead of its access at the op before the
 // iteration's largest stall inside its gap, where the compute stream would wait on a copy anyway.
+// A gap the plan kept but the passive fallback evicted (and waited for): planned as a swap or a
+// recomputation.
 // The bound is the gap's measured cost; its fraction orders the moves.
 std::vector<PlanPin> neighbours(const Graph& g, const RehearsalResult& r) {
   std::vector<std::pair<double, PlanPin>> moves;
@@ -142,6 +144,9 @@ std::vector<PlanPin> neighbours(const Graph& g, const RehearsalResult& r) {
         moves.push_back({std::min(x.cost_ms, stall_at[static_cast<size_t>(at)]), {x.id, x.back_op, CapuchinDecision::kRecompute, 0, at - 1}});
       moves.push_back({0.75 * x.cost_ms, {x.id, x.back_op, CapuchinDecision::kSwap}});
       moves.push_back({0.25 * x.cost_ms, {x.id, x.back_op, CapuchinDecision::kKeep}});
+    } else {  // kept by the plan, evicted by the fallback: planned instead
+      moves.push_back({0.75 * x.cost_ms, {x.id, x.back_op, CapuchinDecision::kSwap}});
+      if (recomputable(g, x.id)) moves.push_back({0.5 * x.cost_ms, {x.id, x.back_op, CapuchinDecision::kRecompute}});
     }
   }
   std::stable_sort(moves.begin(), moves.end(), [](const auto& a, const auto& b) { return a.first > b.first; });

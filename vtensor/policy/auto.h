@@ -44,7 +44,8 @@ struct RehearsalSetup {
 };
 
 // One access gap of a rehearsed Capuchin-based plan: what the plan decided and what it cost in
-// the last guided iteration (stall on its swap-in, or its recomputation). The search's input.
+// the last guided iteration (stall on its swap-in or swap-out, or its recomputation; a kept gap
+// costs when the passive fallback evicted it). The search's input.
 struct RehearsedGap {
   TensorId id = kNoTensor;
   int evict_op = -1, back_op = -1, trigger_op = -1;
@@ -92,6 +93,7 @@ class AutoPolicy final : public Policy {
   std::vector<Victim> choose_victims(size_t bytes, const MemoryView& view) override;
   void end_iteration(const AccessTrace& trace) override;
   void on_restore(TensorId id, int op_index, Residency from, double waited_ms) override;
+  void on_swap_out_wait(TensorId id, double waited_ms) override { current().on_swap_out_wait(id, waited_ms); }
   std::optional<size_t> smallest_working_budget() const override;
   nlohmann::json report() const override;
   std::string summary() const override;

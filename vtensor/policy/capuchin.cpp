@@ -741,6 +741,16 @@ void CapuchinPolicy::on_restore(TensorId id, int op_index, Residency from, doubl
     late_[k] = 1;
 }
 
+void CapuchinPolicy::on_swap_out_wait(TensorId id, double waited_ms) {
+  if (!guided_ || static_cast<size_t>(id) >= candidates_of_.size()) return;
+  int k = -1;  // the gap of id this op is in (a planned swap, or the passive fallback's)
+  for (int ci : candidates_of_[static_cast<size_t>(id)]) {
+    const auto& c = plan_.candidates[static_cast<size_t>(ci)];
+    if (c.evict_op <= current_op_ && current_op_ < c.back_op) k = ci;
+  }
+  if (k >= 0) cost_ms_[static_cast<size_t>(k)] += waited_ms;
+}
+
 nlohmann::json CapuchinPolicy::report() const {
   using nlohmann::json;
   json tensors = json::array();

@@ -119,6 +119,7 @@ class CapuchinPolicy final : public Policy {
   std::vector<Victim> choose_victims(size_t bytes, const MemoryView& view) override;
   void end_iteration(const AccessTrace& trace) override;
   void on_restore(TensorId id, int op_index, Residency from, double waited_ms) override;
+  void on_swap_out_wait(TensorId id, double waited_ms) override;
   nlohmann::json report() const override;
   std::string summary() const override;
 
@@ -127,8 +128,8 @@ class CapuchinPolicy final : public Policy {
   void set_plan_fraction(double f) { plan_fraction_ = f; }
   void set_swap_cost_weight(double w) { swap_cost_weight_ = w; }
   void set_pins(std::vector<PlanPin> pins) { pins_ = std::move(pins); }
-  // Per plan candidate, what its gap cost the last guided iteration (stall on its swap-in, its
-  // recomputation), as on_restore measured it.
+  // Per plan candidate, what its gap cost the last guided iteration (stall on its swap-in or on
+  // its swap-out, its recomputation), as on_restore / on_swap_out_wait measured it.
   const std::vector<double>& measured_cost_ms() const { return cost_ms_; }
   bool guided() const { return guided_; }
   const CapuchinPlan& plan() const { return plan_; }

@@ -53,7 +53,7 @@ RehearsalResult rehearse(const std::string& candidate, const RehearsalSetup& set
       const auto& cost = c->measured_cost_ms();
       const auto& cands = c->plan().candidates;
       for (size_t k = 0; k < cands.size(); ++k)
-        if (cands[k].decision != CapuchinDecision::kKeep)
+        if (cands[k].decision != CapuchinDecision::kKeep || (k < cost.size() && cost[k] > 0))
           r.gaps.push_back({cands[k].id, cands[k].evict_op, cands[k].back_op, cands[k].trigger_op, cands[k].decision,
                             cands[k].bytes, k < cost.size() ? cost[k] : 0.0});
     }
