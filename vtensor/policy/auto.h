@@ -3,14 +3,16 @@
 //   Measured iteration: passive (LRU swap on OOM, parameters last), every access and kernel timed.
 //   Plan: each candidate (the Capuchin modes, checkpointing, DTR, lru-recompute, then the search's
 //   variants: Capuchin planned for 97-85% of the budget, its swap stall weighed 0.25-16x, DTR's
-//   eviction as the guided fallback) is rehearsed on the sim backend's model of the measured
+//   eviction as the guided fallback; then compress+capuchin / compress+swap, rehearsed only where
+//   the measured iteration has the non-zero counts of the ReLU / max-pool outputs: counted on
+//   cpu / cuda, the run's --densities on sim) is rehearsed on the sim backend's model of the measured
 //   iteration: the same graph, memory manager, caching allocator (arena, fragmentation,
 //   compaction), copy queues and compute stream, with the measured kernel times and link (on
 //   sim, the run's own GPU model: the rehearsal is the run). Out of memory discards a candidate;
 //   the lowest mean guided time wins. Time limit 8 s (the plain planners go first). Guided
 //   iterations are run by the winner's policy, fed the measured trace.
 // Deviations from the design: the choice is among whole plans, not per tensor and gap in
-// one search; no compression candidate, no ILP/DP, no pre-triggered recompute. Without a
+// one search; no ILP/DP, no pre-triggered recompute. Without a
 // Rehearser (vtensor/train/rehearsal.h, set by the Trainer) it runs Capuchin's hybrid. Full
 // notes: docs/design.md.
 #pragma once
@@ -36,6 +38,10 @@ struct RehearsalSetup {
   size_t host_budget = 0;          // the run's --host-budget (0: unlimited)
   int iterations = 4;              // the measured one and guided ones (as the benchmarks run)
   double time_limit_ms = 0;        // wall time the rehearsal may take (0: no limit)
+  // Non-zero counts of the compressible outputs (the run's --densities on sim, or those auto's
+  // measured iteration counted): what sizes the compression candidates' tensors. Null: the
+  // compression candidates are not rehearsed.
+  std::shared_ptr<const DensityTable> densities;
 };
 
 struct RehearsalResult {
@@ -57,7 +63,8 @@ struct RehearsalTimeout : std::runtime_error {
 using Rehearser = std::function<RehearsalResult(const std::string& policy, const RehearsalSetup& setup)>;
 
 // The candidates auto rehearses, in order of preference on a tie: the planners as they are, then
-// the search's variants (NAME@F: planned for F of the budget; capuchin@F,wW: swap stall weighed W).
+// the search's variants (NAME@F: planned for F of the budget; capuchin@F,wW: swap stall weighed W),
+// then the compression candidates (compress+capuchin, compress+swap; rehearsed only with densities).
 const std::vector<std::string>& auto_candidates();
 
 class AutoPolicy final : public Policy {
@@ -86,12 +93,16 @@ class AutoPolicy final : public Policy {
   void set_time_limit_ms(double ms) { time_limit_ms_ = ms; }
   const std::string& chosen() const { return chosen_; }
   const std::vector<RehearsalResult>& rehearsals() const { return rehearsals_; }
+  // The densities the measured iteration had for the compression candidates (null: none).
+  const std::shared_ptr<const DensityTable>& densities() const { return densities_; }
   double planning_ms() const { return planning_ms_; }
 
  private:
   Policy& current() { return active_ ? *active_ : *measuring_; }
   const Policy& current() const { return active_ ? *active_ : *measuring_; }
   void choose(const AccessTrace& trace);
+  bool counts_nonzeros() const;
+  std::shared_ptr<const DensityTable> measured_densities(std::string* why) const;
 
   std::string forced_;
   std::vector<std::string> candidates_;
@@ -102,6 +113,8 @@ class AutoPolicy final : public Policy {
   std::unique_ptr<Policy> fallback_;   // "...,dtr": evicts in guided iterations instead of LRU swapping
   std::string chosen_;
   std::vector<RehearsalResult> rehearsals_;
+  std::vector<std::optional<size_t>> nonzeros_;  // per tensor, counted in the measured iteration
+  std::shared_ptr<const DensityTable> densities_;
   double planning_ms_ = 0;
   double time_limit_ms_ = kDefaultTimeLimitMs;
   std::chrono::steady_clock::time_point deadline_{};

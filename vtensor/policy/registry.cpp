@@ -54,7 +54,7 @@ const std::vector<PolicyInfo>& policy_registry() {
        [] { return std::make_unique<UmPolicy>(false); }},
       {"um-prefetch", "DeepUM: unified memory with a correlation table of kernels and pages, prefetch of the next --um-lookahead kernels' pages, pre-eviction, invalidation of freed pages",
        [] { return std::make_unique<UmPolicy>(true); }},
-      {"auto", "ours: after a measured iteration, rehearse each planner (Capuchin hybrid / recompute / swap, checkpointing, DTR, passive recompute) on the sim model of that iteration (same arena, copy queues, compute stream) and run the fastest that fits",
+      {"auto", "ours: after a measured iteration, rehearse each planner (Capuchin hybrid / recompute / swap, checkpointing, DTR, passive recompute; compression + Capuchin where densities are known) on the sim model of that iteration (same arena, copy queues, compute stream) and run the fastest that fits",
        [] { return std::make_unique<AutoPolicy>(); }},
   };
   return registry;

@@ -21,6 +21,7 @@ RehearsalResult rehearse(const std::string& candidate, const RehearsalSetup& set
     opts.op_ms = setup.op_ms;
     opts.link_ms_per_byte = setup.link_ms_per_byte;
     auto backend = make_sim_backend(opts);
+    if (setup.densities) backend->set_densities(setup.densities);
     auto policy = std::make_unique<AutoPolicy>(candidate);
     if (setup.time_limit_ms > 0)
       policy->set_deadline(std::chrono::steady_clock::now() +
