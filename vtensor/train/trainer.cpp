@@ -76,8 +76,8 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
     if (!cfg_.codecs.empty()) throw only("--codecs");
     if (!cfg_.densities_out.empty()) throw only("--densities-out");
     if (!cfg_.densities_path.empty() && !auto_policy)
-      throw std::invalid_argument("--densities applies to --policy " + std::string(kCompressPolicies) +
-                                  " or auto only, got --policy " + cfg_.policy);
+      throw std::invalid_argument("--densities applies to --policy compress, compress+swap, compress+capuchin or auto "
+                                  "only, got --policy " + cfg_.policy);
   } else {
     if (!cfg_.densities_out.empty() && cfg_.backend == "sim")
       throw std::invalid_argument("--densities-out needs a backend with data (cpu, cuda), got --backend sim");
