@@ -303,6 +303,10 @@ std::vector<Victim> CompressPolicy::choose_victims(size_t bytes, const MemoryVie
   // Passive (measured iteration) and the last resort of guided ones: least recently used,
   // swapped. Also when a plan that fits meets a fragmented arena: swapping is the fallback the
   // run can always take, compaction (which moves compressed buffers too) comes when it has none.
+  // compress+capuchin does as Capuchin: with a plan that fits, a request within the budget is
+  // fragmentation, compacted rather than swapped (its recomputations' inputs would otherwise be
+  // swapped out under them).
+  if (rest_ == CapuchinMode::kHybrid && guided_ && plan_.fits && view.allocated() + bytes <= view.budget()) return {};
   return lru_swap_victims(view, bytes);
 }
 

@@ -14,8 +14,9 @@
 //   bytes over the budget; stop once the predicted peak fits. Passive eviction is the last resort.
 //   The rest (CompressPlanInput::rest): Capuchin's planner (capuchin.h) run on the curve the
 //   compression plan leaves, the compressed tensors excluded: compress+swap in swap mode,
-//   compress+capuchin in hybrid mode (swap or recompute per tensor). set_plan_fraction plans both
-//   parts for a fraction of the budget (policy auto's search), as Capuchin's does.
+//   compress+capuchin in hybrid mode (swap or recompute per tensor; with a plan that fits, a
+//   request within the budget is compacted, as in Capuchin, not swapped). set_plan_fraction plans
+//   both parts for a fraction of the budget (policy auto's search), as Capuchin's does.
 // Buffers and workspace (FreeLunch's two optimisations) are the memory manager's
 // (CompressionOptions); the plan counts them on its curve: persistent buffers over the whole
 // iteration, per-use buffers over their gap; the sliding workspace over the whole iteration, a
