@@ -136,6 +136,11 @@ def densities(m):
     return path if os.path.exists(path) else None
 
 
+def takes_densities(policy):
+    """The policies that read --densities: the compress ones, and auto (its compression candidates)."""
+    return policy.startswith("compress") or policy == "auto"
+
+
 def read_csv(path):
     with open(path) as f:
         return list(csv.DictReader(f))
@@ -166,7 +171,7 @@ def run_grid(name, exp, out, jobs):
                     b, p = bp
                     rep = os.path.join(tmp, f"mb_{b.rstrip('%')}_{p}.json")
                     mb = model_args({k: v for k, v in m.items() if k != "batch"})  # the search chooses the batch
-                    d = ["--densities", densities(m)] if p.startswith("compress") and densities(m) else []
+                    d = ["--densities", densities(m)] if takes_densities(p) and densities(m) else []
                     vt(["maxbatch", *mb, "--gpu", exp["gpu"], "--policy", p, "--budget", budgets[b], "--report", rep, *d])
                     with open(rep) as f:
                         return bp, json.load(f)["max_batch"]
@@ -213,7 +218,7 @@ def run_maxbatch(name, exp, out, jobs):
             g, i, p = w
             m = exp["models"][i]
             rep = os.path.join(tmp, f"{g}_{i}_{p}.json")
-            d = ["--densities", densities(m)] if p.startswith("compress") and densities(m) else []
+            d = ["--densities", densities(m)] if takes_densities(p) and densities(m) else []
             vt(["maxbatch", *model_args(m), "--gpu", g, "--policy", p, "--report", rep, *d])
             with open(rep) as f:
                 r = json.load(f)

@@ -254,7 +254,7 @@ CLI::App* add_maxbatch(CLI::App& app, ExperimentArgs& a) {
   c->add_option("--budget", a.budget_text, "device memory budget (default: the GPU's memory)");
   c->add_option("--max-batch", a.max_limit, "stop the search here");
   c->add_option("--checkpoint-segments", a.cfg.checkpoint_segments, "policy checkpoint: segment count (default: search the segments for the lowest peak)");
-  c->add_option("--densities", a.cfg.densities_path, "policies compress, compress+swap: non-zero counts recorded by a cpu run (train --densities-out)");
+  c->add_option("--densities", a.cfg.densities_path, "compress policies and auto: non-zero counts recorded by a cpu run (train --densities-out)");
   c->add_option("--report", a.report, "write the search as JSON to this file");
   return c;
 }
@@ -330,7 +330,7 @@ CLI::App* add_sweep(CLI::App& app, ExperimentArgs& a) {
   c->add_option("--budgets", a.budgets_text, "comma-separated budgets: % of the unmanaged peak or sizes (default 100%,75%,50%,25%)");
   c->add_option("--batches", a.batches_text, "comma-separated batch sizes (overrides --batch)");
   c->add_option("--checkpoint-segments", a.cfg.checkpoint_segments, "runs of policy checkpoint: segment count (default: sqrt of the layer count)");
-  c->add_option("--densities", a.cfg.densities_path, "runs of policies compress, compress+swap: non-zero counts recorded by a cpu run (train --densities-out)");
+  c->add_option("--densities", a.cfg.densities_path, "runs of the compress policies and auto: non-zero counts recorded by a cpu run (train --densities-out)");
   c->add_option("--out", a.out, "output file, .csv or .json")->required();
   return c;
 }
@@ -487,7 +487,7 @@ int vtensor::run_cli(int argc, char** argv, CliMode mode) {
   train->add_flag("--compress-on-compute-stream", cfg.compression.on_compute_stream, "compress policies: run the codecs on the compute stream (ablation: no overlap)");
   train->add_option("--lossy", cfg.lossy, "compress policies: opt-in lossy codec for what no lossless codec fits, read only by backward: bf16, fp16, int8 (default: none; losses then drift from `none`)");
   train->add_option("--codecs", cfg.codecs, "compress policies: codecs to use, comma-separated: bitmask, sign (default: both)");
-  train->add_option("--densities", cfg.densities_path, "compress policies on sim: non-zero counts recorded by a cpu run (--densities-out)");
+  train->add_option("--densities", cfg.densities_path, "compress policies and auto on sim: non-zero counts recorded by a cpu run (--densities-out)");
   train->add_option("--densities-out", cfg.densities_out, "compress policies on cpu / cuda: write the measured non-zero counts to this file");
 
   ReplayArgs replay_args;

@@ -152,7 +152,7 @@ TEST(CudaCodecs, CompressPoliciesBitIdenticalToNone) {
   const auto base = train("none", size_t{64} << 20);
   size_t peak = 0;
   for (const auto& s : base.first) peak = std::max(peak, s.peak_allocated);
-  for (const std::string policy : {"compress", "compress+swap"}) {
+  for (const std::string policy : {"compress", "compress+swap", "compress+capuchin"}) {
     SCOPED_TRACE(policy);
     const auto r = train(policy, peak * 60 / 100 / 512 * 512);
     uint64_t compressed = 0;

@@ -10,8 +10,11 @@
 #include "vtensor/core/errors.h"
 #include "vtensor/memory/allocator.h"
 #include "vtensor/policy/auto.h"
+#include "vtensor/train/densities.h"
 #include "vtensor/train/rehearsal.h"
 #include "vtensor/train/trainer.h"
+
+#include "tests/support/cli.h"
 
 using namespace vtensor;
 
@@ -99,6 +102,15 @@ TEST_P(AutoTiny, BitIdenticalToNoneAtTheSmallestBudgetItReaches) {
     ASSERT_TRUE(r.report.is_object());
     EXPECT_FALSE(r.report["chosen"].get<std::string>().empty());
     EXPECT_EQ(r.report["candidates"].size(), auto_candidates().size());
+    // The compression candidates: rehearsed from the measured iteration's counts where the model
+    // has ReLU outputs, skipped with the reason where it has none (GELU transformers).
+    const bool relu = model != "gpt-tiny" && model != "bert-tiny";
+    for (const auto& c : r.report["candidates"]) {
+      if (c["policy"].get<std::string>().rfind("compress", 0) != 0) continue;
+      SCOPED_TRACE(c.dump());
+      if (relu) EXPECT_EQ(c.value("error", std::string()).find("not rehearsed"), std::string::npos);
+      else EXPECT_NE(c["error"].get<std::string>().find("no ReLU or max-pool output"), std::string::npos);
+    }
     break;
   }
   EXPECT_TRUE(trained) << "auto trained " << model << " at no budget of the ladder";
@@ -149,6 +161,64 @@ TEST_P(AutoSim, PredictionIsTheRunAndNoCandidateIsFaster) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, AutoSim, ::testing::Values("resnet-tiny", "gpt-tiny", "bert-tiny"));
+
+// With the densities a cpu run recorded, auto on sim rehearses the compression candidates too, and
+// its prediction is still the run, also when it chooses among them only (the run then compresses);
+// without densities they are skipped, not counted as out of memory.
+TEST(AutoSimRun, CompressionCandidatesWithDensities) {
+  const std::string path = vtensor::test::temp_path("auto", "resnet-tiny-densities.json");
+  {
+    TrainConfig cpu = config("resnet-tiny", "compress", 0, 1);
+    cpu.densities_out = path;
+    Trainer(cpu).run();
+  }
+  const AutoRun base = train(config("resnet-tiny", "none", 0, 2, "p100-16g"));
+  for (const double f : {0.5, 0.25}) {
+    SCOPED_TRACE(std::to_string(f) + " of the peak");
+    TrainConfig cfg = config("resnet-tiny", "auto", align_up(static_cast<size_t>(static_cast<double>(max_peak(base)) * f)), 4, "p100-16g");
+    {
+      SCOPED_TRACE("no densities");
+      const AutoRun a = train(cfg);
+      for (const auto& c : a.report["candidates"])
+        if (c["policy"].get<std::string>().rfind("compress", 0) == 0)
+          EXPECT_NE(c["error"].get<std::string>().find("--densities FILE"), std::string::npos) << c.dump();
+    }
+    cfg.densities_path = path;
+    const AutoRun a = train(cfg);
+    ASSERT_TRUE(a.report.contains("predicted_peak_bytes")) << a.report.dump();
+    EXPECT_EQ(a.report["predicted_peak_bytes"].get<size_t>(), max_peak(a, 1));
+    EXPECT_NEAR(a.report["predicted_time_ms"].get<double>(), mean_guided_ms(a), 1e-9 * mean_guided_ms(a));
+    EXPECT_LE(max_peak(a), cfg.budget);
+    int compress = 0;
+    for (const auto& c : a.report["candidates"]) {
+      if (c["policy"].get<std::string>().rfind("compress", 0) != 0) continue;
+      ++compress;
+      EXPECT_EQ(c.value("error", std::string()).find("not rehearsed"), std::string::npos) << c.dump();
+      if (c["trained"].get<bool>()) EXPECT_GE(c["predicted_time_ms"].get<double>(), a.report["predicted_time_ms"].get<double>());
+    }
+    EXPECT_EQ(compress, 7);
+    // Only compression candidates: the chosen one compresses, as predicted.
+    Trainer t(cfg);
+    auto* p = dynamic_cast<AutoPolicy*>(&t.memory().policy());
+    ASSERT_NE(p, nullptr);
+    p->set_candidates({"compress+capuchin", "compress+capuchin@0.94", "compress+swap", "compress+capuchin,dtr"});
+    const TrainResult res = t.run();
+    ASSERT_TRUE(res.policy_report.contains("predicted_peak_bytes")) << res.policy_report.dump();
+    size_t peak = 0;
+    double ms = 0;
+    uint64_t compressions = 0;
+    for (size_t i = 1; i < res.iterations.size(); ++i) {
+      peak = std::max(peak, res.iterations[i].peak_allocated);
+      ms += res.iterations[i].time_ms;
+      compressions += res.iterations[i].counters.compressions;
+    }
+    ms /= static_cast<double>(res.iterations.size() - 1);
+    EXPECT_EQ(res.policy_report["predicted_peak_bytes"].get<size_t>(), peak);
+    EXPECT_NEAR(res.policy_report["predicted_time_ms"].get<double>(), ms, 1e-9 * ms);
+    if (p->chosen().rfind("compress", 0) == 0) EXPECT_GT(compressions, 0u) << p->chosen();
+    else ADD_FAILURE() << "chose " << p->chosen() << ": " << res.policy_summary;
+  }
+}
 
 // Without a rehearser (a policy built outside the Trainer) auto runs Capuchin's hybrid; a forced
 // candidate must be one auto knows.

@@ -1,4 +1,4 @@
-// End-to-end: FreeLunch's compress and compress+swap train tiny models under a budget,
+// End-to-end: FreeLunch's compress, compress+swap and compress+capuchin train tiny models under a budget,
 // bit-identical to `none` in losses, weights, running statistics and optimizer state, with real
 // compressions (bytes really packed on the cpu backend) and the peak within the budget; the
 // densities a cpu run records size the compressed tensors of a sim run; the ablation switches
@@ -61,7 +61,8 @@ TEST_P(Compress, BitIdenticalToNoneAtTheSmallestBudget) {
   const RunOutcome base = run_training(config(model, "none", 0, iters));
   const size_t budget = align_up(static_cast<size_t>(static_cast<double>(base.peak) * floor_fraction(model)));
   uint64_t compressed = 0, swapped = 0;
-  for (const Variant v : {Variant{"compress", true}, Variant{"compress", false}, Variant{"compress+swap", true}}) {
+  for (const Variant v : {Variant{"compress", true}, Variant{"compress", false}, Variant{"compress+swap", true},
+                          Variant{"compress+capuchin", true}}) {
     SCOPED_TRACE(std::string(v.policy) + (v.persistent_buffers ? "" : " --no-persistent-buffers"));
     TrainConfig cfg = config(model, v.policy, budget, iters);
     cfg.compression.persistent_buffers = v.persistent_buffers;
@@ -251,7 +252,7 @@ TEST(CompressCli, BadInputExitsTwoNamingWhatIsAccepted) {
   EXPECT_NE(r.output.find("unknown codec 'zstd'; accepted: bitmask, sign"), std::string::npos) << r.output;
   r = run_cli("train --model resnet-tiny --policy capuchin --no-sliding-workspace --iters 1 --report " + report);
   EXPECT_EQ(r.code, 2) << r.output;
-  EXPECT_NE(r.output.find("--no-sliding-workspace applies to --policy compress or compress+swap only"), std::string::npos)
+  EXPECT_NE(r.output.find("--no-sliding-workspace applies to --policy compress, compress+swap or compress+capuchin only"), std::string::npos)
       << r.output;
   r = run_cli("train --model resnet-tiny --policy compress --backend sim --gpu p100-16g --iters 1 --report " + report);
   EXPECT_EQ(r.code, 2) << r.output;
@@ -306,7 +307,7 @@ TEST(Compress, LossyCodecsDriftALittleAndSaySo) {
   }
   const auto r = run_cli("train --model resnet-tiny --policy capuchin --lossy bf16 --iters 1");
   EXPECT_EQ(r.code, 2) << r.output;
-  EXPECT_NE(r.output.find("is lossless only; accepted: --policy compress or compress+swap"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("is lossless only; accepted: --policy compress, compress+swap or compress+capuchin"), std::string::npos) << r.output;
   const auto u = run_cli("train --model resnet-tiny --policy compress --lossy fp8 --iters 1");
   EXPECT_EQ(u.code, 2) << u.output;
   EXPECT_NE(u.output.find("unknown lossy mode 'fp8'; accepted: bf16, fp16, int8"), std::string::npos) << u.output;

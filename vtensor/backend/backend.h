@@ -109,6 +109,7 @@ class Backend {
   // (set_densities), nullopt where none is recorded for t.
   virtual std::optional<size_t> count_nonzeros(const TensorInfo& t, const void* dev) = 0;
   virtual void set_densities(std::shared_ptr<const DensityTable> d) {}
+  virtual std::shared_ptr<const DensityTable> densities() const { return nullptr; }
   // Compresses t's elements at src into dst (capacity bytes) on stream s through `workspace`;
   // when the work is done, result->bytes holds the compressed size (above capacity: it did not
   // fit, dst is garbage). result must stay valid until then and be read only after an event.

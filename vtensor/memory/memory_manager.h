@@ -185,6 +185,7 @@ class MemoryManager final : public MemoryView {
   double copy_ms_per_byte() const override;
   double copy_latency_ms() const override;
   std::string modelled_gpu() const override { return backend_.modelled_gpu(); }
+  std::shared_ptr<const DensityTable> densities() const override { return backend_.densities(); }
   std::string allocator_name() const override { return allocator_->name(); }
   size_t host_budget() const override { return host_.budget() == HostPool::kUnlimited ? 0 : host_.budget(); }
   static constexpr size_t kCalibrationBytes = size_t{4} << 20;

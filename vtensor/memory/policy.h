@@ -18,6 +18,8 @@
 
 namespace vtensor {
 
+struct DensityTable;  // vtensor/backend/backend.h
+
 enum class Residency {
   kUnallocated, kResident, kSwappingOut, kOnHost, kSwappingIn, kDropped,
   kCompressing, kCompressed, kDecompressing,  // on the device in compressed form (FreeLunch)
@@ -63,6 +65,9 @@ class MemoryView {
   // Elements of a resident tensor whose bit pattern is non-zero (a measurement for sizing
   // compressed buffers; without data, the recorded densities). nullopt: not known.
   virtual std::optional<size_t> count_nonzeros(TensorId id) const { return std::nullopt; }
+  // The recorded densities a backend without data counts from (sim with --densities); null
+  // elsewhere (a backend with data counts its own tensors).
+  virtual std::shared_ptr<const DensityTable> densities() const { return nullptr; }
 };
 
 // Mechanism switches of the compression (FreeLunch's ablation); the policy plans by the same ones.

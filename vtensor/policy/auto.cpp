@@ -9,8 +9,10 @@
 #include <stdexcept>
 #include <thread>
 
+#include "vtensor/backend/backend.h"
 #include "vtensor/policy/capuchin.h"
 #include "vtensor/policy/checkpoint.h"
+#include "vtensor/policy/compress.h"
 #include "vtensor/policy/registry.h"
 
 namespace vtensor {
@@ -34,9 +36,19 @@ const std::vector<std::string>& planner_names() {
   return names;
 }
 
-// "NAME", "NAME@F" (a Capuchin mode planning for F of the budget) or "capuchin@F,wW" (the hybrid
-// weighing a swap's stall W times against recompute time): the policy, or null when the name is
-// not a candidate.
+// The compression candidates: compression first, then Capuchin (hybrid or swap) on the rest.
+// They need the non-zero counts of the measured iteration, so they come after the others (and
+// the time limit's order of the others stays).
+const std::vector<std::string>& compress_names() {
+  static const std::vector<std::string> names = {"compress+capuchin", "compress+swap"};
+  return names;
+}
+
+bool is_compress_candidate(const std::string& name) { return name.rfind("compress", 0) == 0; }
+
+// "NAME", "NAME@F" (a Capuchin mode or compress policy planning for F of the budget) or
+// "capuchin@F,wW" (the hybrid weighing a swap's stall W times against recompute time): the
+// policy, or null when the name is not a candidate.
 constexpr const char* kDtrFallback = ",dtr";
 
 // "...,dtr": guided iterations evict as DTR does where the plan does not cover the budget.
@@ -51,16 +63,19 @@ std::unique_ptr<Policy> make_candidate(const std::string& full) {
   const std::string base = name.substr(0, at);
   bool known = false;
   for (const auto& n : planner_names()) known = known || n == base;
+  for (const auto& n : compress_names()) known = known || n == base;
   if (!known) return nullptr;
   auto p = make_policy(base);
   if (auto* c = dynamic_cast<CheckpointPolicy*>(p.get())) c->set_budget_aware(true);
   if (at != std::string::npos) {
     auto* c = dynamic_cast<CapuchinPolicy*>(p.get());
+    auto* z = dynamic_cast<CompressPolicy*>(p.get());
     char* end = nullptr;
     const std::string f = name.substr(at + 1);
     const double v = std::strtod(f.c_str(), &end);
-    if (!c || f.empty() || end == f.c_str() || !(v > 0 && v <= 1)) return nullptr;
-    c->set_plan_fraction(v);
+    if ((!c && !z) || f.empty() || end == f.c_str() || !(v > 0 && v <= 1)) return nullptr;
+    if (c) c->set_plan_fraction(v);
+    if (z) z->set_plan_fraction(v);
     if (*end == ',' && end[1] == 'w' && base == "capuchin") {
       const char* ws = end + 2;
       const double w = std::strtod(ws, &end);
@@ -69,7 +84,7 @@ std::unique_ptr<Policy> make_candidate(const std::string& full) {
     }
     if (*end != '\0') return nullptr;
   }
-  if (dtr_fallback(full) && !dynamic_cast<CapuchinPolicy*>(p.get())) return nullptr;
+  if (dtr_fallback(full) && !dynamic_cast<CapuchinPolicy*>(p.get()) && !dynamic_cast<CompressPolicy*>(p.get())) return nullptr;
   return p;
 }
 
@@ -155,6 +170,13 @@ std::vector<PlanPin> neighbours(const Graph& g, const RehearsalResult& r) {
   return out;
 }
 
+// A guided plan and whether it fits (Capuchin's or a compression plan); false when not guided.
+bool guided_plan_fits(const Policy& p, bool* fits) {
+  if (const auto* c = dynamic_cast<const CapuchinPolicy*>(&p); c && c->guided()) return *fits = c->plan().fits, true;
+  if (const auto* z = dynamic_cast<const CompressPolicy*>(&p); z && z->guided()) return *fits = z->plan().fits, true;
+  return false;
+}
+
 }  // namespace
 
 const std::vector<std::string>& auto_candidates() {
@@ -168,6 +190,10 @@ const std::vector<std::string>& auto_candidates() {
       for (const char* mode : {"capuchin", "capuchin-recompute"}) n.push_back(std::string(mode) + "@" + f + kDtrFallback);
     for (const char* f : {"1", "0.94"})
       for (const char* w : kSwapCostWeights) n.push_back(std::string("capuchin@") + f + ",w" + w + kDtrFallback);
+    // The compression candidates last (rehearsed only with densities).
+    for (const char* f : {"", "@0.97", "@0.94", "@0.9"}) n.push_back(std::string("compress+capuchin") + f);
+    n.push_back("compress+swap");
+    for (const char* f : {"", "@0.94"}) n.push_back(std::string("compress+capuchin") + f + kDtrFallback);
     return n;
   }();
   return names;
@@ -179,8 +205,10 @@ AutoPolicy::AutoPolicy(std::string forced, std::vector<PlanPin> pins)
   if (!forced_.empty() && !make_candidate(forced_)) {
     std::string accepted;
     for (const auto& c : planner_names()) accepted += (accepted.empty() ? "" : ", ") + c;
+    for (const auto& c : compress_names()) accepted += ", " + c;
     throw std::invalid_argument("auto: unknown candidate '" + forced_ + "'; accepted: " + accepted +
-                                ", or a Capuchin mode with @F, the fraction of the budget it plans for (0 < F <= 1)");
+                                ", or a Capuchin mode or compress policy with @F, the fraction of the budget it plans for "
+                                "(0 < F <= 1)");
   }
 }
 
@@ -197,19 +225,57 @@ void AutoPolicy::check_deadline() const {
   if (has_deadline_ && std::chrono::steady_clock::now() > deadline_) throw RehearsalTimeout();
 }
 
+// Count non-zeros in the measured iteration when a compression candidate may run.
+bool AutoPolicy::counts_nonzeros() const {
+  if (!forced_.empty()) return is_compress_candidate(forced_);
+  return std::any_of(candidates_.begin(), candidates_.end(), is_compress_candidate);
+}
+
 std::vector<Action> AutoPolicy::after_op(int op_index) {
   check_deadline();
+  if (!active_ && view_ && op_index >= 0 && counts_nonzeros()) {
+    // Measured iteration: how dense each compressible output is, while it is on the device (as
+    // CompressPolicy's own measured iteration counts; on sim, the recorded densities).
+    const Graph& g = view_->graph();
+    nonzeros_.resize(g.num_tensors());
+    for (TensorId out : g.op(op_index).outputs)
+      if (compressible(g, out)) nonzeros_[static_cast<size_t>(out)] = view_->count_nonzeros(out);
+  }
   return current().after_op(op_index);
 }
+
+// The densities the compression candidates are rehearsed with: the run's own table on sim, else
+// one built from the counts of the measured iteration; null (and why) without a count for every
+// compressible output.
+std::shared_ptr<const DensityTable> AutoPolicy::measured_densities(std::string* why) const {
+  const Graph& g = view_->graph();
+  auto table = std::make_shared<DensityTable>();
+  table->source = "auto's measured iteration";
+  for (const TensorInfo& t : g.tensors()) {
+    if (!compressible(g, t.id)) continue;
+    const size_t id = static_cast<size_t>(t.id);
+    if (id >= nonzeros_.size() || !nonzeros_[id]) {
+      *why = "not rehearsed: no density measured for '" + t.name +
+             "' (on sim, compression candidates need --densities FILE from a cpu run's --densities-out)";
+      return nullptr;
+    }
+    table->tensors[density_key(t)] = {static_cast<uint64_t>(t.shape.numel()), *nonzeros_[id]};
+  }
+  if (table->tensors.empty()) {
+    *why = "not rehearsed: no ReLU or max-pool output to compress";
+    return nullptr;
+  }
+  if (auto recorded = view_->densities()) return recorded;  // sim: exactly what the run counts from
+  return table;
+}
+
 std::vector<Victim> AutoPolicy::choose_victims(size_t bytes, const MemoryView& view) {
   check_deadline();
-  if (active_ && fallback_) {
-    auto* c = dynamic_cast<CapuchinPolicy*>(active_.get());
-    if (c && c->guided()) {
-      // As Capuchin's own fallback: a request within the budget is fragmentation (compacted).
-      if (c->plan().fits && view.allocated() + bytes <= view.budget()) return {};
-      return fallback_->choose_victims(bytes, view);
-    }
+  bool fits = false;
+  if (active_ && fallback_ && guided_plan_fits(*active_, &fits)) {
+    // As Capuchin's own fallback: a request within the budget is fragmentation (compacted).
+    if (fits && view.allocated() + bytes <= view.budget()) return {};
+    return fallback_->choose_victims(bytes, view);
   }
   if (active_) return active_->choose_victims(bytes, view);
   // Measuring: swap the least recently used, parameters and optimizer state last. Swapping (not
@@ -269,6 +335,9 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       if (trace.op_ms.size() == view_->graph().num_ops()) s.op_ms = trace.op_ms;
       s.link_ms_per_byte = trace.swap_ns_per_byte > 0 ? trace.swap_ns_per_byte * 1e-6 : view_->copy_ms_per_byte();
     }
+    std::string no_densities;
+    if (counts_nonzeros()) densities_ = measured_densities(&no_densities);
+    s.densities = densities_;
     rehearsals_.clear();
     const RehearsalResult* best = nullptr;
     // The planners as they are first, then the search's variants while the time limit lasts; the
@@ -281,6 +350,11 @@ void AutoPolicy::choose(const AccessTrace& trace) {
         if (spent > time_limit_ms_ && i > 0) {
           rehearsals_[i].policy = candidates_[i];
           rehearsals_[i].error = "not rehearsed: planning time limit";
+          continue;
+        }
+        if (is_compress_candidate(candidates_[i]) && !s.densities) {
+          rehearsals_[i].policy = candidates_[i];
+          rehearsals_[i].error = no_densities;
           continue;
         }
         RehearsalSetup si = s;
@@ -313,6 +387,8 @@ void AutoPolicy::choose(const AccessTrace& trace) {
     active_ = make_candidate(chosen_);
     if (auto* c = dynamic_cast<CapuchinPolicy*>(active_.get())) c->set_pins(pins_);
     active_->attach(*view_);
+    // A compression plan needs the non-zero counts this iteration measured.
+    if (auto* z = dynamic_cast<CompressPolicy*>(active_.get())) z->set_measured_nonzeros(nonzeros_);
     active_->end_iteration(trace);  // a measuring planner plans from it; the others ignore it
   }
   planning_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -417,7 +493,7 @@ std::string AutoPolicy::summary() const {
       if (r.trained)
         std::snprintf(buf, sizeof buf, " %s %.2f ms;", r.policy.c_str(), r.time_ms);
       else
-        std::snprintf(buf, sizeof buf, " %s OOM;", r.policy.c_str());
+        std::snprintf(buf, sizeof buf, " %s %s;", r.policy.c_str(), r.error.rfind("not rehearsed", 0) == 0 ? "skipped" : "OOM");
       s += buf;
     }
     char buf[160];

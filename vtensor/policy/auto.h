@@ -3,7 +3,9 @@
 //   Measured iteration: passive (LRU swap on OOM, parameters last), every access and kernel timed.
 //   Candidates: the Capuchin modes, checkpointing, DTR, lru-recompute, then variants (Capuchin
 //   planned for 97-85% of the budget, its swap stall weighed 0.25-16x, DTR's eviction as the
-//   guided fallback), each rehearsed on the sim backend's model of the measured iteration: the
+//   guided fallback), then compress+capuchin / compress+swap where the measured iteration has
+//   the non-zero counts of the ReLU / max-pool outputs (counted on cpu / cuda, the run's
+//   --densities on sim); each rehearsed on the sim backend's model of the measured iteration: the
 //   same graph, memory manager, caching allocator (arena, fragmentation, compaction), copy queues
 //   and compute stream, with the measured kernel times and link (on sim the rehearsal is the run).
 //   Out of memory discards a candidate; the lowest mean guided time wins (limit 8 s).
@@ -13,9 +15,9 @@
 //   rehearsed with the greedy planning the rest, the fastest of each round of 4 kept if it wins.
 //   At most 256 rehearsals, 1.5 s past the candidates' limit.
 // Deviations from the design: a local search with the rehearsal as its cost model, not an
-// ILP / DP (the cost of a gap's choice depends on the queues and the arena the rest leaves); no
-// compression or arena-placement decision of its own. Without a Rehearser (set by the Trainer) it
-// runs Capuchin's hybrid. Full notes: docs/design.md.
+// ILP / DP (the cost of a gap's choice depends on the queues and the arena the rest leaves);
+// compression is chosen as a whole plan, not per gap; no arena placement of its own. Without a
+// Rehearser (set by the Trainer) it runs Capuchin's hybrid. Full notes: docs/design.md.
 #pragma once
 #include <chrono>
 #include <functional>
@@ -41,6 +43,10 @@ struct RehearsalSetup {
   int iterations = 4;              // the measured one and guided ones (as the benchmarks run)
   double time_limit_ms = 0;        // wall time the rehearsal may take (0: no limit)
   std::vector<PlanPin> pins;       // the search's fixed decisions (Capuchin-based candidates)
+  // Non-zero counts of the compressible outputs (the run's --densities on sim, or those auto's
+  // measured iteration counted): what sizes the compression candidates' tensors. Null: the
+  // compression candidates are not rehearsed.
+  std::shared_ptr<const DensityTable> densities;
 };
 
 // One access gap of a rehearsed Capuchin-based plan: what the plan decided and what it cost in
@@ -75,7 +81,8 @@ struct RehearsalTimeout : std::runtime_error {
 using Rehearser = std::function<RehearsalResult(const std::string& policy, const RehearsalSetup& setup)>;
 
 // The candidates auto rehearses, in order of preference on a tie: the planners as they are, then
-// the search's variants (NAME@F: planned for F of the budget; capuchin@F,wW: swap stall weighed W).
+// the search's variants (NAME@F: planned for F of the budget; capuchin@F,wW: swap stall weighed W),
+// then the compression candidates (compress+capuchin, compress+swap; rehearsed only with densities).
 const std::vector<std::string>& auto_candidates();
 
 class AutoPolicy final : public Policy {
@@ -114,6 +121,8 @@ class AutoPolicy final : public Policy {
   // The per-gap search: at most this many rehearsals (after the candidates), within this much
   // more wall time than the candidates' limit.
   void set_search_rehearsals(int n) { search_rehearsals_ = n; }
+  // The densities the measured iteration had for the compression candidates (null: none).
+  const std::shared_ptr<const DensityTable>& densities() const { return densities_; }
   double planning_ms() const { return planning_ms_; }
 
  private:
@@ -121,6 +130,8 @@ class AutoPolicy final : public Policy {
   const Policy& current() const { return active_ ? *active_ : *measuring_; }
   void choose(const AccessTrace& trace);
   void search(const RehearsalSetup& setup, const RehearsalResult& base, std::chrono::steady_clock::time_point t0);
+  bool counts_nonzeros() const;
+  std::shared_ptr<const DensityTable> measured_densities(std::string* why) const;
 
   std::string forced_;
   std::vector<std::string> candidates_;
@@ -135,6 +146,8 @@ class AutoPolicy final : public Policy {
   std::vector<PlanPin> pins_;
   RehearsalResult chosen_result_;
   int search_rehearsals_ = kDefaultSearchRehearsals;
+  std::vector<std::optional<size_t>> nonzeros_;  // per tensor, counted in the measured iteration
+  std::shared_ptr<const DensityTable> densities_;
   double planning_ms_ = 0;
   double time_limit_ms_ = kDefaultTimeLimitMs;
   std::chrono::steady_clock::time_point deadline_{};

@@ -18,14 +18,6 @@ TensorId base_of(const Graph& g, TensorId id) {
   return id;
 }
 
-// Outputs FreeLunch compresses losslessly: ReLU and max-pool outputs (mostly zeros after a ReLU).
-bool compressible(const Graph& g, TensorId id) {
-  const TensorInfo& t = g.tensor(id);
-  if (t.persistent() || t.producer < 0 || t.view_of != kNoTensor || t.dtype != DType::kF32 || t.bytes() == 0) return false;
-  const OpKind k = g.op(t.producer).kind;
-  return k == OpKind::kRelu || k == OpKind::kMaxPool;
-}
-
 // What a lossy codec may take (--lossy): any forward activation of floats.
 bool lossy_compressible(const Graph& g, TensorId id) {
   const TensorInfo& t = g.tensor(id);
@@ -56,7 +48,7 @@ class Planner {
     find_candidates();
     choose();
     out_.peak_after_compress = peak();
-    if (in_.hybrid && !fits()) swap_the_rest();
+    if (in_.rest && !fits()) plan_the_rest(*in_.rest);
     out_.memory_after = mem_;
     out_.peak_after = peak();
     out_.fits = out_.peak_after <= b_.budget;
@@ -249,16 +241,16 @@ class Planner {
     return true;
   }
 
-  // compress+swap: Capuchin's swap planner on the curve compression leaves, without the
-  // tensors compression already handles.
-  void swap_the_rest() {
+  // compress+swap / compress+capuchin: Capuchin's planner (swap or hybrid mode) on the curve
+  // compression leaves, without the tensors compression already handles.
+  void plan_the_rest(CapuchinMode mode) {
     PlannerInput in = b_;
     in.memory_delta.assign(n_ops(), 0);
     for (size_t i = 0; i < n_ops(); ++i)
       in.memory_delta[i] = static_cast<long long>(mem_[i]) - static_cast<long long>(out_.memory_before[i]);
     for (const auto& c : out_.candidates)
       if (c.chosen) in.tensors[static_cast<size_t>(c.id)].excluded = true;
-    out_.swaps = plan_capuchin(in, CapuchinMode::kSwap);
+    out_.swaps = plan_capuchin(in, mode);
     for (const Action& a : out_.swaps.plan.actions) out_.plan.actions.push_back(a);
     if (!out_.swaps.memory_after.empty()) mem_ = out_.swaps.memory_after;
   }
@@ -277,12 +269,24 @@ class Planner {
 
 }  // namespace
 
+bool compressible(const Graph& g, TensorId id) {
+  const TensorInfo& t = g.tensor(id);
+  if (t.persistent() || t.producer < 0 || t.view_of != kNoTensor || t.dtype != DType::kF32 || t.bytes() == 0) return false;
+  const OpKind k = g.op(t.producer).kind;
+  return k == OpKind::kRelu || k == OpKind::kMaxPool;
+}
+
 CompressPlan plan_compress(const Graph& g, const CompressPlanInput& in) {
   if (in.base.tensors.empty() || in.base.num_ops <= 0) return {};
   return Planner(g, in).run();
 }
 
 // ---------------------------------------------------------------- the policy
+
+std::string CompressPolicy::name() const {
+  if (!rest_) return "compress";
+  return *rest_ == CapuchinMode::kSwap ? "compress+swap" : *rest_ == CapuchinMode::kHybrid ? "compress+capuchin" : "compress+capuchin-recompute";
+}
 
 std::vector<Action> CompressPolicy::after_op(int op_index) {
   if (!view_ || op_index < 0) return {};
@@ -299,6 +303,10 @@ std::vector<Victim> CompressPolicy::choose_victims(size_t bytes, const MemoryVie
   // Passive (measured iteration) and the last resort of guided ones: least recently used,
   // swapped. Also when a plan that fits meets a fragmented arena: swapping is the fallback the
   // run can always take, compaction (which moves compressed buffers too) comes when it has none.
+  // compress+capuchin does as Capuchin: with a plan that fits, a request within the budget is
+  // fragmentation, compacted rather than swapped (its recomputations' inputs would otherwise be
+  // swapped out under them).
+  if (rest_ == CapuchinMode::kHybrid && guided_ && plan_.fits && view.allocated() + bytes <= view.budget()) return {};
   return lru_swap_victims(view, bytes);
 }
 
@@ -330,7 +338,8 @@ void CompressPolicy::end_iteration(const AccessTrace& trace) {
     return;
   }
   CompressPlanInput in;
-  in.base = planner_input(view_->graph(), trace, view_->budget());
+  const auto planned = static_cast<size_t>(static_cast<double>(view_->budget()) * plan_fraction_);
+  in.base = planner_input(view_->graph(), trace, planned);
   for (const Op& op : view_->graph().ops()) {
     const size_t ws = view_->workspace_bytes(op);
     in.base.workspace_bytes.push_back(ws ? align_up(ws) : 0);
@@ -338,7 +347,7 @@ void CompressPolicy::end_iteration(const AccessTrace& trace) {
   in.nonzeros = nonzeros_;
   in.nonzeros.resize(view_->graph().num_tensors());
   in.options = options_;
-  in.hybrid = hybrid_;
+  in.rest = rest_;
   plan_ = plan_compress(view_->graph(), in);
   measured_sequence_ = std::move(seq);
   late_.assign(plan_.candidates.size(), 0);
@@ -395,29 +404,37 @@ nlohmann::json CompressPolicy::report() const {
             {"trigger_moves", trigger_moves_},
             {"plan", plan_.plan.str()},
             {"tensors", tensors}};
-  if (hybrid_) {
-    size_t swaps = 0, swap_bytes = 0;
+  if (rest_) {
+    size_t swaps = 0, swap_bytes = 0, drops = 0, drop_bytes = 0;
     for (const auto& c : plan_.swaps.candidates)
       if (c.decision == CapuchinDecision::kSwap) ++swaps, swap_bytes += c.bytes;
+      else if (c.decision == CapuchinDecision::kRecompute) ++drops, drop_bytes += c.bytes;
     j["swapped_tensors"] = swaps;
     j["swap_bytes"] = swap_bytes;
+    if (*rest_ != CapuchinMode::kSwap) j["recomputed_tensors"] = drops, j["recompute_bytes"] = drop_bytes;
   }
+  if (plan_fraction_ != 1.0) j["plan_fraction"] = plan_fraction_;
   return j;
 }
 
 std::string CompressPolicy::summary() const {
-  size_t n = 0, before = 0, after = 0, swaps = 0, swap_bytes = 0;
+  size_t n = 0, before = 0, after = 0, swaps = 0, swap_bytes = 0, drops = 0, drop_bytes = 0;
   for (const auto& c : plan_.candidates)
     if (c.chosen) ++n, before += c.bytes, after += c.capacity;
   for (const auto& c : plan_.swaps.candidates)
     if (c.decision == CapuchinDecision::kSwap) ++swaps, swap_bytes += c.bytes;
+    else if (c.decision == CapuchinDecision::kRecompute) ++drops, drop_bytes += c.bytes;
+  std::string rest;
+  if (rest_) rest = ", swaps " + std::to_string(swaps) + " (" + std::to_string(swap_bytes / (1 << 20)) + " MiB)";
+  if (rest_ && *rest_ != CapuchinMode::kSwap)
+    rest += ", recomputes " + std::to_string(drops) + " (" + std::to_string(drop_bytes / (1 << 20)) + " MiB)";
   const double mib = 1024.0 * 1024.0;
   char buf[400];
   std::snprintf(buf, sizeof buf,
                 "%s: measured %d time(s); plan compresses %zu tensors (%.2f -> %.2f MiB in buffers)%s; predicted peak "
                 "%.2f -> %.2f MiB%s",
                 name().c_str(), measurements_, n, static_cast<double>(before) / mib, static_cast<double>(after) / mib,
-                hybrid_ ? (", swaps " + std::to_string(swaps) + " (" + std::to_string(swap_bytes / (1 << 20)) + " MiB)").c_str() : "",
+                rest.c_str(),
                 static_cast<double>(plan_.peak_before) / mib, static_cast<double>(plan_.peak_after) / mib,
                 plan_.fits ? "" : " (does not fit: passive eviction covers the rest)");
   return buf;

@@ -1,5 +1,5 @@
 // FreeLunch (Patel, Liu, Guan, MCHPC'21): keep feature maps on the device in compressed form
-// instead of swapping or recomputing them. Policies `compress` and `compress+swap`.
+// instead of swapping or recomputing them. Policies `compress`, `compress+swap`, `compress+capuchin`.
 //   Measured execution: the first iteration runs passive (LRU swap on OOM) and measures, after
 //   each ReLU and max-pool op, how many of its output's elements are non-zero (the backend's
 //   count; on sim the densities a cpu run recorded), while the tracker records the accesses.
@@ -12,8 +12,11 @@
 //   in-trigger found by walking back from the back-access until the decompression hides, never
 //   into ops where the tensor back would exceed the budget; keep a choice only if it lowers the
 //   bytes over the budget; stop once the predicted peak fits. Passive eviction is the last resort.
-//   compress+swap: the Capuchin swap planner (capuchin.h), run on the curve the compression plan
-//   leaves, swaps what compression could not bring under the budget.
+//   The rest (CompressPlanInput::rest): Capuchin's planner (capuchin.h) run on the curve the
+//   compression plan leaves, the compressed tensors excluded: compress+swap in swap mode,
+//   compress+capuchin in hybrid mode (swap or recompute per tensor; with a plan that fits, a
+//   request within the budget is compacted, as in Capuchin, not swapped). set_plan_fraction plans
+//   both parts for a fraction of the budget (policy auto's search), as Capuchin's does.
 // Buffers and workspace (FreeLunch's two optimisations) are the memory manager's
 // (CompressionOptions); the plan counts them on its curve: persistent buffers over the whole
 // iteration, per-use buffers over their gap; the sliding workspace over the whole iteration, a
@@ -24,7 +27,8 @@
 // (counted as an overflow). Max-pool argmax packing is not done: our max-pool backward reads its
 // input, so there is no argmax tensor. kSign is ours (the 1 bit per element). Lossy codecs
 // (--lossy bf16|fp16|int8, never by default) take forward activations no lossless codec fits,
-// only in gaps whose later readers are all backward ops.
+// only in gaps whose later readers are all backward ops. compress+capuchin is ours (the paper's
+// hybrid swaps only).
 #pragma once
 #include <optional>
 #include <string>
@@ -54,28 +58,41 @@ struct CompressPlanInput {
   PlannerInput base;                    // the trace as Capuchin's planner reads it
   std::vector<std::optional<size_t>> nonzeros;  // per tensor, measured (nullopt: not measured)
   CompressionOptions options;
-  bool hybrid = false;                  // compress+swap
+  // What plans the rest after compression: nullopt (compress), CapuchinMode::kSwap (compress+swap),
+  // CapuchinMode::kHybrid (compress+capuchin).
+  std::optional<CapuchinMode> rest;
 };
 
 struct CompressPlan {
   Plan plan;
   std::vector<CompressCandidate> candidates;
   std::vector<size_t> memory_before, memory_after;  // predicted bytes per op
-  size_t peak_before = 0, peak_after = 0;  // after compression (and swaps, hybrid)
+  size_t peak_before = 0, peak_after = 0;  // after compression (and the rest's plan)
   size_t peak_after_compress = 0;
   size_t workspace_bytes = 0;      // the sliding workspace the plan counts
   double element_ns_per_byte = 0;  // the measured element-wise rate the codec times come from
   bool fits = false;
-  CapuchinPlan swaps;  // compress+swap
+  CapuchinPlan swaps;  // the rest's plan (compress+swap, compress+capuchin)
 };
+
+// Outputs FreeLunch compresses losslessly, whose non-zeros the measured iteration counts: ReLU and
+// max-pool outputs (mostly zeros after a ReLU).
+bool compressible(const Graph& g, TensorId id);
 
 CompressPlan plan_compress(const Graph& g, const CompressPlanInput& in);
 
 class CompressPolicy final : public Policy {
  public:
-  explicit CompressPolicy(bool hybrid) : hybrid_(hybrid) {}
-  std::string name() const override { return hybrid_ ? "compress+swap" : "compress"; }
+  // rest: what plans what compression leaves over the budget (CompressPlanInput::rest).
+  explicit CompressPolicy(std::optional<CapuchinMode> rest = std::nullopt) : rest_(rest) {}
+  std::string name() const override;
   void set_options(const CompressionOptions& o) { options_ = o; }
+  // Plan (compression and the rest) for this fraction of the budget; 1 by default. The passive
+  // fallback and the feedback still use the whole budget.
+  void set_plan_fraction(double f) { plan_fraction_ = f; }
+  // The non-zero counts of a measured iteration another policy ran (auto's), per tensor: used
+  // when this policy plans from a trace it did not measure itself.
+  void set_measured_nonzeros(std::vector<std::optional<size_t>> n) { nonzeros_ = std::move(n); }
   bool lossless() const override { return codec_lossless(options_.lossy); }
   void attach(const MemoryView& view) override { view_ = &view; }
   std::vector<Action> after_op(int op_index) override;
@@ -90,7 +107,8 @@ class CompressPolicy final : public Policy {
 
  private:
   void index_plan();
-  bool hybrid_;
+  std::optional<CapuchinMode> rest_;
+  double plan_fraction_ = 1.0;
   CompressionOptions options_;
   const MemoryView* view_ = nullptr;
   bool guided_ = false;

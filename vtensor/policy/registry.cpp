@@ -39,9 +39,11 @@ const std::vector<PolicyInfo>& policy_registry() {
       {"checkpoint", "Chen et al.'s gradient checkpointing: segments searched for the lowest peak (or --checkpoint-segments N of layers), keep their outputs, drop the rest after forward, recompute in backward; no eviction on demand",
        [] { return std::make_unique<CheckpointPolicy>(); }},
       {"compress", "FreeLunch: measured iteration, then ReLU / max-pool outputs compressed on the device (bitmask + values, 1 bit where only the sign is read) after their last forward use, decompressed ahead of backward; passive swap as last resort",
-       [] { return std::make_unique<CompressPolicy>(false); }},
+       [] { return std::make_unique<CompressPolicy>(); }},
       {"compress+swap", "FreeLunch hybrid: compress as `compress`, then Capuchin-planned async swaps for what compression leaves over the budget",
-       [] { return std::make_unique<CompressPolicy>(true); }},
+       [] { return std::make_unique<CompressPolicy>(CapuchinMode::kSwap); }},
+      {"compress+capuchin", "ours: compress as `compress`, then Capuchin's hybrid (swap or recompute per tensor) for what compression leaves over the budget",
+       [] { return std::make_unique<CompressPolicy>(CapuchinMode::kHybrid); }},
       {"dtr", "DTR: on OOM drop the smallest cost / (bytes x staleness), recompute on access; no planning",
        [] { return std::make_unique<DtrPolicy>(); }},
       {"zero-overhead-swap", "Zhang et al.: after one measured iteration, swap only blocks whose copies hide in their absence across the peak; reports the peak reached",
@@ -52,7 +54,7 @@ const std::vector<PolicyInfo>& policy_registry() {
        [] { return std::make_unique<UmPolicy>(false); }},
       {"um-prefetch", "DeepUM: unified memory with a correlation table of kernels and pages, prefetch of the next --um-lookahead kernels' pages, pre-eviction, invalidation of freed pages",
        [] { return std::make_unique<UmPolicy>(true); }},
-      {"auto", "ours: after a measured iteration, rehearse each planner (Capuchin hybrid / recompute / swap, checkpointing, DTR, passive recompute) on the sim model of that iteration (same arena, copy queues, compute stream) and run the fastest that fits",
+      {"auto", "ours: after a measured iteration, rehearse each planner (Capuchin hybrid / recompute / swap, checkpointing, DTR, passive recompute; compression + Capuchin where densities are known) on the sim model of that iteration (same arena, copy queues, compute stream) and run the fastest that fits",
        [] { return std::make_unique<AutoPolicy>(); }},
   };
   return registry;

@@ -240,7 +240,8 @@ std::vector<SweepRow> sweep(const TrainConfig& base, const std::vector<std::stri
           TrainConfig cfg = base;
           cfg.model.batch = batch;
           cfg.policy = policy;
-          if (policy.rfind("compress", 0) != 0) cfg.densities_path.clear();  // an input of the compress policies only
+          // An input of the compress policies and of auto (its compression candidates) only.
+          if (policy.rfind("compress", 0) != 0 && policy != "auto") cfg.densities_path.clear();
           cfg.budget = row.budget;
           row.run = run_summary(cfg);
           if (row.run.ok && ref.ok && ref.iteration_ms > 0) row.overhead = row.run.iteration_ms / ref.iteration_ms;

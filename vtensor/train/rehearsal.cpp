@@ -21,6 +21,7 @@ RehearsalResult rehearse(const std::string& candidate, const RehearsalSetup& set
     opts.op_ms = setup.op_ms;
     opts.link_ms_per_byte = setup.link_ms_per_byte;
     auto backend = make_sim_backend(opts);
+    if (setup.densities) backend->set_densities(setup.densities);
     auto policy = std::make_unique<AutoPolicy>(candidate, setup.pins);
     const AutoPolicy* ap = policy.get();
     r.pins = setup.pins;

@@ -18,6 +18,10 @@
 #include "vtensor/train/rehearsal.h"
 
 namespace vtensor {
+namespace {
+// The policies the compression flags apply to (for messages).
+constexpr const char* kCompressPolicies = "compress, compress+swap or compress+capuchin";
+}  // namespace
 
 void configure_um_policy(Policy& policy, const TrainConfig& cfg) {
   if (cfg.um_page_bytes != 0) check_page_bytes(cfg.um_page_bytes);
@@ -58,26 +62,30 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
     cfg_.compression.lossy = parse_lossy(cfg_.lossy);  // throws naming the accepted modes
     if (!compress_policy)
       throw std::invalid_argument("--lossy " + cfg_.lossy + ": policy '" + cfg_.policy +
-                                  "' is lossless only; accepted: --policy compress or compress+swap");
+                                  "' is lossless only; accepted: --policy " + kCompressPolicies);
   }
+  // auto reads densities too: on sim they size its compression candidates' rehearsals.
+  const bool auto_policy = dynamic_cast<AutoPolicy*>(policy.get()) != nullptr;
   if (!compress_policy) {
     auto only = [&](const std::string& flag) {
-      return std::invalid_argument(flag + " applies to --policy compress or compress+swap only, got --policy " + cfg_.policy);
+      return std::invalid_argument(flag + " applies to --policy " + kCompressPolicies + " only, got --policy " + cfg_.policy);
     };
     if (!cfg_.compression.sliding_workspace) throw only("--no-sliding-workspace");
     if (!cfg_.compression.persistent_buffers) throw only("--no-persistent-buffers");
     if (cfg_.compression.on_compute_stream) throw only("--compress-on-compute-stream");
     if (!cfg_.codecs.empty()) throw only("--codecs");
     if (!cfg_.densities_out.empty()) throw only("--densities-out");
-    if (!cfg_.densities_path.empty()) throw only("--densities");
+    if (!cfg_.densities_path.empty() && !auto_policy)
+      throw std::invalid_argument("--densities applies to --policy compress, compress+swap, compress+capuchin or auto "
+                                  "only, got --policy " + cfg_.policy);
   } else {
-    if (!cfg_.densities_path.empty() && cfg_.backend != "sim")
-      throw std::invalid_argument("--densities applies to --backend sim only (backend '" + cfg_.backend +
-                                  "' measures its own tensors; --densities-out writes them)");
     if (!cfg_.densities_out.empty() && cfg_.backend == "sim")
       throw std::invalid_argument("--densities-out needs a backend with data (cpu, cuda), got --backend sim");
     compress_policy->set_options(cfg_.compression);
   }
+  if (!cfg_.densities_path.empty() && cfg_.backend != "sim")
+    throw std::invalid_argument("--densities applies to --backend sim only (backend '" + cfg_.backend +
+                                "' measures its own tensors; --densities-out writes them)");
   std::shared_ptr<const DensityTable> densities;
   if (!cfg_.densities_path.empty()) densities = std::make_shared<const DensityTable>(load_densities(cfg_.densities_path));
   if (!cfg_.gpu.empty() && cfg_.backend != "sim")

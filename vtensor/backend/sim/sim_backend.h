@@ -68,6 +68,7 @@ class SimBackend final : public Backend {
   void um_fault_batch(size_t pages) override;
   std::optional<size_t> count_nonzeros(const TensorInfo& t, const void* dev) override;
   void set_densities(std::shared_ptr<const DensityTable> d) override { densities_ = std::move(d); }
+  std::shared_ptr<const DensityTable> densities() const override { return densities_; }
   void compress_async(Stream s, Codec c, const TensorInfo& t, const void* src, void* dst, size_t capacity,
                       void* workspace, size_t workspace_bytes, CodecResult* result) override;
   void decompress_async(Stream s, Codec c, const TensorInfo& t, const void* src, size_t src_bytes, void* dst, CodecResult* result) override;
