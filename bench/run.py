@@ -1573,8 +1573,9 @@ def _auto_run(row, got):
     b = _auto_budget(row, got)
     if b is None:
         return None
+    d = densities({"model": row["name"]}) if row["cmd"] == "train" else None
     return [row["cmd"], *_auto_src(row), *(["--backend", "sim"] if row["cmd"] == "train" else []), "--gpu", row["gpu"],
-            "--policy", "auto", "--budget", f"{b}B", "--iters", "2"]
+            "--policy", "auto", "--budget", f"{b}B", "--iters", "2", *(["--densities", d] if d else [])]
 
 
 def _auto(c):

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <map>
 #include <stdexcept>
 #include <thread>
 
@@ -93,6 +94,7 @@ std::unique_ptr<Policy> make_candidate(const std::string& full) {
 constexpr size_t kSearchBatch = 4;
 constexpr double kMinGain = 1e-5;
 constexpr double kMinCostMs = 1e-3;
+constexpr int kMaxLosses = 4;
 
 // Runs fn(0..n-1), a few at a time.
 void run_parallel(size_t n, const std::function<void(size_t)>& fn) {
@@ -402,16 +404,23 @@ void AutoPolicy::choose(const AccessTrace& trace) {
 void AutoPolicy::search(const RehearsalSetup& setup, const RehearsalResult& base, std::chrono::steady_clock::time_point t0) {
   RehearsalResult best = base;
   std::vector<std::string> tried{pins_key(best.pins)};
+  // Moves that did not win, by gap and decision: one that lost kMaxLosses times is not tried again
+  // (from a neighbouring plan it mostly loses again; the budget goes to the untried).
+  std::map<std::string, int> lost;
   const double limit = time_limit_ms_ + kSearchTimeMs;
   int done = 0;
   auto spent = [&] { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(); };
   while (done < search_rehearsals_ && spent() < limit) {
     std::vector<std::vector<PlanPin>> batch;
+    std::vector<std::string> moves;
     for (const PlanPin& m : neighbours(*setup.graph, best)) {
+      const std::string move = to_string(m);
+      if (lost[move] >= kMaxLosses) continue;
       auto pins = with_pin(best.pins, m);
       const std::string key = pins_key(pins);
       if (std::find(tried.begin(), tried.end(), key) != tried.end()) continue;
       tried.push_back(key);
+      moves.push_back(move);
       batch.push_back(std::move(pins));
       if (batch.size() == kSearchBatch || done + static_cast<int>(batch.size()) >= search_rehearsals_) break;
     }
@@ -430,6 +439,8 @@ void AutoPolicy::search(const RehearsalSetup& setup, const RehearsalResult& base
       const double bar = better < 0 ? best.time_ms * (1 - kMinGain) : res[static_cast<size_t>(better)].time_ms;
       if (res[i].trained && res[i].time_ms < bar) better = static_cast<int>(i);
     }
+    for (size_t i = 0; i < res.size(); ++i)
+      if (static_cast<int>(i) != better) ++lost[moves[i]];
     if (better >= 0) best = res[static_cast<size_t>(better)];
   }
   chosen_result_ = best;

@@ -13,7 +13,7 @@
 //   hill climbing over PlanPins (capuchin.h): a stalling swap prefetched earlier or recomputed, a
 //   recomputation swapped, kept, or run ahead of its access before a stall; each neighbour is
 //   rehearsed with the greedy planning the rest, the fastest of each round of 4 kept if it wins.
-//   At most 256 rehearsals, 1.5 s past the candidates' limit.
+//   At most 256 rehearsals, 1.3 s past the candidates' limit.
 // Deviations from the design: a local search with the rehearsal as its cost model, not an
 // ILP / DP (the cost of a gap's choice depends on the queues and the arena the rest leaves);
 // compression is chosen as a whole plan, not per gap; no arena placement of its own. Without a
@@ -156,7 +156,7 @@ class AutoPolicy final : public Policy {
 
  public:
   static constexpr double kDefaultTimeLimitMs = 8000;
-  static constexpr double kSearchTimeMs = 1500;
+  static constexpr double kSearchTimeMs = 1300;
   static constexpr int kDefaultSearchRehearsals = 256;
 };
 
