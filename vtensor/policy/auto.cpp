@@ -436,6 +436,7 @@ void AutoPolicy::search(const RehearsalSetup& setup, const RehearsalResult& base
     int better = -1;
     for (size_t i = 0; i < res.size(); ++i) {
       searched_.push_back(res[i]);
+      searched_moves_.push_back(moves[i]);
       const double bar = better < 0 ? best.time_ms * (1 - kMinGain) : res[static_cast<size_t>(better)].time_ms;
       if (res[i].trained && res[i].time_ms < bar) better = static_cast<int>(i);
     }
@@ -485,9 +486,12 @@ nlohmann::json AutoPolicy::report() const {
     int trained = 0;
     double wall = 0;
     for (const auto& r : searched_) trained += r.trained, wall += r.wall_ms;
+    json tried = json::array();  // each move as rehearsed on the best plan of its round
+    for (size_t i = 0; i < searched_.size() && i < searched_moves_.size(); ++i)
+      tried.push_back({searched_moves_[i], searched_[i].trained ? json(searched_[i].time_ms) : json(nullptr)});
     out["search"] = {{"rehearsals", searched_.size()}, {"trained", trained}, {"rehearsal_wall_ms", wall},
                      {"candidate_time_ms", base}, {"pins", pins_.size()},
-                     {"time_ms", chosen_result_.trained ? chosen_result_.time_ms : base}};
+                     {"time_ms", chosen_result_.trained ? chosen_result_.time_ms : base}, {"tried", tried}};
   }
   out["plan"] = current().report();
   return out;

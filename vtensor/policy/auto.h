@@ -143,6 +143,7 @@ class AutoPolicy final : public Policy {
   std::string chosen_;
   std::vector<RehearsalResult> rehearsals_;
   std::vector<RehearsalResult> searched_;
+  std::vector<std::string> searched_moves_;
   std::vector<PlanPin> pins_;
   RehearsalResult chosen_result_;
   int search_rehearsals_ = kDefaultSearchRehearsals;
