@@ -345,31 +345,23 @@ void AutoPolicy::choose(const AccessTrace& trace) {
     // The planners as they are first, then the search's variants while the time limit lasts; the
     // rehearsals are independent (each its own sim backend and memory manager): a few at a time.
     rehearsals_.assign(candidates_.size(), {});
-    std::atomic<size_t> next{0};
-    auto work = [&] {
-      for (size_t i; (i = next++) < candidates_.size();) {
-        const double spent = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-        if (spent > time_limit_ms_ && i > 0) {
-          rehearsals_[i].policy = candidates_[i];
-          rehearsals_[i].error = "not rehearsed: planning time limit";
-          continue;
-        }
-        if (is_compress_candidate(candidates_[i]) && !s.densities) {
-          rehearsals_[i].policy = candidates_[i];
-          rehearsals_[i].error = no_densities;
-          continue;
-        }
-        RehearsalSetup si = s;
-        // What is left of the limit; the first (Capuchin's hybrid, the fallback) runs to its end.
-        si.time_limit_ms = i == 0 ? 0 : std::max(1.0, time_limit_ms_ - spent);
-        rehearsals_[i] = rehearser_(candidates_[i], si);
+    run_parallel(candidates_.size(), [&](size_t i) {
+      const double spent = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (spent > time_limit_ms_ && i > 0) {
+        rehearsals_[i].policy = candidates_[i];
+        rehearsals_[i].error = "not rehearsed: planning time limit";
+        return;
       }
-    };
-    const unsigned n = std::max(1u, std::min(kMaxRehearsalThreads, std::thread::hardware_concurrency()));
-    std::vector<std::thread> pool;
-    for (unsigned k = 1; k < n; ++k) pool.emplace_back(work);
-    work();
-    for (auto& t : pool) t.join();
+      if (is_compress_candidate(candidates_[i]) && !s.densities) {
+        rehearsals_[i].policy = candidates_[i];
+        rehearsals_[i].error = no_densities;
+        return;
+      }
+      RehearsalSetup si = s;
+      // What is left of the limit; the first (Capuchin's hybrid, the fallback) runs to its end.
+      si.time_limit_ms = i == 0 ? 0 : std::max(1.0, time_limit_ms_ - spent);
+      rehearsals_[i] = rehearser_(candidates_[i], si);
+    });
     for (const auto& r : rehearsals_)
       if (r.trained && (!best || r.time_ms < best->time_ms)) best = &r;
     if (best) {
@@ -448,20 +440,29 @@ void AutoPolicy::search(const RehearsalSetup& setup, const RehearsalResult& base
   pins_ = best.pins;
 }
 
+namespace {
+
+// A rehearsal's figures, as the report names them.
+void add_prediction(nlohmann::json& j, const RehearsalResult& r) {
+  j["predicted_time_ms"] = r.time_ms;
+  j["predicted_peak_bytes"] = r.peak_allocated;
+  j["predicted_stall_ms"] = r.stall_ms;
+  j["predicted_recompute_ms"] = r.recompute_ms;
+  j["predicted_compactions"] = r.compactions;
+  j["predicted_evictions"] = r.evictions;
+  j["predicted_swapped_out_bytes"] = r.swapped_out_bytes;
+  j["predicted_recomputed_ops"] = r.recomputed_ops;
+}
+
+}  // namespace
+
 nlohmann::json AutoPolicy::report() const {
   using nlohmann::json;
   json cands = json::array();
   for (const auto& r : rehearsals_) {
     json c = {{"policy", r.policy}, {"trained", r.trained}, {"rehearsal_wall_ms", r.wall_ms}};
     if (r.trained) {
-      c["predicted_time_ms"] = r.time_ms;
-      c["predicted_peak_bytes"] = r.peak_allocated;
-      c["predicted_stall_ms"] = r.stall_ms;
-      c["predicted_recompute_ms"] = r.recompute_ms;
-      c["predicted_compactions"] = r.compactions;
-      c["predicted_evictions"] = r.evictions;
-      c["predicted_swapped_out_bytes"] = r.swapped_out_bytes;
-      c["predicted_recomputed_ops"] = r.recomputed_ops;
+      add_prediction(c, r);
     } else {
       c["error"] = r.error;
     }
@@ -471,14 +472,7 @@ nlohmann::json AutoPolicy::report() const {
   for (const auto& p : pins_) pins.push_back(to_string(p));
   json out = {{"mode", "auto"}, {"chosen", chosen_}, {"forced", !forced_.empty()}, {"planning_ms", planning_ms_},
               {"candidates", cands}, {"pins", pins}};
-  if (chosen_result_.trained) {
-    out["predicted_time_ms"] = chosen_result_.time_ms;
-    out["predicted_peak_bytes"] = chosen_result_.peak_allocated;
-    out["predicted_stall_ms"] = chosen_result_.stall_ms;
-    out["predicted_recompute_ms"] = chosen_result_.recompute_ms;
-    out["predicted_compactions"] = chosen_result_.compactions;
-    out["predicted_swapped_out_bytes"] = chosen_result_.swapped_out_bytes;
-  }
+  if (chosen_result_.trained) add_prediction(out, chosen_result_);
   if (!searched_.empty() || !rehearsals_.empty()) {
     double base = 0;
     for (const auto& r : rehearsals_)
