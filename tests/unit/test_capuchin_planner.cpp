@@ -285,6 +285,35 @@ TEST(CapuchinPlanner, PinnedDecisionsComeFirstAndTheGreedyPlansAroundThem) {
   EXPECT_TRUE(none.plan.actions.empty());
 }
 
+// A pinned compression: compressed after the gap opens, freed at the op the compression ends in,
+// decompressed early enough to hide, its buffer counted over the gap only (per use).
+TEST(CapuchinPlanner, APinnedCompressionHoldsItsBufferOverTheGap) {
+  TraceBuilder t(10);
+  const TensorId a = t.tensor(1000, 0, {}, true);
+  t.accesses(a, {0, 9});
+  const TensorId big = t.tensor(1000, 3, {}, false);
+  t.live(big, 3, 6);
+  t.in.budget = 1800;
+  PlanPin pin{a, 9, CapuchinDecision::kCompress};
+  pin.codec = Codec::kBitmask, pin.capacity = 300, pin.codec_ns = 1;
+  t.in.pins = {pin};
+  const CapuchinPlan p = plan_capuchin(t.in, CapuchinMode::kHybrid);
+  const auto& c = candidate(p, a);
+  ASSERT_EQ(c.decision, CapuchinDecision::kCompress);
+  EXPECT_TRUE(c.pinned);
+  EXPECT_EQ(c.release_op, 1);  // the compression (10..11) ends in op 1
+  EXPECT_EQ(c.trigger_op, 7);  // a decompression after op 8 (90..91) would be 1 ns late
+  EXPECT_TRUE(p.fits);
+  EXPECT_EQ(p.memory_after[1], 1300u);  // a and its buffer
+  EXPECT_EQ(p.memory_after[4], 1300u);  // big and the buffer
+  EXPECT_EQ(p.memory_after[8], 1300u);  // a back, the buffer until the access
+  EXPECT_EQ(p.memory_after[9], 1000u);
+  Action want{ActionKind::kCompress, a, 0, 1};
+  want.codec = Codec::kBitmask, want.capacity = 300, want.per_use_buffer = true;
+  EXPECT_EQ(p.plan.at(0), std::vector<Action>{want});
+  EXPECT_EQ(p.plan.at(7), (std::vector<Action>{{ActionKind::kPrefetch, a, 7}}));
+}
+
 TEST(CapuchinPlanner, EachGapIsACandidateOfItsOwn) {
   TraceBuilder t(12);
   t.in.swap_ns_per_byte = 0.01;  // 1 ns per copy

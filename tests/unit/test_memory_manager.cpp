@@ -862,6 +862,42 @@ TEST(ScriptedPolicy, CompressThenDecompressIsBitIdentical) {
   }
 }
 
+// Action::per_use_buffer (a planner's one-gap compression, policy auto's search): the buffer is
+// freed once the tensor is back, although the memory manager keeps buffers by default.
+TEST(ScriptedPolicy, PerUseCompressionBuffersAreFreedWhenTheTensorIsBack) {
+  const ModelConfig model = tiny("resnet-tiny", 8);
+  const RunOut ref = baseline(model);
+  Graph g = build_model(model);
+  build_backward(g, OptimizerConfig{});
+  auto plan_with = [&](bool per_use, size_t* buffers) {
+    Plan plan;
+    *buffers = 0;
+    for (const auto& t : g.tensors()) {
+      if (!is_forward_activation(g, t.id) || g.op(t.producer).kind != OpKind::kRelu) continue;
+      const Uses u = uses_of(g, t.id);
+      if (u.first_backward < 0 || u.first_backward - u.last_forward < 6) continue;
+      Action a{ActionKind::kCompress, t.id, u.last_forward, u.last_forward + 2};
+      a.codec = Codec::kBitmask;
+      a.capacity = codec_bound(Codec::kBitmask, static_cast<size_t>(t.shape.numel()));
+      a.per_use_buffer = per_use;
+      plan.actions.push_back(a);
+      plan.actions.push_back({ActionKind::kPrefetch, t.id, u.first_backward - 2});
+      *buffers += align_up(a.capacity);
+    }
+    return plan;
+  };
+  size_t buffers = 0;
+  auto kept = make_rig(model, plan_with(false, &buffers));
+  const RunOut got_kept = run(*kept);
+  auto freed = make_rig(model, plan_with(true, &buffers));
+  const RunOut got_freed = run(*freed);
+  ASSERT_GT(buffers, 0u);
+  expect_identical(got_kept, ref);
+  expect_identical(got_freed, ref);
+  EXPECT_EQ(kept->mm->allocated() - freed->mm->allocated(), buffers) << "the persistent buffers outlive the iteration";
+  for (const auto& s : got_freed.stats) EXPECT_GT(s.counters.compressions, 0u);
+}
+
 // The OOM ladder's last resort drops a compressed tensor (its buffer goes) when it can be
 // recomputed: its next access recomputes it, bits unchanged. Dropped here by hand mid-gap.
 TEST(ScriptedPolicy, DroppedCompressedTensorIsRecomputed) {

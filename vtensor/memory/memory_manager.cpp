@@ -505,7 +505,7 @@ void MemoryManager::free_host(State& s) {
 
 // ---------------------------------------------------------------- compression
 
-bool MemoryManager::compress(TensorId id, Codec codec, size_t capacity, uint64_t release_seq) {
+bool MemoryManager::compress(TensorId id, Codec codec, size_t capacity, uint64_t release_seq, bool per_use_buffer) {
   id = storage_of(id);
   State& s = st(id);
   if (s.residency != Residency::kResident) throw std::logic_error("compress of a tensor that is " + std::string(to_string(s.residency)));
@@ -514,6 +514,7 @@ bool MemoryManager::compress(TensorId id, Codec codec, size_t capacity, uint64_t
   const auto n = static_cast<size_t>(t.shape.numel());
   capacity = std::max(capacity, codec_mask_bytes(n));
   const CompressionOptions& o = compression_;
+  s.per_use_buffer = per_use_buffer;
   ++s.locks;  // not a victim while its blocks are found
   try {
     if (s.has_buffer && s.comp_capacity < capacity) free_buffer(s, true);  // the plan asks for more now
@@ -650,7 +651,7 @@ bool MemoryManager::finish_oldest_compress() {
 }
 
 void MemoryManager::free_buffer(State& s, bool even_persistent) {
-  if (!s.has_buffer || (compression_.persistent_buffers && !even_persistent)) return;
+  if (!s.has_buffer || (compression_.persistent_buffers && !s.per_use_buffer && !even_persistent)) return;
   allocator_->free(s.comp_offset);
   s.has_buffer = false;
   s.comp_capacity = 0;
@@ -898,7 +899,8 @@ void MemoryManager::after_op(int op_index) {
                                  std::to_string(a.free_after) + ", which is not later");
         if (s.residency == Residency::kResident && s.locks == 0 && !s.persistent)
           compress(a.tensor, a.codec, a.capacity,
-                   a.free_after == Action::kDefaultRelease ? seq + 2 : seq + static_cast<uint64_t>(a.free_after - op_index));
+                   a.free_after == Action::kDefaultRelease ? seq + 2 : seq + static_cast<uint64_t>(a.free_after - op_index),
+                   a.per_use_buffer);
         break;
     }
   }

@@ -166,7 +166,7 @@ class MemoryManager final : public MemoryView {
   void drop(TensorId id);                  // resident (or compressed) -> dropped
   // resident -> compressing (async on the compression stream); completed at the end of op
   // sequence number release_seq. False (nothing changes) when no buffer or workspace fits.
-  bool compress(TensorId id, Codec codec, size_t capacity, uint64_t release_seq);
+  bool compress(TensorId id, Codec codec, size_t capacity, uint64_t release_seq, bool per_use_buffer = false);
   void decompress(TensorId id);            // compressed -> decompressing (async)
   float* device_ptr(TensorId id) const;    // resident tensors only
   // Reads a tensor's bytes to host memory wherever it lives (for the loss, weights, tests).
@@ -225,6 +225,7 @@ class MemoryManager final : public MemoryView {
     // Compression: the buffer (a block of the arena), the codec and what the stream reports.
     Codec codec = Codec::kNone;
     bool has_buffer = false;      // comp_offset holds a block of comp_capacity bytes
+    bool per_use_buffer = false;  // freed once the tensor is back, even with persistent buffers
     size_t comp_offset = 0, comp_capacity = 0, comp_bytes = 0;
     bool own_workspace = false;   // ws_offset: this compression's own workspace (no sliding)
     size_t ws_offset = 0;

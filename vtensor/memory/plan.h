@@ -32,6 +32,8 @@ struct Action {
   int free_after = kDefaultRelease;
   Codec codec = Codec::kNone;  // kCompress only
   size_t capacity = 0;         // kCompress only: the compressed buffer's bytes
+  bool per_use_buffer = false; // kCompress only: the buffer is freed once the tensor is back, even
+                               // with CompressionOptions::persistent_buffers (a planner's one-gap choice)
   static constexpr int kDefaultRelease = -1;
   bool operator==(const Action&) const = default;
 };

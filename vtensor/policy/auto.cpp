@@ -95,6 +95,7 @@ constexpr size_t kSearchBatch = 4;
 constexpr double kMinGain = 1e-5;
 constexpr double kMinCostMs = 1e-3;
 constexpr int kMaxLosses = 4;
+constexpr int kCompressRehearsals = 128;
 
 // Runs fn(0..n-1), a few at a time.
 void run_parallel(size_t n, const std::function<void(size_t)>& fn) {
@@ -138,7 +139,11 @@ std::string pins_key(const std::vector<PlanPin>& pins) {
 // A gap the plan kept but the passive fallback evicted (and waited for): planned as a swap or a
 // recomputation.
 // The bound is the gap's measured cost; its fraction orders the moves.
-std::vector<PlanPin> neighbours(const Graph& g, const RehearsalResult& r) {
+// A gap compressed instead (FreeLunch's codec for it; nullopt where none applies or the
+// densities are unknown).
+using CompressMove = std::function<std::optional<PlanPin>(const RehearsedGap&)>;
+
+std::vector<PlanPin> neighbours(const Graph& g, const RehearsalResult& r, const CompressMove& compress) {
   std::vector<std::pair<double, PlanPin>> moves;
   std::vector<double> stall_at(g.num_ops() + 1, 0.0);
   for (const auto& x : r.gaps)
@@ -146,7 +151,12 @@ std::vector<PlanPin> neighbours(const Graph& g, const RehearsalResult& r) {
       stall_at[static_cast<size_t>(x.back_op)] += x.cost_ms;
   for (const auto& x : r.gaps) {
     if (x.cost_ms <= kMinCostMs) continue;
-    if (x.decision == CapuchinDecision::kSwap) {
+    if (x.decision != CapuchinDecision::kCompress && compress)
+      if (auto pin = compress(x)) moves.push_back({0.4 * x.cost_ms, *pin});
+    if (x.decision == CapuchinDecision::kCompress) {
+      moves.push_back({0.5 * x.cost_ms, {x.id, x.back_op, CapuchinDecision::kSwap}});
+      if (recomputable(g, x.id)) moves.push_back({0.5 * x.cost_ms, {x.id, x.back_op, CapuchinDecision::kRecompute}});
+    } else if (x.decision == CapuchinDecision::kSwap) {
       int shift = 0;
       for (const auto& p : r.pins)
         if (p.id == x.id && p.back_op == x.back_op && p.decision == CapuchinDecision::kSwap) shift = p.trigger_shift;
@@ -340,6 +350,9 @@ void AutoPolicy::choose(const AccessTrace& trace) {
     std::string no_densities;
     if (counts_nonzeros()) densities_ = measured_densities(&no_densities);
     s.densities = densities_;
+    std::vector<double> op_ns;
+    for (double ms : trace.op_ms) op_ns.push_back(ms * 1e6);
+    element_ns_per_byte_ = element_ns_per_byte(view_->graph(), op_ns);
     rehearsals_.clear();
     const RehearsalResult* best = nullptr;
     // The planners as they are first, then the search's variants while the time limit lasts; the
@@ -402,10 +415,42 @@ void AutoPolicy::search(const RehearsalSetup& setup, const RehearsalResult& base
   const double limit = time_limit_ms_ + kSearchTimeMs;
   int done = 0;
   auto spent = [&] { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(); };
-  while (done < search_rehearsals_ && spent() < limit) {
+  // Compression moves need the densities the rehearsal sizes them with, and the codecs' rate.
+  const Graph& g = *setup.graph;
+  CompressMove compress;
+  if (setup.densities && element_ns_per_byte_ > 0)
+    compress = [&](const RehearsedGap& x) -> std::optional<PlanPin> {
+      const auto id = static_cast<size_t>(x.id);
+      if (!compressible(g, x.id) || id >= nonzeros_.size()) return std::nullopt;
+      auto base = [&](TensorId t) {
+        while (g.tensor(t).view_of != kNoTensor) t = g.tensor(t).view_of;
+        return t;
+      };
+      std::vector<int> later;  // the ops that use it after the gap opens
+      for (const Op& op : g.ops()) {
+        if (op.index <= x.evict_op) continue;
+        bool uses = false;
+        for (TensorId t : op.inputs) uses = uses || base(t) == x.id;
+        for (TensorId t : op.outputs) uses = uses || base(t) == x.id;
+        if (uses) later.push_back(op.index);
+      }
+      const auto c = gap_codec(g, x.id, later, nonzeros_[id], CompressionOptions{}, element_ns_per_byte_);
+      if (!c) return std::nullopt;
+      PlanPin p{x.id, x.back_op, CapuchinDecision::kCompress};
+      p.codec = c->codec, p.capacity = c->capacity, p.codec_ns = c->codec_ns;
+      return p;
+    };
+  // Two phases: keep / swap / recompute moves (search_rehearsals_ at most), then, from where they
+  // end, compression moves too (kCompressRehearsals more). Compression moves taken early lead the
+  // climb elsewhere, and as often to a worse end as to a better one (docs/experiments.md).
+  const bool compressing = static_cast<bool>(compress);
+  const CompressMove none;
+  int cap = search_rehearsals_;
+  for (int phase = 0; phase < (compressing ? 2 : 1); ++phase, cap = done + kCompressRehearsals)
+  while (done < cap && spent() < limit) {
     std::vector<std::vector<PlanPin>> batch;
     std::vector<std::string> moves;
-    for (const PlanPin& m : neighbours(*setup.graph, best)) {
+    for (const PlanPin& m : neighbours(*setup.graph, best, phase == 0 ? none : compress)) {
       const std::string move = to_string(m);
       if (lost[move] >= kMaxLosses) continue;
       auto pins = with_pin(best.pins, m);
@@ -414,7 +459,7 @@ void AutoPolicy::search(const RehearsalSetup& setup, const RehearsalResult& base
       tried.push_back(key);
       moves.push_back(move);
       batch.push_back(std::move(pins));
-      if (batch.size() == kSearchBatch || done + static_cast<int>(batch.size()) >= search_rehearsals_) break;
+      if (batch.size() == kSearchBatch || done + static_cast<int>(batch.size()) >= cap) break;
     }
     if (batch.empty()) break;
     std::vector<RehearsalResult> res(batch.size());

@@ -13,11 +13,12 @@
 //   hill climbing over PlanPins (capuchin.h): a stalling swap prefetched earlier or recomputed, a
 //   recomputation swapped, kept, or run ahead of its access before a stall; each neighbour is
 //   rehearsed with the greedy planning the rest, the fastest of each round of 4 kept if it wins.
-//   At most 256 rehearsals, 1.3 s past the candidates' limit.
+//   At most 256 rehearsals; then, with densities, 128 more that may also compress a gap
+//   (FreeLunch's codec, a buffer for that gap only). All within 1.3 s past the candidates' limit.
 // Deviations from the design: a local search with the rehearsal as its cost model, not an
-// ILP / DP (the cost of a gap's choice depends on the queues and the arena the rest leaves);
-// compression is chosen as a whole plan, not per gap; no arena placement of its own. Without a
-// Rehearser (set by the Trainer) it runs Capuchin's hybrid. Full notes: docs/design.md.
+// ILP / DP (the cost of a gap's choice depends on the queues and the arena the rest leaves); no
+// arena placement of its own. Without a Rehearser (set by the Trainer) it runs Capuchin's hybrid.
+// Full notes: docs/design.md.
 #pragma once
 #include <chrono>
 #include <functional>
@@ -146,6 +147,7 @@ class AutoPolicy final : public Policy {
   std::vector<std::string> searched_moves_;
   std::vector<PlanPin> pins_;
   RehearsalResult chosen_result_;
+  double element_ns_per_byte_ = 0;  // the codecs' rate, from the measured ReLU ops
   int search_rehearsals_ = kDefaultSearchRehearsals;
   std::vector<std::optional<size_t>> nonzeros_;  // per tensor, counted in the measured iteration
   std::shared_ptr<const DensityTable> densities_;

@@ -14,6 +14,7 @@ std::string to_string(const PlanPin& p) {
   std::string s = "t" + std::to_string(p.id) + "@" + std::to_string(p.back_op) + ":" + to_string(p.decision);
   if (p.trigger_shift > 0) s += "-" + std::to_string(p.trigger_shift);
   if (p.ahead_op >= 0) s += "^" + std::to_string(p.ahead_op);
+  if (p.decision == CapuchinDecision::kCompress) s += std::string("/") + to_string(p.codec);
   return s;
 }
 
@@ -22,6 +23,7 @@ const char* to_string(CapuchinDecision d) {
     case CapuchinDecision::kKeep: return "keep";
     case CapuchinDecision::kSwap: return "swap";
     case CapuchinDecision::kRecompute: return "recompute";
+    case CapuchinDecision::kCompress: return "compress";
   }
   return "?";
 }
@@ -463,10 +465,54 @@ class Planner {
             add_mem(p.ahead_op + 1, c.back_op - 1, static_cast<long long>(c.bytes));
             out_.plan.actions.push_back({ActionKind::kRecompute, c.id, p.ahead_op});
           }
+        } else if (p.decision == CapuchinDecision::kCompress && (p.codec == Codec::kNone || !compress_pinned(c, p))) {
+          c.pinned = false;
         }
         break;
       }
     }
+  }
+
+  // A pinned compression (FreeLunch's mechanism, one gap): compressed after evict_op on the codec
+  // lane, its block freed at the op the compression ends in, decompressed after an in-trigger
+  // walked back from the back-access until the decompression hides (not into ops over the budget,
+  // not before the release); its buffer is allocated for this gap only (Action::per_use_buffer),
+  // from the compression to the back-access. Taken only if it lowers the bytes over the budget.
+  bool compress_pinned(CapuchinCandidate& c, const PlanPin& p) {
+    const int e = c.evict_op, b = c.back_op;
+    const double cs = codec_.earliest_fit(start_[static_cast<size_t>(e) + 1], p.codec_ns);
+    const int release = capuchin_release_op(start_, e, cs + p.codec_ns);
+    if (release < 0 || release + 1 > b - 1) return false;
+    auto d_start = [&](int q) {
+      return codec_.earliest_fit(std::max(start_[static_cast<size_t>(q) + 1], cs + p.codec_ns), p.codec_ns);
+    };
+    int q = b - 1;
+    while (d_start(q) + p.codec_ns > start_[static_cast<size_t>(b)] + kEpsNs && q - 1 >= release + 1 &&
+           mem_[static_cast<size_t>(q)] <= in_.budget)
+      --q;
+    const std::vector<size_t> mem = mem_;
+    const double over = excess();
+    add_mem(release + 1, q, -static_cast<long long>(c.bytes));
+    add_mem(e + 1, b - 1, static_cast<long long>(p.capacity));
+    if (excess() >= over) {
+      mem_ = mem;
+      return false;
+    }
+    const double ds = d_start(q);
+    codec_.add(cs, p.codec_ns);
+    codec_.add(ds, p.codec_ns);
+    c.decision = CapuchinDecision::kCompress;
+    c.release_op = release;
+    c.trigger_op = q;
+    c.swap_stall_ns = std::max(0.0, ds + p.codec_ns - start_[static_cast<size_t>(b)]);
+    c.order = order_++;
+    Action a{ActionKind::kCompress, c.id, e, release};
+    a.codec = p.codec;
+    a.capacity = p.capacity;
+    a.per_use_buffer = true;
+    out_.plan.actions.push_back(a);
+    out_.plan.actions.push_back({ActionKind::kPrefetch, c.id, q});
+    return true;
   }
 
   // Swaps whose copies hide completely, largest free time first.
@@ -575,6 +621,7 @@ class Planner {
   std::vector<size_t> mem_;
   std::vector<int> held_from_;  // per candidate: first op a recomputation holds it back from, -1: none
   CopyLane h2d_;
+  CopyLane codec_;  // the compression stream (pinned compressions)
   std::vector<int> outq_;       // chosen swaps in D2H issue order (evict op, then when chosen)
   std::vector<double> out_end_;  // per candidate: when its queued swap-out ends
   std::vector<int> moved_;       // swaps whose release the last queue_swap_outs moved
@@ -754,11 +801,12 @@ void CapuchinPolicy::on_swap_out_wait(TensorId id, double waited_ms) {
 nlohmann::json CapuchinPolicy::report() const {
   using nlohmann::json;
   json tensors = json::array();
-  size_t swap_bytes = 0, drop_bytes = 0;
+  size_t swap_bytes = 0, drop_bytes = 0, compress_bytes = 0;
   for (size_t k = 0; k < plan_.candidates.size(); ++k) {
     const auto& c = plan_.candidates[k];
     if (c.decision == CapuchinDecision::kSwap) swap_bytes += c.bytes;
     if (c.decision == CapuchinDecision::kRecompute) drop_bytes += c.bytes;
+    if (c.decision == CapuchinDecision::kCompress) compress_bytes += c.bytes;
     json t = {{"tensor", c.id},
               {"name", view_ ? view_->graph().tensor(c.id).name : std::string()},
               {"bytes", c.bytes},
@@ -770,7 +818,8 @@ nlohmann::json CapuchinPolicy::report() const {
               {"predicted_recompute_ms", c.recompute_ns * 1e-6},
               {"msps_bytes_per_s", c.msps},
               {"measured_cost_ms", k < cost_ms_.size() ? cost_ms_[k] : 0.0}};
-    if (c.decision == CapuchinDecision::kSwap) t["freed_after_op"] = c.release_op, t["prefetch_after_op"] = c.trigger_op;
+    if (c.decision == CapuchinDecision::kSwap || c.decision == CapuchinDecision::kCompress)
+      t["freed_after_op"] = c.release_op, t["prefetch_after_op"] = c.trigger_op;
     if (c.order >= 0) t["chosen_order"] = c.order;
     if (c.pinned) t["pinned"] = true;
     if (c.ahead_op >= 0) t["recompute_after_op"] = c.ahead_op;
@@ -790,6 +839,7 @@ nlohmann::json CapuchinPolicy::report() const {
           {"peak_window_ops", {plan_.peak_window_first, plan_.peak_window_last}},
           {"swap_bytes", swap_bytes},
           {"recompute_bytes", drop_bytes},
+          {"compress_bytes", compress_bytes},
           {"trigger_moves", trigger_moves_},
           {"plan", plan_.plan.str()},
           {"tensors", tensors}};

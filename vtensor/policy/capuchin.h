@@ -22,20 +22,26 @@
 namespace vtensor {
 
 enum class CapuchinMode { kSwap, kRecompute, kHybrid };
-enum class CapuchinDecision { kKeep, kSwap, kRecompute };
+// kCompress: only as a PlanPin (policy auto's search); Capuchin's own planner never compresses.
+enum class CapuchinDecision { kKeep, kSwap, kRecompute, kCompress };
 const char* to_string(CapuchinDecision d);
 
 // A decision fixed for one access gap before the greedy runs (policy auto's per-gap search): the
 // gap of `id` that ends at `back_op` is kept, swapped (its prefetch `trigger_shift` ops earlier
-// than the planner's in-trigger) or recomputed (`ahead_op` >= 0: recomputed after that op, ahead
-// of its access, where the compute stream would otherwise wait on a copy). The greedy plans the
-// rest around it; a pin that does not lower the bytes over the budget is not taken.
+// than the planner's in-trigger), recomputed (`ahead_op` >= 0: recomputed after that op, ahead
+// of its access, where the compute stream would otherwise wait on a copy) or compressed on the
+// device with `codec` into a persistent buffer of `capacity` bytes (each codec pass `codec_ns`,
+// on the compression stream; compress.h's gap_codec). The greedy plans the rest around it; a pin
+// that does not lower the bytes over the budget is not taken.
 struct PlanPin {
   TensorId id = kNoTensor;
   int back_op = -1;
   CapuchinDecision decision = CapuchinDecision::kKeep;
   int trigger_shift = 0;
   int ahead_op = -1;
+  Codec codec = Codec::kNone;  // kCompress
+  size_t capacity = 0;
+  double codec_ns = 0;
   bool operator==(const PlanPin&) const = default;
 };
 std::string to_string(const PlanPin& p);

@@ -37,6 +37,26 @@ bool reads_sign_only(const Graph& g, int o, TensorId id) {
   return true;
 }
 
+// The lossless codec for a gap whose later readers are `later_ops` (unaligned capacity; kNone:
+// none applies).
+GapCodec lossless_codec(const Graph& g, TensorId id, const std::vector<int>& later_ops, std::optional<size_t> nnz,
+                        const CompressionOptions& o) {
+  GapCodec c;
+  const size_t n = g.tensor(id).bytes() / 4;
+  bool sign = o.sign;
+  for (int op : later_ops) sign = sign && reads_sign_only(g, op, id);
+  if (sign) {
+    c.codec = Codec::kSign;
+    c.compressed = c.capacity = codec_bytes(Codec::kSign, n, 0);
+  } else if (o.bitmask && nnz) {
+    c.codec = Codec::kBitmask;
+    c.compressed = codec_bytes(Codec::kBitmask, n, *nnz);
+    const auto room = static_cast<size_t>(std::ceil(static_cast<double>(*nnz) * (1.0 + kValueSlack)));
+    c.capacity = codec_bytes(Codec::kBitmask, n, std::min(n, room));
+  }
+  return c;
+}
+
 class Planner {
  public:
   Planner(const Graph& g, const CompressPlanInput& in) : g_(g), in_(in), b_(in.base) {}
@@ -102,15 +122,7 @@ class Planner {
     }
     if (b_.workspace_bytes.size() == n)
       for (size_t i = 0; i < n; ++i) mem_[i] += b_.workspace_bytes[i];
-    // The element-wise rate of this backend, from the ReLU ops of the measured iteration: each
-    // reads and writes its tensor once. The codecs are element-wise passes too.
-    double ns = 0, bytes = 0;
-    for (const Op& op : g_.ops())
-      if (op.kind == OpKind::kRelu && b_.op_ns.size() == n) {
-        ns += b_.op_ns[static_cast<size_t>(op.index)];
-        bytes += 2.0 * static_cast<double>(g_.tensor(op.outputs[0]).bytes());
-      }
-    out_.element_ns_per_byte = bytes > 0 ? ns / bytes : 0;
+    out_.element_ns_per_byte = element_ns_per_byte(g_, b_.op_ns);
   }
 
   void find_candidates() {
@@ -124,25 +136,17 @@ class Planner {
       for (size_t k = 0; k + 1 < ops.size(); ++k) {
         const int e = ops[k], b = ops[k + 1];
         if (b < e + 2 || !hits_over(e + 1, b - 1)) continue;
-        bool sign = sparse && in_.options.sign, backward_only = true;
-        for (size_t j = k + 1; j < ops.size(); ++j) {
-          sign = sign && reads_sign_only(g_, ops[j], tid);
-          backward_only = backward_only && g_.op(ops[j]).backward;
-        }
+        bool backward_only = true;
+        for (size_t j = k + 1; j < ops.size(); ++j) backward_only = backward_only && g_.op(ops[j]).backward;
         CompressCandidate c;
         c.id = tid;
         c.bytes = bytes;
         c.evict_op = e;
         c.back_op = b;
-        if (sign) {
-          c.codec = Codec::kSign;
-          c.compressed = c.capacity = codec_bytes(Codec::kSign, n, 0);
-        } else if (sparse && in_.options.bitmask && id < in_.nonzeros.size() && in_.nonzeros[id]) {
-          const size_t nnz = *in_.nonzeros[id];
-          c.codec = Codec::kBitmask;
-          c.compressed = codec_bytes(Codec::kBitmask, n, nnz);
-          const auto room = static_cast<size_t>(std::ceil(static_cast<double>(nnz) * (1.0 + kValueSlack)));
-          c.capacity = codec_bytes(Codec::kBitmask, n, std::min(n, room));
+        if (sparse) {
+          const auto l = lossless_codec(g_, tid, std::vector<int>(ops.begin() + static_cast<std::ptrdiff_t>(k) + 1, ops.end()),
+                                        id < in_.nonzeros.size() ? in_.nonzeros[id] : std::nullopt, in_.options);
+          c.codec = l.codec, c.compressed = l.compressed, c.capacity = l.capacity;
         }
         // Lossy only where no lossless codec saves enough, and only for backward readers: the
         // forward pass always sees exact values.
@@ -274,6 +278,28 @@ bool compressible(const Graph& g, TensorId id) {
   if (t.persistent() || t.producer < 0 || t.view_of != kNoTensor || t.dtype != DType::kF32 || t.bytes() == 0) return false;
   const OpKind k = g.op(t.producer).kind;
   return k == OpKind::kRelu || k == OpKind::kMaxPool;
+}
+
+double element_ns_per_byte(const Graph& g, const std::vector<double>& op_ns) {
+  double ns = 0, bytes = 0;
+  for (const Op& op : g.ops())
+    if (op.kind == OpKind::kRelu && op_ns.size() == g.num_ops()) {
+      ns += op_ns[static_cast<size_t>(op.index)];
+      bytes += 2.0 * static_cast<double>(g.tensor(op.outputs[0]).bytes());
+    }
+  return bytes > 0 ? ns / bytes : 0;
+}
+
+std::optional<GapCodec> gap_codec(const Graph& g, TensorId id, const std::vector<int>& later_ops,
+                                  std::optional<size_t> nonzeros, const CompressionOptions& o, double element_ns_per_byte) {
+  if (!compressible(g, id)) return std::nullopt;
+  GapCodec c = lossless_codec(g, id, later_ops, nonzeros, o);
+  const size_t bytes = g.tensor(id).bytes();
+  if (c.codec == Codec::kNone) return std::nullopt;
+  c.capacity = align_up(c.capacity);
+  if (static_cast<double>(c.capacity) > (1.0 - kMinSaving) * static_cast<double>(bytes)) return std::nullopt;
+  c.codec_ns = element_ns_per_byte * static_cast<double>(bytes + c.compressed);
+  return c;
 }
 
 CompressPlan plan_compress(const Graph& g, const CompressPlanInput& in) {

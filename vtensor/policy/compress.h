@@ -79,6 +79,21 @@ struct CompressPlan {
 // max-pool outputs (mostly zeros after a ReLU).
 bool compressible(const Graph& g, TensorId id);
 
+// A lossless codec for one access gap of a compressible tensor, as the compression planner
+// chooses it: kSign when every later reader (`later_ops`) is a ReLU backward reading it as y,
+// else kBitmask sized from the measured non-zero count with kValueSlack; nullopt when neither
+// saves kMinSaving of the bytes. Times: bytes read + written at `element_ns_per_byte`.
+struct GapCodec {
+  Codec codec = Codec::kNone;
+  size_t compressed = 0, capacity = 0;  // measured size; the buffer (aligned)
+  double codec_ns = 0;                  // one compression (a decompression costs the same)
+};
+std::optional<GapCodec> gap_codec(const Graph& g, TensorId id, const std::vector<int>& later_ops,
+                                  std::optional<size_t> nonzeros, const CompressionOptions& o, double element_ns_per_byte);
+// The element-wise rate of a backend from the ReLU ops of a measured iteration (each reads and
+// writes its tensor once): the codecs' rate. 0 when op_ns does not cover the graph.
+double element_ns_per_byte(const Graph& g, const std::vector<double>& op_ns);
+
 CompressPlan plan_compress(const Graph& g, const CompressPlanInput& in);
 
 class CompressPolicy final : public Policy {
