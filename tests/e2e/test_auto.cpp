@@ -176,12 +176,18 @@ TEST(AutoSimRun, CompressionCandidatesWithDensities) {
   for (const double f : {0.5, 0.25}) {
     SCOPED_TRACE(std::to_string(f) + " of the peak");
     TrainConfig cfg = config("resnet-tiny", "auto", align_up(static_cast<size_t>(static_cast<double>(max_peak(base)) * f)), 4, "p100-16g");
+    auto compress_moves = [](const AutoRun& r) {
+      int n = 0;
+      for (const auto& m : r.report["search"]["tried"]) n += m[0].get<std::string>().find(":compress") != std::string::npos;
+      return n;
+    };
     {
       SCOPED_TRACE("no densities");
       const AutoRun a = train(cfg);
       for (const auto& c : a.report["candidates"])
         if (c["policy"].get<std::string>().rfind("compress", 0) == 0)
           EXPECT_NE(c["error"].get<std::string>().find("--densities FILE"), std::string::npos) << c.dump();
+      EXPECT_EQ(compress_moves(a), 0) << "no densities, no compression moves";
     }
     cfg.densities_path = path;
     const AutoRun a = train(cfg);
@@ -197,6 +203,7 @@ TEST(AutoSimRun, CompressionCandidatesWithDensities) {
       if (c["trained"].get<bool>()) EXPECT_GE(c["predicted_time_ms"].get<double>(), a.report["predicted_time_ms"].get<double>());
     }
     EXPECT_EQ(compress, 7);
+    if (f == 0.25) EXPECT_GT(compress_moves(a), 0) << "the search's second phase compresses single gaps";
     // Only compression candidates: the chosen one compresses, as predicted.
     Trainer t(cfg);
     auto* p = dynamic_cast<AutoPolicy*>(&t.memory().policy());
