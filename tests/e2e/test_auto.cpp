@@ -306,9 +306,9 @@ TEST(AutoSearch, PinsReplayToThePredictedRun) {
   s.pins.clear();
   EXPECT_EQ(rehearse(a->chosen(), s).time_ms, rep["search"]["candidate_time_ms"].get<double>());
 
+  cfg.auto_search = 0;  // --auto-search 0
   Trainer off(cfg);
   auto* b = dynamic_cast<AutoPolicy*>(&off.memory().policy());
-  b->set_search_rehearsals(0);
   off.run();
   EXPECT_TRUE(b->pins().empty());
   EXPECT_TRUE(b->searched().empty());

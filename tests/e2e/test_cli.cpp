@@ -62,6 +62,9 @@ TEST(Cli, BadArgumentsNameTheArgumentAndExitTwo) {
            {"train --model resnet-tiny --checkpoint-segments 3", "--checkpoint-segments applies to --policy checkpoint only"},
            {"train --model resnet-tiny --policy checkpoint --checkpoint-segments -1", "--checkpoint-segments must be a positive"},
            {"maxbatch --model resnet-tiny --gpu p100-16g --policy dtr --checkpoint-segments 3", "--checkpoint-segments applies"},
+           {"train --model resnet-tiny --policy capuchin --auto-search 8", "--auto-search applies to --policy auto only"},
+           {"train --model resnet-tiny --policy auto --auto-search -1", "--auto-search must be a rehearsal count >= 0"},
+           {"sweep --model resnet-tiny --policies auto --auto-search -2 --out x.csv", "--auto-search must be a rehearsal count"},
            {"train", "--model"},
            {"fly", "fly"},
        }) {

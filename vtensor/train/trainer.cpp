@@ -45,7 +45,13 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
     c->set_budget_aware(cfg_.budget != 0 || cfg_.backend == "cuda" || (cfg_.backend == "sim" && !cfg_.gpu.empty()));
   }
   configure_um_policy(*policy, cfg_);
-  if (auto* a = dynamic_cast<AutoPolicy*>(policy.get())) a->set_rehearser(rehearse);
+  if (cfg_.auto_search < -1)
+    throw std::invalid_argument("--auto-search must be a rehearsal count >= 0 (0: no per-gap search), got " +
+                                std::to_string(cfg_.auto_search));
+  if (auto* a = dynamic_cast<AutoPolicy*>(policy.get())) {
+    a->set_rehearser(rehearse);
+    if (cfg_.auto_search >= 0) a->set_search_rehearsals(cfg_.auto_search);
+  }
   auto* compress_policy = dynamic_cast<CompressPolicy*>(policy.get());
   if (!cfg_.codecs.empty()) {
     cfg_.compression.bitmask = cfg_.compression.sign = false;
