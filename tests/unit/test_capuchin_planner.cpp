@@ -201,18 +201,29 @@ TEST(CapuchinPlanner, RecomputeNeedsALiveSource) {
   EXPECT_TRUE(p.plan.actions.empty());
 }
 
+// A trace where the hybrid swaps p_ (long gap: its copy, 10 ns, hides) and recomputes q (short
+// gap, slow copy, 40 ns; 10 ns to recompute) to fit `big` at op 6.
+struct HybridTrace {
+  TraceBuilder t{14};
+  TensorId w, p_, q, big;
+  HybridTrace() {
+    t.in.swap_ns_per_byte = 0.1;
+    w = t.tensor(8, -1, {}, false, true);
+    p_ = t.tensor(100, 0, {}, true);
+    q = t.tensor(400, 1, {w}, true);
+    t.accesses(w, {1});
+    t.accesses(p_, {0, 13});
+    t.accesses(q, {1, 7});
+    big = t.tensor(1000, 2, {}, false);
+    t.live(big, 6, 6);
+    t.in.budget = 1008;
+  }
+};
+
 TEST(CapuchinPlanner, HybridTakesTheCheaperPerTensor) {
-  TraceBuilder t(14);
-  t.in.swap_ns_per_byte = 0.1;
-  const TensorId w = t.tensor(8, -1, {}, false, true);
-  const TensorId p_ = t.tensor(100, 0, {}, true);  // long gap: its copy (10 ns) hides
-  const TensorId q = t.tensor(400, 1, {w}, true);  // short gap, slow copy (40 ns), 10 ns to recompute
-  t.accesses(w, {1});
-  t.accesses(p_, {0, 13});
-  t.accesses(q, {1, 7});
-  const TensorId big = t.tensor(1000, 2, {}, false);
-  t.live(big, 6, 6);
-  t.in.budget = 1008;
+  HybridTrace ht;
+  TraceBuilder& t = ht.t;
+  const TensorId p_ = ht.p_, q = ht.q;
   const CapuchinPlan h = plan_capuchin(t.in, CapuchinMode::kHybrid);
   EXPECT_EQ(candidate(h, p_).decision, CapuchinDecision::kSwap);
   EXPECT_DOUBLE_EQ(candidate(h, p_).swap_stall_ns, 0);
@@ -232,17 +243,9 @@ TEST(CapuchinPlanner, HybridTakesTheCheaperPerTensor) {
 // PlanPin (policy auto's per-gap search): a pinned decision is taken before the greedy, which
 // plans the rest around it.
 TEST(CapuchinPlanner, PinnedDecisionsComeFirstAndTheGreedyPlansAroundThem) {
-  TraceBuilder t(14);
-  t.in.swap_ns_per_byte = 0.1;
-  const TensorId w = t.tensor(8, -1, {}, false, true);
-  const TensorId p_ = t.tensor(100, 0, {}, true);
-  const TensorId q = t.tensor(400, 1, {w}, true);
-  t.accesses(w, {1});
-  t.accesses(p_, {0, 13});
-  t.accesses(q, {1, 7});
-  const TensorId big = t.tensor(1000, 2, {}, false);
-  t.live(big, 6, 6);
-  t.in.budget = 1008;
+  HybridTrace ht;
+  TraceBuilder& t = ht.t;
+  const TensorId p_ = ht.p_, q = ht.q;
   const CapuchinPlan free = plan_capuchin(t.in, CapuchinMode::kHybrid);
   ASSERT_EQ(candidate(free, q).decision, CapuchinDecision::kRecompute);
   ASSERT_EQ(candidate(free, p_).decision, CapuchinDecision::kSwap);

@@ -180,6 +180,27 @@ std::vector<TensorId> activations_named(const Graph& g, const std::string& part)
   return out;
 }
 
+// Forward ReLU maps whose gap between the last forward and the first backward use is 6 ops or
+// more: room to compress and bring them back in between.
+std::vector<TensorId> long_gap_relu_maps(const Graph& g) {
+  std::vector<TensorId> out;
+  for (const auto& t : g.tensors()) {
+    if (!is_forward_activation(g, t.id) || g.op(t.producer).kind != OpKind::kRelu) continue;
+    const Uses u = uses_of(g, t.id);
+    if (u.first_backward >= 0 && u.first_backward - u.last_forward >= 6) out.push_back(t.id);
+  }
+  return out;
+}
+
+// A bitmask compression after the map's last forward use, freed two ops later, into a buffer
+// as large as the codec can need.
+Action bitmask_after_forward(const Graph& g, TensorId id) {
+  Action a{ActionKind::kCompress, id, uses_of(g, id).last_forward, uses_of(g, id).last_forward + 2};
+  a.codec = Codec::kBitmask;
+  a.capacity = codec_bound(Codec::kBitmask, static_cast<size_t>(g.tensor(id).shape.numel()));
+  return a;
+}
+
 RunOut baseline(const ModelConfig& model) {
   auto rig = make_rig(model, Plan{});
   return run(*rig);
@@ -825,16 +846,10 @@ TEST(ScriptedPolicy, CompressThenDecompressIsBitIdentical) {
   build_backward(g, OptimizerConfig{});
   Plan plan;
   std::vector<TensorId> chosen;
-  for (const auto& t : g.tensors()) {
-    if (!is_forward_activation(g, t.id) || g.op(t.producer).kind != OpKind::kRelu) continue;
-    const Uses u = uses_of(g, t.id);
-    if (u.first_backward < 0 || u.first_backward - u.last_forward < 6) continue;
-    Action a{ActionKind::kCompress, t.id, u.last_forward, u.last_forward + 2};
-    a.codec = Codec::kBitmask;
-    a.capacity = codec_bound(Codec::kBitmask, static_cast<size_t>(t.shape.numel()));
-    plan.actions.push_back(a);
-    if (chosen.size() % 2 == 0) plan.actions.push_back({ActionKind::kPrefetch, t.id, u.first_backward - 2});
-    chosen.push_back(t.id);
+  for (TensorId id : long_gap_relu_maps(g)) {
+    plan.actions.push_back(bitmask_after_forward(g, id));
+    if (chosen.size() % 2 == 0) plan.actions.push_back({ActionKind::kPrefetch, id, uses_of(g, id).first_backward - 2});
+    chosen.push_back(id);
   }
   ASSERT_GE(chosen.size(), 2u);
   auto rig = make_rig(model, plan);
@@ -872,16 +887,12 @@ TEST(ScriptedPolicy, PerUseCompressionBuffersAreFreedWhenTheTensorIsBack) {
   auto plan_with = [&](bool per_use, size_t* buffers) {
     Plan plan;
     *buffers = 0;
-    for (const auto& t : g.tensors()) {
-      if (!is_forward_activation(g, t.id) || g.op(t.producer).kind != OpKind::kRelu) continue;
-      const Uses u = uses_of(g, t.id);
-      if (u.first_backward < 0 || u.first_backward - u.last_forward < 6) continue;
-      Action a{ActionKind::kCompress, t.id, u.last_forward, u.last_forward + 2};
-      a.codec = Codec::kBitmask;
-      a.capacity = codec_bound(Codec::kBitmask, static_cast<size_t>(t.shape.numel()));
+    for (TensorId id : long_gap_relu_maps(g)) {
+      const Uses u = uses_of(g, id);
+      Action a = bitmask_after_forward(g, id);
       a.per_use_buffer = per_use;
       plan.actions.push_back(a);
-      plan.actions.push_back({ActionKind::kPrefetch, t.id, u.first_backward - 2});
+      plan.actions.push_back({ActionKind::kPrefetch, id, u.first_backward - 2});
       *buffers += align_up(a.capacity);
     }
     return plan;
@@ -907,15 +918,9 @@ TEST(ScriptedPolicy, DroppedCompressedTensorIsRecomputed) {
   build_backward(g, OptimizerConfig{});
   Plan plan;
   std::vector<TensorId> chosen;
-  for (const auto& t : g.tensors()) {
-    if (!is_forward_activation(g, t.id) || g.op(t.producer).kind != OpKind::kRelu) continue;
-    const Uses u = uses_of(g, t.id);
-    if (u.first_backward < 0 || u.first_backward - u.last_forward < 6) continue;
-    Action a{ActionKind::kCompress, t.id, u.last_forward, u.last_forward + 2};
-    a.codec = Codec::kBitmask;
-    a.capacity = codec_bound(Codec::kBitmask, static_cast<size_t>(t.shape.numel()));
-    plan.actions.push_back(a);
-    chosen.push_back(t.id);
+  for (TensorId id : long_gap_relu_maps(g)) {
+    plan.actions.push_back(bitmask_after_forward(g, id));
+    chosen.push_back(id);
   }
   ASSERT_FALSE(chosen.empty());
   auto rig = make_rig(model, plan);
@@ -942,13 +947,9 @@ TEST(ScriptedPolicy, CompressionOverflowKeepsTheTensor) {
   Graph g = build_model(model);
   build_backward(g, OptimizerConfig{});
   Plan plan;
-  for (const auto& t : g.tensors()) {
-    if (!is_forward_activation(g, t.id) || g.op(t.producer).kind != OpKind::kRelu) continue;
-    const Uses u = uses_of(g, t.id);
-    if (u.first_backward < 0 || u.first_backward - u.last_forward < 6) continue;
-    Action a{ActionKind::kCompress, t.id, u.last_forward, u.last_forward + 2};
-    a.codec = Codec::kBitmask;
-    a.capacity = codec_mask_bytes(static_cast<size_t>(t.shape.numel()));  // room for the mask only
+  for (TensorId id : long_gap_relu_maps(g)) {
+    Action a = bitmask_after_forward(g, id);
+    a.capacity = codec_mask_bytes(static_cast<size_t>(g.tensor(id).shape.numel()));  // room for the mask only
     plan.actions.push_back(a);
   }
   ASSERT_FALSE(plan.actions.empty());
