@@ -37,15 +37,25 @@ std::string join(const std::vector<std::string>& v) {
 const char* const kAutoSearchHelp =
     "policy auto: rehearsals of its per-gap search (0: none; default 256, then 128 with compression moves where densities are known)";
 
-// --auto-search: a count >= 0; with a single policy, that policy must be auto (a sweep applies it
-// to its auto runs).
-void check_auto_search(const TrainConfig& cfg, int given, bool single_policy) {
+const char* const kAutoWindowHelp =
+    "policy auto: rehearsals of its window search after the per-gap climb (0: none; default 256)";
+
+// --auto-search / --auto-window: a count >= 0; with a single policy, that policy must be auto (a
+// sweep applies it to its auto runs).
+void check_auto_count(const std::string& option, int value, const std::string& what, const TrainConfig& cfg, bool given,
+                      bool single_policy) {
   if (!given) return;
-  if (cfg.auto_search < 0)
-    throw std::invalid_argument("--auto-search must be a rehearsal count >= 0 (0: no per-gap search), got " +
-                                std::to_string(cfg.auto_search));
+  if (value < 0)
+    throw std::invalid_argument(option + " must be a rehearsal count >= 0 (0: " + what + "), got " + std::to_string(value));
   if (single_policy && cfg.policy != "auto")
-    throw std::invalid_argument("--auto-search applies to --policy auto only, got --policy " + cfg.policy);
+    throw std::invalid_argument(option + " applies to --policy auto only, got --policy " + cfg.policy);
+}
+
+void check_auto_search(const TrainConfig& cfg, const CLI::App& cmd, bool single_policy) {
+  check_auto_count("--auto-search", cfg.auto_search, "no per-gap search", cfg, cmd.get_option("--auto-search")->count() > 0,
+                   single_policy);
+  check_auto_count("--auto-window", cfg.auto_window, "no window search", cfg, cmd.get_option("--auto-window")->count() > 0,
+                   single_policy);
 }
 
 // --checkpoint-segments with a single policy: it must be checkpoint (a sweep applies it to its checkpoint runs).
@@ -345,6 +355,7 @@ CLI::App* add_sweep(CLI::App& app, ExperimentArgs& a) {
   c->add_option("--batches", a.batches_text, "comma-separated batch sizes (overrides --batch)");
   c->add_option("--checkpoint-segments", a.cfg.checkpoint_segments, "runs of policy checkpoint: segment count (default: sqrt of the layer count)");
   c->add_option("--auto-search", a.cfg.auto_search, kAutoSearchHelp);
+  c->add_option("--auto-window", a.cfg.auto_window, kAutoWindowHelp);
   c->add_option("--densities", a.cfg.densities_path, "runs of the compress policies and auto: non-zero counts recorded by a cpu run (train --densities-out)");
   c->add_option("--out", a.out, "output file, .csv or .json")->required();
   return c;
@@ -486,6 +497,7 @@ int vtensor::run_cli(int argc, char** argv, CliMode mode) {
   train->add_option("--momentum", cfg.optimizer.momentum, "SGD momentum");
   train->add_option("--checkpoint-segments", cfg.checkpoint_segments, "policy checkpoint: segment count (default: search the segments for the lowest peak)");
   train->add_option("--auto-search", cfg.auto_search, kAutoSearchHelp);
+  train->add_option("--auto-window", cfg.auto_window, kAutoWindowHelp);
   train->add_flag("--inplace-relu-grad", cfg.inplace_relu_grad, "relu backward writes dx over dy where dy dies (cuDNN's in-place ReLU, as in vDNN)");
   train->add_option("--weight-decay", cfg.optimizer.weight_decay, "weight decay (L2 for sgd and adam, decoupled for adamw)");
   train->add_option("--report", report, "write a JSON report to this file");
@@ -568,7 +580,7 @@ int vtensor::run_cli(int argc, char** argv, CliMode mode) {
       return cmd_maxbatch(maxbatch_args);
     }
     if (sweep_cmd->parsed()) {
-      check_auto_search(sweep_args.cfg, sweep_cmd->get_option("--auto-search")->count() > 0, false);
+      check_auto_search(sweep_args.cfg, *sweep_cmd, false);
       apply_um_options(sweep_args.cfg, sweep_args.um, "");
       return cmd_sweep(sweep_args);
     }
@@ -578,7 +590,7 @@ int vtensor::run_cli(int argc, char** argv, CliMode mode) {
     cfg.compression.persistent_buffers = !no_persistent;
     check_output_path(cfg.densities_out, "--densities-out");
     apply_um_options(cfg, train_um, cfg.policy);
-    check_auto_search(cfg, train->get_option("--auto-search")->count() > 0, true);
+    check_auto_search(cfg, *train, true);
     return cmd_train(cfg, budget_text, host_budget_arg, report, html, quiet, optimizer, lr->count() > 0);
   } catch (const OutOfMemoryError& e) {
     std::fprintf(stderr, "vtensor: %s\n", e.what());

@@ -65,6 +65,8 @@ TEST(Cli, BadArgumentsNameTheArgumentAndExitTwo) {
            {"train --model resnet-tiny --policy capuchin --auto-search 8", "--auto-search applies to --policy auto only"},
            {"train --model resnet-tiny --policy auto --auto-search -1", "--auto-search must be a rehearsal count >= 0"},
            {"sweep --model resnet-tiny --policies auto --auto-search -2 --out x.csv", "--auto-search must be a rehearsal count"},
+           {"train --model resnet-tiny --policy dtr --auto-window 8", "--auto-window applies to --policy auto only"},
+           {"sweep --model resnet-tiny --policies auto --auto-window -1 --out x.csv", "--auto-window must be a rehearsal count >= 0"},
            {"train", "--model"},
            {"fly", "fly"},
        }) {

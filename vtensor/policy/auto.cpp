@@ -96,6 +96,11 @@ constexpr double kMinGain = 1e-5;
 constexpr double kMinCostMs = 1e-3;
 constexpr int kMaxLosses = 4;
 constexpr int kCompressRehearsals = 128;
+// The window search (AutoPolicy::window_search): gaps per window, combinations rehearsed per
+// window, and the anchors tried without a gain before it ends.
+constexpr size_t kWindowGaps = 4;
+constexpr size_t kWindowCombos = 64;
+constexpr size_t kWindowAnchors = 8;
 
 // Runs fn(0..n-1), a few at a time.
 void run_parallel(size_t n, const std::function<void(size_t)>& fn) {
@@ -143,39 +148,53 @@ std::string pins_key(const std::vector<PlanPin>& pins) {
 // densities are unknown).
 using CompressMove = std::function<std::optional<PlanPin>(const RehearsedGap&)>;
 
-std::vector<PlanPin> neighbours(const Graph& g, const RehearsalResult& r, const CompressMove& compress) {
-  std::vector<std::pair<double, PlanPin>> moves;
+// Per op, the swap-in stall the rehearsal measured at it (where an ahead-of-access recomputation
+// costs nothing extra: the compute stream waits there anyway).
+std::vector<double> stall_map(const Graph& g, const RehearsalResult& r) {
   std::vector<double> stall_at(g.num_ops() + 1, 0.0);
   for (const auto& x : r.gaps)
     if (x.decision == CapuchinDecision::kSwap && x.back_op >= 0 && static_cast<size_t>(x.back_op) < stall_at.size())
       stall_at[static_cast<size_t>(x.back_op)] += x.cost_ms;
-  for (const auto& x : r.gaps) {
-    if (x.cost_ms <= kMinCostMs) continue;
-    if (x.decision != CapuchinDecision::kCompress && compress)
-      if (auto pin = compress(x)) moves.push_back({0.4 * x.cost_ms, *pin});
-    if (x.decision == CapuchinDecision::kCompress) {
-      moves.push_back({0.5 * x.cost_ms, {x.id, x.back_op, CapuchinDecision::kSwap}});
-      if (recomputable(g, x.id)) moves.push_back({0.5 * x.cost_ms, {x.id, x.back_op, CapuchinDecision::kRecompute}});
-    } else if (x.decision == CapuchinDecision::kSwap) {
-      int shift = 0;
-      for (const auto& p : r.pins)
-        if (p.id == x.id && p.back_op == x.back_op && p.decision == CapuchinDecision::kSwap) shift = p.trigger_shift;
-      moves.push_back({x.cost_ms, {x.id, x.back_op, CapuchinDecision::kSwap, shift + 2}});
-      moves.push_back({0.9 * x.cost_ms, {x.id, x.back_op, CapuchinDecision::kSwap, shift + 8}});
-      if (recomputable(g, x.id)) moves.push_back({0.5 * x.cost_ms, {x.id, x.back_op, CapuchinDecision::kRecompute}});
-    } else if (x.decision == CapuchinDecision::kRecompute) {
-      int at = -1;
-      for (int op = x.evict_op + 2; op < x.back_op; ++op)  // recomputed after op - 1, in (evict_op, back_op - 1)
-        if (stall_at[static_cast<size_t>(op)] > kMinCostMs && (at < 0 || stall_at[static_cast<size_t>(op)] >= stall_at[static_cast<size_t>(at)])) at = op;
-      if (at >= 0)
-        moves.push_back({std::min(x.cost_ms, stall_at[static_cast<size_t>(at)]), {x.id, x.back_op, CapuchinDecision::kRecompute, 0, at - 1}});
-      moves.push_back({0.75 * x.cost_ms, {x.id, x.back_op, CapuchinDecision::kSwap}});
-      moves.push_back({0.25 * x.cost_ms, {x.id, x.back_op, CapuchinDecision::kKeep}});
-    } else {  // kept by the plan, evicted by the fallback: planned instead
-      moves.push_back({0.75 * x.cost_ms, {x.id, x.back_op, CapuchinDecision::kSwap}});
-      if (recomputable(g, x.id)) moves.push_back({0.5 * x.cost_ms, {x.id, x.back_op, CapuchinDecision::kRecompute}});
-    }
+  return stall_at;
+}
+
+// The moves of one gap, each with its promise (the share of the gap's cost it may save).
+std::vector<std::pair<double, PlanPin>> gap_moves(const Graph& g, const RehearsalResult& r, const RehearsedGap& x,
+                                                  const std::vector<double>& stall_at, const CompressMove& compress) {
+  std::vector<std::pair<double, PlanPin>> moves;
+  if (x.cost_ms <= kMinCostMs) return moves;
+  if (x.decision != CapuchinDecision::kCompress && compress)
+    if (auto pin = compress(x)) moves.push_back({0.4 * x.cost_ms, *pin});
+  if (x.decision == CapuchinDecision::kCompress) {
+    moves.push_back({0.5 * x.cost_ms, {x.id, x.back_op, CapuchinDecision::kSwap}});
+    if (recomputable(g, x.id)) moves.push_back({0.5 * x.cost_ms, {x.id, x.back_op, CapuchinDecision::kRecompute}});
+  } else if (x.decision == CapuchinDecision::kSwap) {
+    int shift = 0;
+    for (const auto& p : r.pins)
+      if (p.id == x.id && p.back_op == x.back_op && p.decision == CapuchinDecision::kSwap) shift = p.trigger_shift;
+    moves.push_back({x.cost_ms, {x.id, x.back_op, CapuchinDecision::kSwap, shift + 2}});
+    moves.push_back({0.9 * x.cost_ms, {x.id, x.back_op, CapuchinDecision::kSwap, shift + 8}});
+    if (recomputable(g, x.id)) moves.push_back({0.5 * x.cost_ms, {x.id, x.back_op, CapuchinDecision::kRecompute}});
+  } else if (x.decision == CapuchinDecision::kRecompute) {
+    int at = -1;
+    for (int op = x.evict_op + 2; op < x.back_op; ++op)  // recomputed after op - 1, in (evict_op, back_op - 1)
+      if (stall_at[static_cast<size_t>(op)] > kMinCostMs && (at < 0 || stall_at[static_cast<size_t>(op)] >= stall_at[static_cast<size_t>(at)])) at = op;
+    if (at >= 0)
+      moves.push_back({std::min(x.cost_ms, stall_at[static_cast<size_t>(at)]), {x.id, x.back_op, CapuchinDecision::kRecompute, 0, at - 1}});
+    moves.push_back({0.75 * x.cost_ms, {x.id, x.back_op, CapuchinDecision::kSwap}});
+    moves.push_back({0.25 * x.cost_ms, {x.id, x.back_op, CapuchinDecision::kKeep}});
+  } else {  // kept by the plan, evicted by the fallback: planned instead
+    moves.push_back({0.75 * x.cost_ms, {x.id, x.back_op, CapuchinDecision::kSwap}});
+    if (recomputable(g, x.id)) moves.push_back({0.5 * x.cost_ms, {x.id, x.back_op, CapuchinDecision::kRecompute}});
   }
+  return moves;
+}
+
+std::vector<PlanPin> neighbours(const Graph& g, const RehearsalResult& r, const CompressMove& compress) {
+  std::vector<std::pair<double, PlanPin>> moves;
+  const std::vector<double> stall_at = stall_map(g, r);
+  for (const auto& x : r.gaps)
+    for (auto& m : gap_moves(g, r, x, stall_at, compress)) moves.push_back(std::move(m));
   std::stable_sort(moves.begin(), moves.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   std::vector<PlanPin> out;
   for (auto& m : moves) out.push_back(m.second);
@@ -212,8 +231,8 @@ const std::vector<std::string>& auto_candidates() {
 }
 
 AutoPolicy::AutoPolicy(std::string forced, std::vector<PlanPin> pins)
-    : forced_(std::move(forced)), candidates_(auto_candidates()), pins_(std::move(pins)),
-      measuring_(std::make_unique<CapuchinPolicy>(CapuchinMode::kHybrid)) {
+    : forced_(std::move(forced)), candidates_(auto_candidates()),
+      measuring_(std::make_unique<CapuchinPolicy>(CapuchinMode::kHybrid)), pins_(std::move(pins)) {
   if (!forced_.empty() && !make_candidate(forced_)) {
     std::string accepted;
     for (const auto& c : planner_names()) accepted += (accepted.empty() ? "" : ", ") + c;
@@ -481,8 +500,107 @@ void AutoPolicy::search(const RehearsalSetup& setup, const RehearsalResult& base
       if (static_cast<int>(i) != better) ++lost[moves[i]];
     if (better >= 0) best = res[static_cast<size_t>(better)];
   }
+  climbed_ms_ = best.time_ms;
+  if (window_rehearsals_ > 0) window_search(setup, best, compress, tried, t0);
   chosen_result_ = best;
   pins_ = best.pins;
+}
+
+// Window search, after the climb: one move at a time stops where every single move loses, but two
+// gaps that share the copy queue and the arena can win together (a prefetch moved earlier pays
+// only once the gap it now overlaps is recomputed). A window is the costliest remaining gap and
+// the costliest gaps whose intervals overlap it (at most kWindowGaps); every combination of their
+// moves (each gap as it is or one of its moves, at most kWindowCombos) that changes two gaps or
+// more is rehearsed, exhaustively (one change alone is the climb's neighbourhood):
+// the exact optimum over the window's options, the greedy planning the rest. The best is kept if
+// it wins and the windows start again from it; otherwise the next gap anchors a window. Ends after
+// window_rehearsals_ rehearsals, at the planning limit, or when no anchor is left; what the climb
+// found stays the fallback.
+void AutoPolicy::window_search(const RehearsalSetup& setup, RehearsalResult& best, const CompressMove& compress,
+                               std::vector<std::string>& tried, std::chrono::steady_clock::time_point t0) {
+  const Graph& g = *setup.graph;
+  const double limit = time_limit_ms_ + kSearchTimeMs;
+  auto spent = [&] { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(); };
+  int done = 0;
+  size_t anchor = 0;
+  while (done < window_rehearsals_ && spent() < limit) {
+    std::vector<const RehearsedGap*> order;
+    for (const auto& x : best.gaps)
+      if (x.cost_ms > kMinCostMs) order.push_back(&x);
+    std::stable_sort(order.begin(), order.end(), [](const auto* a, const auto* b) { return a->cost_ms > b->cost_ms; });
+    if (anchor >= order.size() || anchor >= kWindowAnchors) break;
+    const RehearsedGap& a = *order[anchor];
+    const std::vector<double> stall_at = stall_map(g, best);
+    // The window's gaps and their options; a gap joins while the combinations stay within the cap.
+    std::vector<std::vector<PlanPin>> options;
+    std::vector<const RehearsedGap*> gaps;
+    size_t combos = 1;
+    std::vector<const RehearsedGap*> join{&a};
+    for (const RehearsedGap* x : order)
+      if (x != &a && x->back_op >= a.evict_op && x->evict_op <= a.back_op) join.push_back(x);
+    for (const RehearsedGap* x : join) {
+      if (gaps.size() == kWindowGaps) break;
+      std::vector<PlanPin> opts;
+      for (auto& m : gap_moves(g, best, *x, stall_at, compress)) opts.push_back(m.second);
+      if (opts.empty() || combos * (opts.size() + 1) > kWindowCombos) continue;
+      combos *= opts.size() + 1;
+      options.push_back(std::move(opts));
+      gaps.push_back(x);
+    }
+    if (gaps.size() < 2 || gaps.front() != &a) {  // one gap alone: the climb tried its moves
+      ++anchor;
+      continue;
+    }
+    // Every combination but the plan as it is, in mixed radix (digit 0: the gap as it is).
+    std::vector<std::vector<PlanPin>> batch;
+    std::vector<std::string> moves;
+    for (size_t c = 1; c < combos; ++c) {
+      auto pins = best.pins;
+      std::string move;
+      int changed = 0;
+      for (size_t k = 0, rest = c; k < options.size(); rest /= options[k].size() + 1, ++k)
+        if (const size_t d = rest % (options[k].size() + 1); d > 0) {
+          pins = with_pin(std::move(pins), options[k][d - 1]);
+          move += (move.empty() ? "" : " + ") + to_string(options[k][d - 1]);
+          ++changed;
+        }
+      if (changed < 2) continue;  // one gap's moves alone: the climb's
+      const std::string key = pins_key(pins);
+      if (std::find(tried.begin(), tried.end(), key) != tried.end()) continue;
+      tried.push_back(key);
+      batch.push_back(std::move(pins));
+      moves.push_back("window: " + move);
+    }
+    const size_t n = std::min(batch.size(), static_cast<size_t>(window_rehearsals_ - done));
+    std::vector<RehearsalResult> res(n);
+    run_parallel(n, [&](size_t i) {
+      if (spent() >= limit) {
+        res[i].error = "not rehearsed: planning time limit";
+        return;
+      }
+      RehearsalSetup si = setup;
+      si.pins = batch[i];
+      si.time_limit_ms = std::max(1.0, limit - spent());
+      res[i] = rehearser_(best.policy, si);
+    });
+    done += static_cast<int>(n);
+    ++windows_;
+    int better = -1;
+    for (size_t i = 0; i < n; ++i) {
+      if (!res[i].trained && res[i].error.rfind("not rehearsed", 0) == 0) continue;
+      searched_.push_back(res[i]);
+      searched_moves_.push_back(moves[i]);
+      ++window_tried_;
+      const double bar = better < 0 ? best.time_ms * (1 - kMinGain) : res[static_cast<size_t>(better)].time_ms;
+      if (res[i].trained && res[i].time_ms < bar) better = static_cast<int>(i);
+    }
+    if (better >= 0) {
+      best = res[static_cast<size_t>(better)];
+      anchor = 0;
+    } else {
+      ++anchor;
+    }
+  }
 }
 
 namespace {
@@ -531,6 +649,9 @@ nlohmann::json AutoPolicy::report() const {
     out["search"] = {{"rehearsals", searched_.size()}, {"trained", trained}, {"rehearsal_wall_ms", wall},
                      {"candidate_time_ms", base}, {"pins", pins_.size()},
                      {"time_ms", chosen_result_.trained ? chosen_result_.time_ms : base}, {"tried", tried}};
+    // The window search's share: where the climb ended, and the windows after it.
+    out["search"]["climbed_time_ms"] = climbed_ms_ > 0 ? climbed_ms_ : out["search"]["time_ms"].get<double>();
+    out["search"]["window"] = {{"windows", windows_}, {"rehearsals", window_tried_}};
   }
   out["plan"] = current().report();
   return out;

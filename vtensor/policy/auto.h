@@ -24,6 +24,7 @@
 #include <functional>
 #include <stdexcept>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -122,6 +123,8 @@ class AutoPolicy final : public Policy {
   // The per-gap search: at most this many rehearsals (after the candidates), within this much
   // more wall time than the candidates' limit.
   void set_search_rehearsals(int n) { search_rehearsals_ = n; }
+  // The window search after the climb: at most this many rehearsals (0: none).
+  void set_window_rehearsals(int n) { window_rehearsals_ = n; }
   // The densities the measured iteration had for the compression candidates (null: none).
   const std::shared_ptr<const DensityTable>& densities() const { return densities_; }
   double planning_ms() const { return planning_ms_; }
@@ -131,6 +134,9 @@ class AutoPolicy final : public Policy {
   const Policy& current() const { return active_ ? *active_ : *measuring_; }
   void choose(const AccessTrace& trace);
   void search(const RehearsalSetup& setup, const RehearsalResult& base, std::chrono::steady_clock::time_point t0);
+  using CompressMove = std::function<std::optional<PlanPin>(const RehearsedGap&)>;
+  void window_search(const RehearsalSetup& setup, RehearsalResult& best, const CompressMove& compress,
+                     std::vector<std::string>& tried, std::chrono::steady_clock::time_point t0);
   bool counts_nonzeros() const;
   std::shared_ptr<const DensityTable> measured_densities(std::string* why) const;
 
@@ -149,6 +155,9 @@ class AutoPolicy final : public Policy {
   RehearsalResult chosen_result_;
   double element_ns_per_byte_ = 0;  // the codecs' rate, from the measured ReLU ops
   int search_rehearsals_ = kDefaultSearchRehearsals;
+  int window_rehearsals_ = kDefaultWindowRehearsals;
+  double climbed_ms_ = 0;  // the plan's time after the climb, before the window search
+  int windows_ = 0, window_tried_ = 0;
   std::vector<std::optional<size_t>> nonzeros_;  // per tensor, counted in the measured iteration
   std::shared_ptr<const DensityTable> densities_;
   double planning_ms_ = 0;
@@ -161,6 +170,7 @@ class AutoPolicy final : public Policy {
   static constexpr double kDefaultTimeLimitMs = 8000;
   static constexpr double kSearchTimeMs = 1300;
   static constexpr int kDefaultSearchRehearsals = 256;
+  static constexpr int kDefaultWindowRehearsals = 256;
 };
 
 }  // namespace vtensor

@@ -48,9 +48,13 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
   if (cfg_.auto_search < -1)
     throw std::invalid_argument("--auto-search must be a rehearsal count >= 0 (0: no per-gap search), got " +
                                 std::to_string(cfg_.auto_search));
+  if (cfg_.auto_window < -1)
+    throw std::invalid_argument("--auto-window must be a rehearsal count >= 0 (0: no window search), got " +
+                                std::to_string(cfg_.auto_window));
   if (auto* a = dynamic_cast<AutoPolicy*>(policy.get())) {
     a->set_rehearser(rehearse);
     if (cfg_.auto_search >= 0) a->set_search_rehearsals(cfg_.auto_search);
+    if (cfg_.auto_window >= 0) a->set_window_rehearsals(cfg_.auto_window);
   }
   auto* compress_policy = dynamic_cast<CompressPolicy*>(policy.get());
   if (!cfg_.codecs.empty()) {
