@@ -1605,7 +1605,17 @@ def _auto(c):
             "parts": f"{unmanaged:.1f} + {stall:.1f} + {rec:.1f} + {ms - unmanaged - stall - rec:.1f}",
             "swapped": f"{r.get('predicted_swapped_out_bytes', 0) / 2**30:.2f}",
             "planning": f"{r['planning_ms'] / 1e3:.2f}",
-            "tried": f"{len(r['candidates']) - skipped} / {skipped} / {search.get('rehearsals', 0) - window} + {window}"}
+            "tried": f"{len(r['candidates']) - skipped} / {skipped} / {search.get('rehearsals', 0) - window} + {window}",
+            "bound": _bound(r.get("bound"), unmanaged)}
+
+
+def _bound(b, unmanaged):
+    """The lower bound on swap / recompute plans (bound.h), against the unmanaged iteration."""
+    if not b:
+        return ""
+    if not b["feasible"]:
+        return "no plan (working set)"
+    return f"{b['time_ms'] / unmanaged:.3f}× ({b['binds']})"
 
 
 def _auto_col(key):
@@ -1620,7 +1630,8 @@ def auto_search(rows, what):
                  "time of the candidate auto chose, after its per-gap climb and after its window search (decisions "
                  "pinned), the gain of each step, the breakdown of auto's time (unmanaged + stall on copies + "
                  "recompute + the rest: compaction, launches), and the planning time on this machine "
-                 "(candidates rehearsed / cut by the time limit / the climb's + the window's rehearsals)",
+                 "(candidates rehearsed / cut by the time limit / the climb's + the window's rehearsals), and "
+                 "the report's lower bound on any swap / recompute plan (bound.h) over the unmanaged time",
         "rows": rows,
         "runs": [("budgets", lambda r, got: ["sweep", *_auto_src(r), "--gpu", r["gpu"], "--policies", "none",
                                              "--budgets", "50%,25%", "--iters", "1"]),
@@ -1632,7 +1643,8 @@ def auto_search(rows, what):
                     ("gain: candidate + climb + window", _auto_col("gain")),
                     ("auto's time: unmanaged + stall + recompute + rest (ms)", _auto_col("parts")),
                     ("GiB swapped out", _auto_col("swapped")), ("planning (s)", _auto_col("planning")),
-                    ("candidates rehearsed / skipped / climb + window rehearsals", _auto_col("tried"))]}
+                    ("candidates rehearsed / skipped / climb + window rehearsals", _auto_col("tried")),
+                    ("no swap / recompute plan below (× unmanaged; what binds)", _auto_col("bound"))]}
 
 
 EXPERIMENTS["auto-search-models"] = auto_search(

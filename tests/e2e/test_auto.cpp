@@ -160,6 +160,37 @@ TEST_P(AutoSim, PredictionIsTheRunAndNoCandidateIsFaster) {
   }
 }
 
+// The bound (bound.h) is below every swap / recompute plan auto rehearsed: each candidate, each
+// plan its search tried, and the run (no densities: no compression). At 25% it binds.
+TEST_P(AutoSim, NoSwapOrRecomputePlanBeatsTheBound) {
+  const std::string model = GetParam();
+  const AutoRun base = train(config(model, "none", 0, 2, "p100-16g"));
+  for (const double f : {0.5, 0.25}) {
+    SCOPED_TRACE(f);
+    const size_t budget = align_up(static_cast<size_t>(static_cast<double>(max_peak(base)) * f));
+    const AutoRun a = train(config(model, "auto", budget, 4, "p100-16g"));
+    ASSERT_TRUE(a.report.contains("bound")) << a.report.dump();
+    const auto& b = a.report["bound"];
+    ASSERT_TRUE(b["feasible"].get<bool>()) << b.dump();
+    const double bound = b["time_ms"].get<double>(), eps = 1e-9 * bound;
+    EXPECT_NEAR(b["compute_ms"].get<double>(), mean_guided_ms(base), 1e-6 * bound) << "the unmanaged iteration";
+    int plans = 0;
+    for (const auto& c : a.report["candidates"])
+      if (c["trained"].get<bool>()) {
+        EXPECT_GE(c["predicted_time_ms"].get<double>(), bound - eps) << c.dump();
+        ++plans;
+      }
+    for (const auto& t : a.report["search"]["tried"])
+      if (!t[1].is_null()) {
+        EXPECT_GE(t[1].get<double>(), bound - eps) << t.dump();
+        ++plans;
+      }
+    EXPECT_GE(mean_guided_ms(a), bound - eps);
+    EXPECT_GT(plans, 10);
+    if (f == 0.25) EXPECT_GT(b["overhead_ms"].get<double>(), 0.0) << b.dump();
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, AutoSim, ::testing::Values("resnet-tiny", "gpt-tiny", "bert-tiny"));
 
 // With the densities a cpu run recorded, auto on sim rehearses the compression candidates too, and

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "vtensor/policy/bound.h"
 #include "vtensor/policy/capuchin.h"
 
 using namespace vtensor;
@@ -519,4 +520,60 @@ TEST(CapuchinPlanner, WorkspaceCountsInTheCurve) {
 
   b.in.workspace_bytes.assign(3, 100);  // not one per op: ignored
   EXPECT_EQ(plan_capuchin(b.in, CapuchinMode::kSwap).peak_before, 1100u);
+}
+
+// The lower bound on swap / recompute plans (bound.h), on traces small enough to solve by hand.
+// Ops 10 ns each; A (100 B, made by op 0, needed again at op `back`) is the only tensor that can
+// leave the device while B (50 B) lives at op `at`; budget 100 B, so 50 B of A must be off there.
+namespace {
+OverheadBound bound_of(int ops, int at, int back, bool recomputable, double ns_per_byte, size_t budget = 100) {
+  TraceBuilder tb(ops);
+  tb.in.op_ns.assign(static_cast<size_t>(ops), 10.0);
+  tb.in.swap_ns_per_byte = ns_per_byte;
+  tb.in.budget = budget;
+  const TensorId a = tb.tensor(100, 0, {}, recomputable);
+  tb.accesses(a, {0, back});
+  const TensorId b = tb.tensor(50, at, {}, false);
+  tb.access(b, at);
+  return overhead_bound(tb.in);
+}
+}  // namespace
+
+TEST(OverheadBound, TheLinkAndTheCheapestRecomputationShareTheBytesOverTheBudget) {
+  // Op 1 over by 50 B; A's windows around it are empty, so the link moves O bytes in O ns (1 ns
+  // per byte) and recomputing costs op 0's 10 ns per 100 B: O = 0.1 (50 - O), O = 50 / 11 ns.
+  const OverheadBound both = bound_of(3, 1, 2, true, 1.0);
+  ASSERT_TRUE(both.feasible);
+  EXPECT_EQ(both.op, 1);
+  EXPECT_EQ(both.over_bytes, 50u);
+  EXPECT_NEAR(both.overhead_ms * 1e6, 50.0 / 11.0, 1e-6);
+  EXPECT_NEAR(both.compute_ms * 1e6, 30.0, 1e-9);
+  EXPECT_EQ(both.binds, "link and recompute");
+  // A cannot be recomputed: the link alone, 50 ns.
+  const OverheadBound link = bound_of(3, 1, 2, false, 1.0);
+  EXPECT_NEAR(link.overhead_ms * 1e6, 50.0, 1e-6);
+  EXPECT_EQ(link.binds, "link");
+  // An unknown link is infinitely fast: nothing to add.
+  EXPECT_EQ(bound_of(3, 1, 2, false, 0.0).overhead_ms, 0.0);
+}
+
+TEST(OverheadBound, TheWindowsAroundTheOpCarryBytesForFree) {
+  // B at op 2 of 5; A's gap is 0 -> 4: 10 ns to copy out after op 0 and 10 ns to copy back before
+  // op 4 carry 10 B at no cost, the link the other 40 B in 40 ns.
+  const OverheadBound b = bound_of(5, 2, 4, false, 1.0);
+  EXPECT_EQ(b.op, 2);
+  EXPECT_NEAR(b.overhead_ms * 1e6, 40.0, 1e-6);
+  EXPECT_EQ(b.swap_bytes, 50u);
+}
+
+TEST(OverheadBound, MoreThanTheOpsOwnTensorsCanLeaveIsTheWorkingSet) {
+  // Budget 40 B: op 0 holds A (100 B) and uses it; nothing can leave.
+  const OverheadBound b = bound_of(3, 1, 2, true, 1.0, 40);
+  EXPECT_FALSE(b.feasible);
+  EXPECT_EQ(b.binds, "working set");
+  // Within the budget everywhere: nothing binds.
+  const OverheadBound none = bound_of(3, 1, 2, true, 1.0, 1000);
+  EXPECT_TRUE(none.feasible);
+  EXPECT_EQ(none.overhead_ms, 0.0);
+  EXPECT_EQ(none.binds, "nothing");
 }

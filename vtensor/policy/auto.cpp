@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "vtensor/backend/backend.h"
+#include "vtensor/policy/bound.h"
 #include "vtensor/policy/capuchin.h"
 #include "vtensor/policy/checkpoint.h"
 #include "vtensor/policy/compress.h"
@@ -372,6 +373,13 @@ void AutoPolicy::choose(const AccessTrace& trace) {
     std::vector<double> op_ns;
     for (double ms : trace.op_ms) op_ns.push_back(ms * 1e6);
     element_ns_per_byte_ = element_ns_per_byte(view_->graph(), op_ns);
+    {  // What no swap / recompute plan avoids, from the same measurement (the report's "bound").
+      PlannerInput in = planner_input(view_->graph(), trace, s.budget);
+      if (in.swap_ns_per_byte <= 0) in.swap_ns_per_byte = s.link_ms_per_byte * 1e6;
+      const auto b0 = std::chrono::steady_clock::now();
+      bound_ = overhead_bound(in);
+      bound_wall_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - b0).count();
+    }
     rehearsals_.clear();
     const RehearsalResult* best = nullptr;
     // The planners as they are first, then the search's variants while the time limit lasts; the
@@ -652,6 +660,14 @@ nlohmann::json AutoPolicy::report() const {
     // The window search's share: where the climb ended, and the windows after it.
     out["search"]["climbed_time_ms"] = climbed_ms_ > 0 ? climbed_ms_ : out["search"]["time_ms"].get<double>();
     out["search"]["window"] = {{"windows", windows_}, {"rehearsals", window_tried_}};
+  }
+  if (bound_.compute_ms > 0) {
+    const auto& b = bound_;
+    out["bound"] = {{"compute_ms", b.compute_ms}, {"feasible", b.feasible}, {"binds", b.binds}, {"op", b.op},
+                    {"over_bytes", b.over_bytes}, {"swap_bytes", b.swap_bytes}, {"recompute_bytes", b.recompute_bytes},
+                    {"free_bytes", b.free_bytes}, {"ops_evaluated", b.ops_evaluated}, {"wall_ms", bound_wall_ms_}};
+    out["bound"]["overhead_ms"] = b.feasible ? json(b.overhead_ms) : json(nullptr);
+    out["bound"]["time_ms"] = b.feasible ? json(b.compute_ms + b.overhead_ms) : json(nullptr);
   }
   out["plan"] = current().report();
   return out;

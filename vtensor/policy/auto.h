@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "vtensor/memory/policy.h"
+#include "vtensor/policy/bound.h"
 #include "vtensor/policy/capuchin.h"
 
 namespace vtensor {
@@ -128,6 +129,8 @@ class AutoPolicy final : public Policy {
   // The densities the measured iteration had for the compression candidates (null: none).
   const std::shared_ptr<const DensityTable>& densities() const { return densities_; }
   double planning_ms() const { return planning_ms_; }
+  // The lower bound on any swap / recompute plan's overhead, from the measured iteration.
+  const OverheadBound& bound() const { return bound_; }
 
  private:
   Policy& current() { return active_ ? *active_ : *measuring_; }
@@ -161,6 +164,8 @@ class AutoPolicy final : public Policy {
   std::vector<std::optional<size_t>> nonzeros_;  // per tensor, counted in the measured iteration
   std::shared_ptr<const DensityTable> densities_;
   double planning_ms_ = 0;
+  OverheadBound bound_;
+  double bound_wall_ms_ = 0;
   double time_limit_ms_ = kDefaultTimeLimitMs;
   std::chrono::steady_clock::time_point deadline_{};
   bool has_deadline_ = false;

@@ -50,6 +50,54 @@ double capuchin_free_time(const std::vector<double>& op_start_ns, int evict_op, 
   return (op_start_ns.at(static_cast<size_t>(back_op)) - swap_ns) - freed;
 }
 
+PlannerTimeline planner_timeline(const PlannerInput& in) {
+  PlannerTimeline tl;
+  const size_t n = static_cast<size_t>(std::max(in.num_ops, 0)), nt = in.tensors.size();
+  auto& start_ = tl.start;
+  start_.assign(n + 1, -1);
+  tl.first.assign(nt, -1);
+  tl.last.assign(nt, -1);
+  tl.ops_of.assign(nt, {});
+  double t_end = 0;
+  for (const auto& a : in.accesses) {
+    if (!is_use(a.kind)) continue;
+    if (a.op_index < 0 || static_cast<size_t>(a.op_index) >= n || static_cast<size_t>(a.id) >= nt)
+      throw std::invalid_argument("access trace does not match the graph (op " + std::to_string(a.op_index) +
+                                  ", tensor " + std::to_string(a.id) + ")");
+    const double t = static_cast<double>(a.time_ns);
+    double& s = start_[static_cast<size_t>(a.op_index)];
+    s = s < 0 ? t : std::min(s, t);
+    t_end = std::max(t_end, t);
+    const auto id = static_cast<size_t>(a.id);
+    if (tl.first[id] < 0) tl.first[id] = a.op_index;
+    tl.last[id] = std::max(tl.last[id], a.op_index);
+    if (tl.ops_of[id].empty() || tl.ops_of[id].back() != a.op_index) tl.ops_of[id].push_back(a.op_index);
+  }
+  for (size_t i = 0; i < n; ++i)
+    if (start_[i] < 0) start_[i] = i == 0 ? 0 : start_[i - 1];
+  start_[n] = std::max(t_end, n ? start_[n - 1] : 0);
+  for (size_t i = 1; i <= n; ++i) start_[i] = std::max(start_[i], start_[i - 1]);  // monotone
+  if (in.op_ns.size() == n) {
+    start_[0] = 0;
+    for (size_t i = 0; i < n; ++i) start_[i + 1] = start_[i] + in.op_ns[i];
+  }
+  size_t persistent = 0;
+  for (const auto& t : in.tensors)
+    if (t.persistent) persistent += t.bytes;
+  tl.mem.assign(n, persistent);
+  for (size_t id = 0; id < nt; ++id) {
+    if (in.tensors[id].persistent || tl.first[id] < 0) continue;
+    tl.last[id] = std::max(tl.last[id], std::min(in.tensors[id].release_after, static_cast<int>(n) - 1));  // alive till then
+    curve_add(tl.mem, tl.first[id], tl.last[id], static_cast<long long>(in.tensors[id].bytes));
+  }
+  if (in.workspace_bytes.size() == n)
+    for (size_t i = 0; i < n; ++i) tl.mem[i] += in.workspace_bytes[i];
+  if (in.memory_delta.size() == n)
+    for (size_t i = 0; i < n; ++i)
+      tl.mem[i] = static_cast<size_t>(std::max(0LL, static_cast<long long>(tl.mem[i]) + in.memory_delta[i]));
+  return tl;
+}
+
 namespace {
 
 class Planner {
@@ -97,48 +145,10 @@ class Planner {
 
   // Op start times, live intervals and the unmanaged memory curve from the trace.
   void measure() {
-    const size_t n = n_ops(), nt = in_.tensors.size();
-    start_.assign(n + 1, -1);
-    first_.assign(nt, -1);
-    last_.assign(nt, -1);
-    ops_of_.assign(nt, {});
-    double t_end = 0;
-    for (const auto& a : in_.accesses) {
-      if (!is_use(a.kind)) continue;
-      if (a.op_index < 0 || static_cast<size_t>(a.op_index) >= n || static_cast<size_t>(a.id) >= nt)
-        throw std::invalid_argument("access trace does not match the graph (op " + std::to_string(a.op_index) +
-                                    ", tensor " + std::to_string(a.id) + ")");
-      const double t = static_cast<double>(a.time_ns);
-      double& s = start_[static_cast<size_t>(a.op_index)];
-      s = s < 0 ? t : std::min(s, t);
-      t_end = std::max(t_end, t);
-      const auto id = static_cast<size_t>(a.id);
-      if (first_[id] < 0) first_[id] = a.op_index;
-      last_[id] = std::max(last_[id], a.op_index);
-      if (ops_of_[id].empty() || ops_of_[id].back() != a.op_index) ops_of_[id].push_back(a.op_index);
-    }
-    for (size_t i = 0; i < n; ++i)
-      if (start_[i] < 0) start_[i] = i == 0 ? 0 : start_[i - 1];
-    start_[n] = std::max(t_end, n ? start_[n - 1] : 0);
-    for (size_t i = 1; i <= n; ++i) start_[i] = std::max(start_[i], start_[i - 1]);  // monotone
-    if (in_.op_ns.size() == n) {
-      start_[0] = 0;
-      for (size_t i = 0; i < n; ++i) start_[i + 1] = start_[i] + in_.op_ns[i];
-    }
-    size_t persistent = 0;
-    for (const auto& t : in_.tensors)
-      if (t.persistent) persistent += t.bytes;
-    mem_.assign(n, persistent);
-    for (size_t id = 0; id < nt; ++id) {
-      if (in_.tensors[id].persistent || first_[id] < 0) continue;
-      last_[id] = std::max(last_[id], std::min(in_.tensors[id].release_after, static_cast<int>(n) - 1));  // alive till then
-      add_mem(first_[id], last_[id], static_cast<long long>(in_.tensors[id].bytes));
-    }
-    if (in_.workspace_bytes.size() == n)
-      for (size_t i = 0; i < n; ++i) mem_[i] += in_.workspace_bytes[i];
-    if (in_.memory_delta.size() == n)
-      for (size_t i = 0; i < n; ++i) mem_[i] = static_cast<size_t>(std::max(0LL, static_cast<long long>(mem_[i]) + in_.memory_delta[i]));
-    for (size_t i = 0; i < n; ++i)
+    PlannerTimeline tl = planner_timeline(in_);
+    start_ = std::move(tl.start), first_ = std::move(tl.first), last_ = std::move(tl.last);
+    ops_of_ = std::move(tl.ops_of), mem_ = std::move(tl.mem);
+    for (size_t i = 0; i < mem_.size(); ++i)
       if (mem_[i] > in_.budget) {
         if (out_.peak_window_first < 0) out_.peak_window_first = static_cast<int>(i);
         out_.peak_window_last = static_cast<int>(i);

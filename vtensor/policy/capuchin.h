@@ -113,6 +113,17 @@ int capuchin_release_op(const std::vector<double>& op_start_ns, int evict_op, do
 // release op (the copy alone on its lane) to the start of the swap-in.
 double capuchin_free_time(const std::vector<double>& op_start_ns, int evict_op, int back_op, double swap_ns);
 CapuchinPlan plan_capuchin(const PlannerInput& in, CapuchinMode mode);
+
+// What the planner measures from its input before it plans: op start times (num_ops + 1, the
+// last the iteration's end), each tensor's first / last use and the ops that use it, and the
+// unmanaged memory curve (persistent tensors, live intervals, workspaces, memory_delta).
+struct PlannerTimeline {
+  std::vector<double> start;
+  std::vector<int> first, last;
+  std::vector<std::vector<int>> ops_of;
+  std::vector<size_t> mem;
+};
+PlannerTimeline planner_timeline(const PlannerInput& in);
 PlannerInput planner_input(const Graph& g, const AccessTrace& trace, size_t budget);
 
 class CapuchinPolicy final : public Policy {
