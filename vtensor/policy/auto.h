@@ -14,10 +14,13 @@
 //   recomputation swapped, kept, or run ahead of its access before a stall; each neighbour is
 //   rehearsed with the greedy planning the rest, the fastest of each round of 4 kept if it wins.
 //   At most 256 rehearsals; then, with densities, 128 more that may also compress a gap
-//   (FreeLunch's codec, a buffer for that gap only). All within 1.3 s past the candidates' limit.
-// Deviations from the design: a local search with the rehearsal as its cost model, not an
-// ILP / DP (the cost of a gap's choice depends on the queues and the arena the rest leaves); no
-// arena placement of its own. Without a Rehearser (set by the Trainer) it runs Capuchin's hybrid.
+//   (FreeLunch's codec, a buffer for that gap only). Then a window search: every combination of
+//   2+ gaps' moves over the costliest gap and those overlapping it (exhaustive, at most 256).
+//   All within 1.3 s past the candidates' limit. The report adds a lower bound (bound.h).
+// Deviations from the design: local and windowed enumeration with the rehearsal as its
+// cost model, not an ILP / DP (the cost of a gap's choice depends on the queues and the arena the
+// rest leaves); no arena placement of its own (the planned pool measured slower under it).
+// Without a Rehearser (set by the Trainer) it runs Capuchin's hybrid.
 // Full notes: docs/design.md.
 #pragma once
 #include <chrono>
