@@ -696,6 +696,13 @@ std::string AutoPolicy::summary() const {
     s += buf;
     std::snprintf(buf, sizeof buf, " planned in %.0f ms", planning_ms_);
     s += buf;
+    if (bound_.compute_ms > 0 && !bound_.feasible) {
+      s += "; bound: no keep / swap / recompute plan fits (working set)";
+    } else if (bound_.compute_ms > 0) {
+      std::snprintf(buf, sizeof buf, "; bound: no keep / swap / recompute plan below %.2f ms (%.3fx the kernels; %s)",
+                    bound_.compute_ms + bound_.overhead_ms, 1 + bound_.overhead_ms / bound_.compute_ms, bound_.binds.c_str());
+      s += buf;
+    }
   }
   const std::string inner = current().summary();
   if (!inner.empty()) s += "\n  " + inner;
