@@ -522,6 +522,47 @@ TEST(CapuchinPlanner, WorkspaceCountsInTheCurve) {
   EXPECT_EQ(plan_capuchin(b.in, CapuchinMode::kSwap).peak_before, 1100u);
 }
 
+// Persistent tensors swapped across the iteration boundary (PlannerInput::wrap_persistent):
+// 6 ops of 10 ns, 0.1 ns per byte; A (100 B) lives over ops 0-2, P (persistent, 100 B) is used at
+// op `use` only, like momentum in the optimizer step; budget 150 B, so ops 0-2 are over.
+CapuchinPlan wrap_plan(int use, bool wrap) {
+  TraceBuilder tb(6);
+  tb.in.op_ns.assign(6, 10.0);
+  tb.in.swap_ns_per_byte = 0.1;
+  tb.in.budget = 150;
+  tb.in.wrap_persistent = wrap;
+  const TensorId a = tb.tensor(100, 0, {}, false);
+  tb.accesses(a, {0, 2});
+  const TensorId pt = tb.tensor(100, -1, {}, false, true);
+  tb.access(pt, use);
+  return plan_capuchin(tb.in, CapuchinMode::kSwap);
+}
+
+TEST(CapuchinPlanner, WrapSwapsTakePersistentTensorsAcrossTheIterationBoundary) {
+  // Used at op 4: out after it (10 ns, ends with op 5: freed there), back by a prefetch after op 2
+  // (the latest that ends by op 4's start, 40 ns) : off over ops 0-2, and the plan fits.
+  const CapuchinPlan p = wrap_plan(4, true);
+  ASSERT_EQ(p.wrap_swaps.size(), 1u);
+  const WrapSwap& w = p.wrap_swaps[0];
+  EXPECT_EQ(w.evict_op, 4);
+  EXPECT_EQ(w.release_op, 5);
+  EXPECT_EQ(w.trigger_op, 2);
+  EXPECT_EQ(w.back_op, 4);
+  EXPECT_TRUE(p.fits);
+  EXPECT_EQ(p.memory_after, (std::vector<size_t>{100, 100, 100, 100, 100, 100}));
+  const std::vector<Action> expect{{ActionKind::kSwapOut, w.id, 4, 5}, {ActionKind::kPrefetch, w.id, 2}};
+  for (const Action& x : expect) EXPECT_NE(std::find(p.plan.actions.begin(), p.plan.actions.end(), x), p.plan.actions.end());
+  // Used at the last op: the copy out ends 10 ns into the next iteration, so the block is freed
+  // after its op 0 (release 6 = 6 ops + 0) and it is off over ops 1-3; op 0 is left to the rest.
+  const CapuchinPlan q = wrap_plan(5, true);
+  ASSERT_EQ(q.wrap_swaps.size(), 1u);
+  EXPECT_EQ(q.wrap_swaps[0].release_op, 6);
+  EXPECT_EQ(q.wrap_swaps[0].trigger_op, 3);
+  EXPECT_EQ(q.memory_after, (std::vector<size_t>{200, 100, 100, 0, 100, 100}));
+  // Off by default (Capuchin's own planning stays within one iteration).
+  EXPECT_TRUE(wrap_plan(4, false).wrap_swaps.empty());
+}
+
 // The lower bound on swap / recompute plans (bound.h), on traces small enough to solve by hand.
 // Ops 10 ns each; A (100 B, made by op 0, needed again at op `back`) is the only tensor that can
 // leave the device while B (50 B) lives at op `at`; budget 100 B, so 50 B of A must be off there.

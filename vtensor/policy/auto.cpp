@@ -59,8 +59,21 @@ bool dtr_fallback(const std::string& name) {
   return name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// "...,wrap" (before ",dtr"): a Capuchin plan that also swaps persistent tensors across the
+// iteration boundary (PlannerInput::wrap_persistent).
+constexpr const char* kWrap = ",wrap";
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+std::string with_wrap(const std::string& name) {
+  if (!dtr_fallback(name)) return name + kWrap;
+  return name.substr(0, name.size() - std::string(kDtrFallback).size()) + kWrap + kDtrFallback;
+}
+
 std::unique_ptr<Policy> make_candidate(const std::string& full) {
-  const std::string name = dtr_fallback(full) ? full.substr(0, full.size() - std::string(kDtrFallback).size()) : full;
+  std::string name = dtr_fallback(full) ? full.substr(0, full.size() - std::string(kDtrFallback).size()) : full;
+  const bool wrap = ends_with(name, kWrap);
+  if (wrap) name.resize(name.size() - std::string(kWrap).size());
   const size_t at = name.find('@');
   const std::string base = name.substr(0, at);
   bool known = false;
@@ -87,6 +100,11 @@ std::unique_ptr<Policy> make_candidate(const std::string& full) {
     if (*end != '\0') return nullptr;
   }
   if (dtr_fallback(full) && !dynamic_cast<CapuchinPolicy*>(p.get()) && !dynamic_cast<CompressPolicy*>(p.get())) return nullptr;
+  if (wrap) {
+    auto* c = dynamic_cast<CapuchinPolicy*>(p.get());
+    if (!c || base == "capuchin-recompute") return nullptr;  // a recompute-only plan swaps nothing
+    c->set_wrap_persistent(true);
+  }
   return p;
 }
 
@@ -97,6 +115,8 @@ constexpr double kMinGain = 1e-5;
 constexpr double kMinCostMs = 1e-3;
 constexpr int kMaxLosses = 4;
 constexpr int kCompressRehearsals = 128;
+// The fastest Capuchin candidates rehearsed again with wrap swaps (",wrap").
+constexpr size_t kWrapCandidates = 64;
 // The window search (AutoPolicy::window_search): gaps per window, combinations rehearsed per
 // window, and the anchors tried without a gain before it ends.
 constexpr size_t kWindowGaps = 4;
@@ -402,13 +422,57 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       si.time_limit_ms = i == 0 ? 0 : std::max(1.0, time_limit_ms_ - spent);
       rehearsals_[i] = rehearser_(candidates_[i], si);
     });
+    // The fastest swapping Capuchin plans again, with their persistent tensors also swapped across
+    // the iteration boundary: a choice of the whole plan (it frees memory everywhere the greedy
+    // then plans around), so it is rehearsed on the best few rather than on all.
+    std::vector<size_t> order;
+    for (size_t i = 0; i < rehearsals_.size(); ++i) {
+      const auto p = rehearsals_[i].trained ? make_candidate(with_wrap(rehearsals_[i].policy)) : nullptr;
+      if (p) order.push_back(i);
+    }
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return rehearsals_[a].time_ms < rehearsals_[b].time_ms; });
+    order.resize(std::min(order.size(), kWrapCandidates));
+    const size_t first_wrap = rehearsals_.size();
+    for (size_t i : order) rehearsals_.push_back({.policy = with_wrap(rehearsals_[i].policy)});
+    run_parallel(rehearsals_.size() - first_wrap, [&](size_t j) {
+      auto& r = rehearsals_[first_wrap + j];
+      const double spent = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (spent > time_limit_ms_) {
+        r.error = "not rehearsed: planning time limit";
+        return;
+      }
+      RehearsalSetup si = s;
+      si.time_limit_ms = std::max(1.0, time_limit_ms_ - spent);
+      r = rehearser_(r.policy, si);
+    });
+    // The search climbs from the fastest plan without wrap swaps, then from the fastest with them
+    // (with what the planning limit leaves), and keeps the faster end: where a climb ends depends
+    // on where it starts more than on the start's own time.
+    const RehearsalResult* other = nullptr;
     for (const auto& r : rehearsals_)
-      if (r.trained && (!best || r.time_ms < best->time_ms)) best = &r;
+      if (r.trained && !ends_with(r.policy, kWrap) && (!best || r.time_ms < best->time_ms)) best = &r;
+    for (const auto& r : rehearsals_)
+      if (r.trained && ends_with(r.policy, kWrap) && (!other || r.time_ms < other->time_ms)) other = &r;
+    if (!best) std::swap(best, other);
+    if (best && other && other->time_ms < best->time_ms && (best->gaps.empty() || search_rehearsals_ == 0))
+      best = other, other = nullptr;  // no search from the first: the faster start is the plan
+    if (other && other->gaps.empty()) other = nullptr;
     if (best) {
       chosen_ = best->policy;
       chosen_result_ = *best;
       pins_.clear();
       if (!best->gaps.empty() && search_rehearsals_ > 0) search(s, *best, t0);
+      if (other && search_rehearsals_ > 0) {
+        const RehearsalResult first = chosen_result_;
+        const std::vector<PlanPin> first_pins = pins_;
+        const double first_climbed = climbed_ms_;
+        chosen_result_ = *other;
+        pins_.clear();
+        search(s, *other, t0);
+        if (!(chosen_result_.trained && chosen_result_.time_ms < first.time_ms))
+          chosen_result_ = first, pins_ = first_pins, climbed_ms_ = first_climbed;
+      }
+      chosen_ = chosen_result_.policy;
     }
   }
   if (chosen_.empty()) chosen_ = "capuchin";

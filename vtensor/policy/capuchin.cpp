@@ -109,6 +109,7 @@ class Planner {
     find_candidates();
     out_.memory_before = mem_;
     out_.peak_before = peak();
+    if (in_.wrap_persistent && mode_ != CapuchinMode::kRecompute) wrap_swaps();
     apply_pins();
     if (mode_ != CapuchinMode::kRecompute) hidden_swaps();
     greedy();
@@ -526,6 +527,60 @@ class Planner {
   }
 
   // Swaps whose copies hide completely, largest free time first.
+  // Persistent tensors across the iteration boundary (ours, for policy auto; Capuchin plans
+  // within one iteration): a parameter or optimizer state is unused from its last use in one
+  // iteration to its first in the next (momentum: all but the optimizer step; the last layers'
+  // weights: most of the forward pass). Swapped out after its last use, its block freed once the
+  // copy has ended (in the next iteration when the copy runs past this one's end), prefetched to
+  // end before its first use; taken, largest first, where the prefetch hides and the tensor is
+  // then off over some op above the budget. The swap-out is not queued on the D2H lane model (the
+  // iteration's end has no other swap-outs); the prefetch is.
+  void wrap_swaps() {
+    const size_t n = n_ops();
+    const double period = start_[n];
+    std::vector<size_t> order;
+    for (size_t id = 0; id < in_.tensors.size(); ++id) {
+      const auto& t = in_.tensors[id];
+      if (t.persistent && t.bytes > 0 && !t.excluded && !ops_of_[id].empty()) order.push_back(id);
+    }
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return in_.tensors[a].bytes > in_.tensors[b].bytes; });
+    for (size_t id : order) {
+      if (fits()) return;
+      const auto& t = in_.tensors[id];
+      const int u1 = ops_of_[id].front(), um = ops_of_[id].back();
+      if (u1 < 1) continue;  // no op to prefetch after
+      const double swap_ns = static_cast<double>(t.bytes) * in_.swap_ns_per_byte;
+      const double out_end = start_[static_cast<size_t>(um) + 1] + swap_ns;
+      int release = -1, lo = 0;  // lo: the first op it may be off at in this iteration's indices
+      if (out_end <= period) {
+        release = capuchin_release_op(start_, um, out_end);
+        if (release < 0) continue;
+      } else {
+        for (size_t r = 0; r < n && release < 0; ++r)
+          if (start_[r + 1] >= out_end - period) release = static_cast<int>(n + r);
+        if (release < 0) continue;
+        lo = release - static_cast<int>(n) + 1;
+      }
+      const double ready = out_end > period ? out_end - period : 0;  // the host copy exists (this iteration's clock)
+      auto in_start = [&](int p) { return h2d_.earliest_fit(std::max(start_[static_cast<size_t>(p) + 1], ready), swap_ns); };
+      int p = u1 - 1;
+      while (in_start(p) + swap_ns > start_[static_cast<size_t>(u1)] + kEpsNs && p - 1 >= lo &&
+             mem_[static_cast<size_t>(p)] <= in_.budget)
+        --p;
+      if (p < lo || in_start(p) + swap_ns > start_[static_cast<size_t>(u1)] + kEpsNs) continue;  // not hidden
+      const bool wraps = release >= static_cast<int>(n);
+      const bool over = hits_over(lo, p) || (!wraps && hits_over(release + 1, static_cast<int>(n) - 1));
+      if (!over) continue;
+      add_mem(lo, p, -static_cast<long long>(t.bytes));
+      if (!wraps) add_mem(release + 1, static_cast<int>(n) - 1, -static_cast<long long>(t.bytes));
+      h2d_.add(in_start(p), swap_ns);
+      const auto tid = static_cast<TensorId>(id);
+      out_.wrap_swaps.push_back({tid, t.bytes, um, release, p, u1});
+      out_.plan.actions.push_back({ActionKind::kSwapOut, tid, um, release});
+      out_.plan.actions.push_back({ActionKind::kPrefetch, tid, p});
+    }
+  }
+
   void hidden_swaps() {
     index_candidates();
     std::vector<size_t> order(out_.candidates.size());
@@ -769,6 +824,7 @@ void CapuchinPolicy::end_iteration(const AccessTrace& trace) {
   PlannerInput in = planner_input(view_->graph(), trace, planned);
   in.swap_cost_weight = swap_cost_weight_;
   in.pins = pins_;
+  in.wrap_persistent = wrap_persistent_;
   for (const Op& op : view_->graph().ops()) {  // what the memory manager allocated (aligned) at each op
     const size_t ws = view_->workspace_bytes(op);
     in.workspace_bytes.push_back(ws ? align_up(ws) : 0);
@@ -835,6 +891,15 @@ nlohmann::json CapuchinPolicy::report() const {
     if (c.ahead_op >= 0) t["recompute_after_op"] = c.ahead_op;
     tensors.push_back(t);
   }
+  json wraps = json::array();  // persistent tensors swapped across the iteration boundary
+  for (const auto& w : plan_.wrap_swaps)
+    wraps.push_back({{"tensor", w.id},
+                     {"name", view_ ? view_->graph().tensor(w.id).name : std::string()},
+                     {"bytes", w.bytes},
+                     {"evict_after_op", w.evict_op},
+                     {"freed_after_op", w.release_op},
+                     {"prefetch_after_op", w.trigger_op},
+                     {"back_access_op", w.back_op}});
   return {{"mode", name()},
           {"guided", guided_},
           {"measurements", measurements_},
@@ -852,7 +917,8 @@ nlohmann::json CapuchinPolicy::report() const {
           {"compress_bytes", compress_bytes},
           {"trigger_moves", trigger_moves_},
           {"plan", plan_.plan.str()},
-          {"tensors", tensors}};
+          {"tensors", tensors},
+          {"wrap_swaps", wraps}};
 }
 
 std::string CapuchinPolicy::summary() const {

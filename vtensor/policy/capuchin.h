@@ -12,7 +12,8 @@
 // Deviations: release at a predicted op, not on copy completion (deterministic memory figures);
 // op times laid end to end from the measured kernel times; each access gap is a candidate,
 // parameters included; lazy re-ranking; recompute on access (ahead of it only when pinned: PlanPin); the passive
-// fallback stays on; the plan ignores the host budget. Full notes: docs/design.md.
+// fallback stays on; the plan ignores the host budget; for policy auto only, persistent tensors
+// may also be swapped across the iteration boundary (wrap_persistent). Full notes: docs/design.md.
 #pragma once
 #include <string>
 #include <vector>
@@ -76,6 +77,18 @@ struct PlannerInput {
   // it ranks the two (> 1: recompute sooner). 1: Capuchin's own; policy auto searches over it.
   double swap_cost_weight = 1.0;
   std::vector<PlanPin> pins;  // decided before the greedy (policy auto's search)
+  // Persistent tensors may also be swapped across the iteration boundary (policy auto's plans;
+  // Capuchin plans within one iteration): see CapuchinPlan::wrap_swaps.
+  bool wrap_persistent = false;
+};
+
+// A persistent tensor swapped across the iteration boundary: out after its last use, its block
+// freed after `release_op` (>= num_ops: that op of the next iteration less num_ops), back by a
+// prefetch after `trigger_op`, before its first use.
+struct WrapSwap {
+  TensorId id = kNoTensor;
+  size_t bytes = 0;
+  int evict_op = -1, release_op = -1, trigger_op = -1, back_op = -1;
 };
 
 struct CapuchinCandidate {
@@ -104,6 +117,7 @@ struct CapuchinPlan {
   size_t peak_before = 0, peak_after = 0;
   int peak_window_first = -1, peak_window_last = -1;  // ops over the budget before planning
   bool fits = false;
+  std::vector<WrapSwap> wrap_swaps;  // PlannerInput::wrap_persistent
 };
 
 // The op a swap-out issued after evict_op and ending at copy_end_ns ends in: the first later op
@@ -145,6 +159,8 @@ class CapuchinPolicy final : public Policy {
   void set_plan_fraction(double f) { plan_fraction_ = f; }
   void set_swap_cost_weight(double w) { swap_cost_weight_ = w; }
   void set_pins(std::vector<PlanPin> pins) { pins_ = std::move(pins); }
+  // Also swap persistent tensors across the iteration boundary (PlannerInput::wrap_persistent).
+  void set_wrap_persistent(bool on) { wrap_persistent_ = on; }
   // Per plan candidate, what its gap cost the last guided iteration (stall on its swap-in or on
   // its swap-out, its recomputation), as on_restore / on_swap_out_wait measured it.
   const std::vector<double>& measured_cost_ms() const { return cost_ms_; }
@@ -171,6 +187,7 @@ class CapuchinPolicy final : public Policy {
   double plan_fraction_ = 1.0;
   double swap_cost_weight_ = 1.0;
   std::vector<PlanPin> pins_;
+  bool wrap_persistent_ = false;
 };
 
 }  // namespace vtensor
