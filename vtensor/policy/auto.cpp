@@ -116,7 +116,7 @@ constexpr double kMinCostMs = 1e-3;
 constexpr int kMaxLosses = 4;
 constexpr int kCompressRehearsals = 128;
 // The fastest Capuchin candidates rehearsed again with wrap swaps (",wrap").
-constexpr size_t kWrapCandidates = 64;
+constexpr size_t kWrapCandidates = 8;
 // The window search (AutoPolicy::window_search): gaps per window, combinations rehearsed per
 // window, and the anchors tried without a gain before it ends.
 constexpr size_t kWindowGaps = 4;

@@ -8,9 +8,9 @@
 //   --densities on sim); each rehearsed on the sim backend's model of the measured iteration: the
 //   same graph, memory manager, caching allocator (arena, fragmentation, compaction), copy queues
 //   and compute stream, with the measured kernel times and link (on sim the rehearsal is the run).
-//   Out of memory discards a candidate; the lowest mean guided time wins (limit 8 s). The
-//   swapping Capuchin plans are rehearsed again with persistent tensors (weights, momentum) also
-//   swapped across the iteration boundary (",wrap"; Capuchin plans within one iteration).
+//   Out of memory discards a candidate; the lowest mean guided time wins (limit 8 s). The 8
+//   fastest swapping Capuchin plans are rehearsed again with persistent tensors (weights,
+//   momentum) also swapped across the iteration boundary (",wrap"; Capuchin's own stay within one).
 //   Per-gap search: from the fastest plan without wrap swaps, then the fastest with them, from
 //   each rehearsal (what each gap it swaps or recomputes cost),
 //   hill climbing over PlanPins (capuchin.h): a stalling swap prefetched earlier or recomputed, a
