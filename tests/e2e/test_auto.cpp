@@ -66,6 +66,17 @@ double mean_guided_ms(const AutoRun& r) {
   return t / static_cast<double>(r.iters.size() - 1);
 }
 
+// The candidate auto chose, rehearsed again on sim from the run's graph with these pins.
+RehearsalResult rehearse_again(const Graph& g, const AutoPolicy& a, size_t budget, const std::string& gpu,
+                               std::vector<PlanPin> pins) {
+  RehearsalSetup s;
+  s.graph = &g;
+  s.budget = budget;
+  s.gpu = gpu;
+  s.pins = std::move(pins);
+  return rehearse(a.chosen(), s);
+}
+
 void expect_bit_identical(const AutoRun& a, const AutoRun& b) {
   ASSERT_EQ(a.iters.size(), b.iters.size());
   for (size_t i = 0; i < a.iters.size(); ++i)
@@ -352,17 +363,11 @@ TEST(AutoSearch, PinsReplayToThePredictedRun) {
   for (const auto& cand : c->plan().candidates) pinned += cand.pinned;
   EXPECT_GT(pinned, 0) << "the running plan carries the pinned decisions";
 
-  RehearsalSetup s;
-  s.graph = &t.graph();
-  s.budget = budget;
-  s.gpu = "p100-16g";
-  s.pins = a->pins();
-  const RehearsalResult again = rehearse(a->chosen(), s);
+  const RehearsalResult again = rehearse_again(t.graph(), *a, budget, "p100-16g", a->pins());
   ASSERT_TRUE(again.trained) << again.error;
   EXPECT_EQ(again.time_ms, rep["predicted_time_ms"].get<double>());
   EXPECT_EQ(again.peak_allocated, rep["predicted_peak_bytes"].get<size_t>());
-  s.pins.clear();
-  EXPECT_EQ(rehearse(a->chosen(), s).time_ms, rep["search"]["candidate_time_ms"].get<double>());
+  EXPECT_EQ(rehearse_again(t.graph(), *a, budget, "p100-16g", {}).time_ms, rep["search"]["candidate_time_ms"].get<double>());
 
   cfg.auto_search = 0;  // --auto-search 0
   Trainer off(cfg);
@@ -392,12 +397,7 @@ TEST(AutoSearch, TheWindowSearchCombinesMovesAndReplays) {
     if (m[0].get<std::string>().rfind("window: ", 0) == 0) combined += m[0].get<std::string>().find(" + ") != std::string::npos;
   EXPECT_EQ(combined, search["window"]["rehearsals"].get<int>());
 
-  RehearsalSetup s;
-  s.graph = &t.graph();
-  s.budget = budget;
-  s.gpu = "p100-16g";
-  s.pins = a->pins();
-  const RehearsalResult again = rehearse(a->chosen(), s);
+  const RehearsalResult again = rehearse_again(t.graph(), *a, budget, "p100-16g", a->pins());
   ASSERT_TRUE(again.trained) << again.error;
   EXPECT_EQ(again.time_ms, rep["predicted_time_ms"].get<double>());
 
