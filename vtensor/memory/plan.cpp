@@ -12,6 +12,14 @@ void sort_actions(Plan& plan) {
   });
 }
 
+int walk_back_trigger(int from, int lo, const std::function<double(int)>& copy_end, double deadline,
+                      const std::vector<size_t>& mem, size_t budget) {
+  constexpr double kEpsNs = 1e-3;
+  int p = from;
+  while (copy_end(p) > deadline + kEpsNs && p - 1 >= lo && mem[static_cast<size_t>(p)] <= budget) --p;
+  return p;
+}
+
 double CopyLane::earliest_fit(double t0, double dur) const {
   double s = t0;
   // Intervals do not overlap, so their ends are sorted too: skip those that end before t0.

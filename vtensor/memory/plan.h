@@ -1,6 +1,7 @@
 // A Plan is data: the actions a policy wants carried out at fixed points of the iteration.
 // It can be printed, tested on a recorded trace without a device, and replayed.
 #pragma once
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -61,6 +62,11 @@ struct CopyLane {
 // any op in [first, last] is over, and adding a tensor's bytes over [first, last] (both clamped
 // to the curve).
 size_t curve_peak(const std::vector<size_t>& mem);
+// A copy's issue op (a prefetch's in-trigger), walked back from op `from` while the copy issued
+// after op p would end (copy_end(p)) later than `deadline`: not below op `lo`, and not back from an
+// op over the budget (the tensor would be held there). The op it stops at.
+int walk_back_trigger(int from, int lo, const std::function<double(int)>& copy_end, double deadline,
+                      const std::vector<size_t>& mem, size_t budget);
 double curve_excess(const std::vector<size_t>& mem, size_t budget);
 bool curve_over(const std::vector<size_t>& mem, size_t budget, int first, int last);
 void curve_add(std::vector<size_t>& mem, int first, int last, long long delta);

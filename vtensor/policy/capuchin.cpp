@@ -198,13 +198,8 @@ class Planner {
     r.release = capuchin_release_op(start_, c.evict_op, r.out_end);
     if (r.release < 0 || r.release + 1 > b - 1) return r;
     auto in_start = [&](int p) { return h2d_.earliest_fit(std::max(start_[static_cast<size_t>(p) + 1], r.out_end), c.swap_ns); };
-    int p = b - 1;
-    for (;;) {
-      if (in_start(p) + c.swap_ns <= start_[static_cast<size_t>(b)] + kEpsNs) break;
-      if (p - 1 < r.release + 1) break;
-      if (mem_[static_cast<size_t>(p)] > in_.budget) break;
-      --p;
-    }
+    const int p = walk_back_trigger(b - 1, r.release + 1, [&](int q) { return in_start(q) + c.swap_ns; },
+                                    start_[static_cast<size_t>(b)], mem_, in_.budget);
     r.trigger = p;
     r.in_start = in_start(p);
     r.stall = std::max(0.0, r.in_start + c.swap_ns - start_[static_cast<size_t>(b)]);
@@ -497,10 +492,8 @@ class Planner {
     auto d_start = [&](int q) {
       return codec_.earliest_fit(std::max(start_[static_cast<size_t>(q) + 1], cs + p.codec_ns), p.codec_ns);
     };
-    int q = b - 1;
-    while (d_start(q) + p.codec_ns > start_[static_cast<size_t>(b)] + kEpsNs && q - 1 >= release + 1 &&
-           mem_[static_cast<size_t>(q)] <= in_.budget)
-      --q;
+    const int q = walk_back_trigger(b - 1, release + 1, [&](int x) { return d_start(x) + p.codec_ns; },
+                                    start_[static_cast<size_t>(b)], mem_, in_.budget);
     const std::vector<size_t> mem = mem_;
     const double over = excess();
     add_mem(release + 1, q, -static_cast<long long>(c.bytes));
@@ -563,10 +556,8 @@ class Planner {
       }
       const double ready = out_end > period ? out_end - period : 0;  // the host copy exists (this iteration's clock)
       auto in_start = [&](int p) { return h2d_.earliest_fit(std::max(start_[static_cast<size_t>(p) + 1], ready), swap_ns); };
-      int p = u1 - 1;
-      while (in_start(p) + swap_ns > start_[static_cast<size_t>(u1)] + kEpsNs && p - 1 >= lo &&
-             mem_[static_cast<size_t>(p)] <= in_.budget)
-        --p;
+      const int p = walk_back_trigger(u1 - 1, lo, [&](int q) { return in_start(q) + swap_ns; },
+                                      start_[static_cast<size_t>(u1)], mem_, in_.budget);
       if (p < lo || in_start(p) + swap_ns > start_[static_cast<size_t>(u1)] + kEpsNs) continue;  // not hidden
       const bool wraps = release >= static_cast<int>(n);
       const bool over = hits_over(lo, p) || (!wraps && hits_over(release + 1, static_cast<int>(n) - 1));

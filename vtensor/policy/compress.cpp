@@ -213,10 +213,8 @@ class Planner {
       const double t = start_[static_cast<size_t>(p) + 1];
       return o.on_compute_stream ? t : lane_.earliest_fit(std::max(t, cs + c.compress_ns), c.decompress_ns);
     };
-    int p = b - 1;
-    while (d_start(p) + c.decompress_ns > start_[static_cast<size_t>(b)] + kEpsNs && p - 1 >= release + 1 &&
-           mem_[static_cast<size_t>(p)] <= b_.budget)
-      --p;
+    const int p = walk_back_trigger(b - 1, release + 1, [&](int q) { return d_start(q) + c.decompress_ns; },
+                                    start_[static_cast<size_t>(b)], mem_, b_.budget);
     const std::vector<size_t> before = mem_;
     const double over = excess();
     add_mem(mem_, release + 1, p, -static_cast<long long>(c.bytes));
