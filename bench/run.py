@@ -1595,10 +1595,14 @@ def _auto(c):
         return None
     ms = r["predicted_time_ms"]
     search = r.get("search", {})
+    lp_start = search.get("start") == "lp"
+    if lp_start:  # the search started from the LP's rounded plan pinned on that candidate
+        cand = search["candidate_time_ms"]
     stall, rec = r.get("predicted_stall_ms", 0), r.get("predicted_recompute_ms", 0)
     climbed = search.get("climbed_time_ms", ms)
     window = search.get("window", {}).get("rehearsals", 0)
-    return {"best": f"{best} {plain[best]:.1f} ms" if best else "none trains", "choice": f"{r['chosen']} {cand:.1f} ms",
+    return {"best": f"{best} {plain[best]:.1f} ms" if best else "none trains",
+            "choice": f"{'LP on ' if lp_start else ''}{r['chosen']} {cand:.1f} ms",
             "searched": f"{climbed:.1f} → {ms:.1f} ms ({len(r.get('pins', []))} pinned)",
             "gain": f"{(1 - cand / plain[best]) * 100:.1f}% + {(1 - climbed / cand) * 100:.1f}% + "
                     f"{(1 - ms / climbed) * 100:.1f}%" if best else "",
@@ -1606,7 +1610,18 @@ def _auto(c):
             "swapped": f"{r.get('predicted_swapped_out_bytes', 0) / 2**30:.2f}",
             "planning": f"{r['planning_ms'] / 1e3:.2f}",
             "tried": f"{len(r['candidates']) - skipped} / {skipped} / {search.get('rehearsals', 0) - window} + {window}",
-            "bound": _bound(r.get("bound"), unmanaged)}
+            "bound": _bound(r.get("bound"), unmanaged), "lp": _lp(r.get("lp"), unmanaged)}
+
+
+def _lp(lp, unmanaged):
+    """The linear program's optimum (lp.h) against the unmanaged iteration, and its solve time."""
+    if not lp:
+        return ""
+    if lp["status"] == "working set":
+        return "no plan (working set)"
+    if lp["time_ms"] is None:
+        return f"not solved ({lp['status']}, {lp['wall_ms'] / 1e3:.2f} s)"
+    return f"{lp['time_ms'] / unmanaged:.3f}× ({lp['wall_ms'] / 1e3:.2f} s)"
 
 
 def _bound(b, unmanaged):
@@ -1631,7 +1646,9 @@ def auto_search(rows, what):
                  "pinned), the gain of each step, the breakdown of auto's time (unmanaged + stall on copies + "
                  "recompute + the rest: compaction, launches), and the planning time on this machine "
                  "(candidates rehearsed / cut by the time limit / the climb's + the window's rehearsals), and "
-                 "the report's lower bound on any swap / recompute plan (bound.h) over the unmanaged time",
+                 "the report's lower bounds on any swap / recompute plan over the unmanaged time: bound.h's per op, "
+                 "and the linear program's over the whole iteration (lp.h; its solve time). 'LP on X': the search "
+                 "started from the LP's rounded plan pinned on candidate X",
         "rows": rows,
         "runs": [("budgets", lambda r, got: ["sweep", *_auto_src(r), "--gpu", r["gpu"], "--policies", "none",
                                              "--budgets", "50%,25%", "--iters", "1"]),
@@ -1644,7 +1661,8 @@ def auto_search(rows, what):
                     ("auto's time: unmanaged + stall + recompute + rest (ms)", _auto_col("parts")),
                     ("GiB swapped out", _auto_col("swapped")), ("planning (s)", _auto_col("planning")),
                     ("candidates rehearsed / skipped / climb + window rehearsals", _auto_col("tried")),
-                    ("no swap / recompute plan below (× unmanaged; what binds)", _auto_col("bound"))]}
+                    ("no swap / recompute plan below (× unmanaged; what binds)", _auto_col("bound")),
+                    ("LP bound (× unmanaged; solve)", _auto_col("lp"))]}
 
 
 EXPERIMENTS["auto-search-models"] = auto_search(

@@ -40,6 +40,9 @@ const char* const kAutoSearchHelp =
 const char* const kAutoWindowHelp =
     "policy auto: rehearsals of its window search after the per-gap climb (0: none; default 256)";
 
+const char* const kAutoLpHelp =
+    "policy auto: rehearsals of its linear program's rounded plan, each a start for its search (0: none, the LP still bounds; default 3)";
+
 // --auto-search / --auto-window: a count >= 0; with a single policy, that policy must be auto (a
 // sweep applies it to its auto runs).
 void check_auto_count(const std::string& option, int value, const std::string& what, const TrainConfig& cfg, bool given,
@@ -56,6 +59,7 @@ void check_auto_search(const TrainConfig& cfg, const CLI::App& cmd, bool single_
                    single_policy);
   check_auto_count("--auto-window", cfg.auto_window, "no window search", cfg, cmd.get_option("--auto-window")->count() > 0,
                    single_policy);
+  check_auto_count("--auto-lp", cfg.auto_lp, "no LP starts", cfg, cmd.get_option("--auto-lp")->count() > 0, single_policy);
 }
 
 // --checkpoint-segments with a single policy: it must be checkpoint (a sweep applies it to its checkpoint runs).
@@ -356,6 +360,7 @@ CLI::App* add_sweep(CLI::App& app, ExperimentArgs& a) {
   c->add_option("--checkpoint-segments", a.cfg.checkpoint_segments, "runs of policy checkpoint: segment count (default: sqrt of the layer count)");
   c->add_option("--auto-search", a.cfg.auto_search, kAutoSearchHelp);
   c->add_option("--auto-window", a.cfg.auto_window, kAutoWindowHelp);
+  c->add_option("--auto-lp", a.cfg.auto_lp, kAutoLpHelp);
   c->add_option("--densities", a.cfg.densities_path, "runs of the compress policies and auto: non-zero counts recorded by a cpu run (train --densities-out)");
   c->add_option("--out", a.out, "output file, .csv or .json")->required();
   return c;
@@ -498,6 +503,7 @@ int vtensor::run_cli(int argc, char** argv, CliMode mode) {
   train->add_option("--checkpoint-segments", cfg.checkpoint_segments, "policy checkpoint: segment count (default: search the segments for the lowest peak)");
   train->add_option("--auto-search", cfg.auto_search, kAutoSearchHelp);
   train->add_option("--auto-window", cfg.auto_window, kAutoWindowHelp);
+  train->add_option("--auto-lp", cfg.auto_lp, kAutoLpHelp);
   train->add_flag("--inplace-relu-grad", cfg.inplace_relu_grad, "relu backward writes dx over dy where dy dies (cuDNN's in-place ReLU, as in vDNN)");
   train->add_option("--weight-decay", cfg.optimizer.weight_decay, "weight decay (L2 for sgd and adam, decoupled for adamw)");
   train->add_option("--report", report, "write a JSON report to this file");

@@ -198,8 +198,9 @@ TEST_P(AutoSim, PredictionIsTheRunAndNoCandidateIsFaster) {
   }
 }
 
-// The bound (bound.h) is below every swap / recompute plan auto rehearsed: each candidate, each
-// plan its search tried, and the run (no densities: no compression). At 25% it binds.
+// The bounds (bound.h, and the LP's optimum, lp.h) are below every swap / recompute plan auto
+// rehearsed: each candidate, each plan its search tried, the LP's rounded plans, and the run (no
+// densities: no compression). At 25% they bind.
 TEST_P(AutoSim, NoSwapOrRecomputePlanBeatsTheBound) {
   const std::string model = GetParam();
   const AutoRun base = train(config(model, "none", 0, 2, "p100-16g"));
@@ -226,6 +227,22 @@ TEST_P(AutoSim, NoSwapOrRecomputePlanBeatsTheBound) {
     EXPECT_GE(mean_guided_ms(a), bound - eps);
     EXPECT_GT(plans, 10);
     if (f == 0.25) EXPECT_GT(b["overhead_ms"].get<double>(), 0.0) << b.dump();
+    // The linear program's optimum (lp.h) bounds them too, its own rounded plans included.
+    ASSERT_TRUE(a.report.contains("lp")) << a.report.dump();
+    const auto& l = a.report["lp"];
+    ASSERT_EQ(l["status"].get<std::string>(), "optimal") << l.dump();
+    const double lp = l["time_ms"].get<double>();
+    EXPECT_NEAR(l["compute_ms"].get<double>(), b["compute_ms"].get<double>(), 1e-9 * bound);
+    for (const auto& c : a.report["candidates"])
+      if (c["trained"].get<bool>()) EXPECT_GE(c["predicted_time_ms"].get<double>(), lp - eps) << c.dump();
+    for (const auto& t : a.report["search"]["tried"])
+      if (!t[1].is_null()) EXPECT_GE(t[1].get<double>(), lp - eps) << t.dump();
+    EXPECT_GE(mean_guided_ms(a), lp - eps);
+    ASSERT_GT(l["pins"].get<int>(), 0) << l.dump();
+    ASSERT_FALSE(l["rehearsals"].empty()) << "the LP's pins are rehearsed as a start";
+    for (const auto& r : l["rehearsals"])
+      if (r["trained"].get<bool>()) EXPECT_GE(r["predicted_time_ms"].get<double>(), lp - eps) << r.dump();
+    if (f == 0.25) EXPECT_GT(l["overhead_ms"].get<double>(), 0.0) << l.dump();
   }
 }
 

@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "vtensor/policy/bound.h"
 #include "vtensor/policy/capuchin.h"
+#include "vtensor/policy/lp.h"
 
 using namespace vtensor;
 
@@ -617,4 +619,91 @@ TEST(OverheadBound, MoreThanTheOpsOwnTensorsCanLeaveIsTheWorkingSet) {
   EXPECT_TRUE(none.feasible);
   EXPECT_EQ(none.overhead_ms, 0.0);
   EXPECT_EQ(none.binds, "nothing");
+}
+
+// The linear program over the whole iteration (lp.h), on traces solved by hand. Ops of 1 ms;
+// sizes in MiB so the solver works on numbers near one.
+namespace {
+constexpr size_t kMiB = 1024 * 1024;
+TraceBuilder lp_trace(int ops, double mib_per_ms) {
+  TraceBuilder tb(ops);
+  tb.in.op_ns.assign(static_cast<size_t>(ops), 1e6);
+  tb.in.swap_ns_per_byte = mib_per_ms > 0 ? 1e6 / (mib_per_ms * kMiB) : 0;
+  return tb;
+}
+}  // namespace
+
+TEST(LinearProgram, TheLinkAndARecomputationShareTheBytesOverTheBudget) {
+  // A (100 MiB, made by op 0, needed again at op 2) and B (50 MiB at op 1), budget 100 MiB: 50 MiB
+  // of A off the device at op 1. Op 1 is A's whole gap: its 1 ms carries 10 MiB each way at 10
+  // MiB/ms for free; more costs 0.1 ms per MiB, recomputing A costs op 0's 1 ms per 100 MiB. So
+  // 10 MiB swapped, 40 MiB recomputed: 0.4 ms.
+  TraceBuilder tb = lp_trace(3, 10);
+  tb.in.budget = 100 * kMiB;
+  const TensorId a = tb.tensor(100 * kMiB, 0, {}, true);
+  tb.accesses(a, {0, 2});
+  tb.access(tb.tensor(50 * kMiB, 1, {}, false), 1);
+  const LpResult r = solve_lp(tb.in);
+  ASSERT_EQ(r.status, "optimal");
+  ASSERT_TRUE(r.bound);
+  EXPECT_NEAR(r.compute_ms, 3.0, 1e-9);
+  EXPECT_NEAR(r.overhead_ms, 0.4, 1e-6);
+  EXPECT_NEAR(r.recompute_ms, 0.4, 1e-6);
+  EXPECT_NEAR(r.swapped_bytes / kMiB, 10.0, 1e-4);
+  EXPECT_NEAR(r.recomputed_bytes / kMiB, 40.0, 1e-4);
+  ASSERT_EQ(r.gaps.size(), 1u);
+  EXPECT_EQ(r.gaps[0].id, a);
+  EXPECT_EQ(r.gaps[0].evict_op, 0);
+  EXPECT_EQ(r.gaps[0].back_op, 2);
+  // Rounded: half of A leaves, more of it recomputed than swapped.
+  const auto pins = lp_pins(r);
+  ASSERT_EQ(pins.size(), 1u);
+  EXPECT_EQ(pins[0], (PlanPin{a, 2, CapuchinDecision::kRecompute}));
+  // Not recomputable: the link alone, 40 MiB past the free 10: 4 ms.
+  TraceBuilder tl = lp_trace(3, 10);
+  tl.in.budget = 100 * kMiB;
+  tl.accesses(tl.tensor(100 * kMiB, 0, {}, false), {0, 2});
+  tl.access(tl.tensor(50 * kMiB, 1, {}, false), 1);
+  const LpResult link = solve_lp(tl.in);
+  EXPECT_NEAR(link.overhead_ms, 4.0, 1e-6);
+  EXPECT_NEAR(link.swapped_bytes / kMiB, 50.0, 1e-4);
+  EXPECT_EQ(lp_pins(link), (std::vector<PlanPin>{{0 + 1, 2, CapuchinDecision::kSwap}}));
+}
+
+TEST(LinearProgram, ARecomputationRerunsTheAncestorsReleasedBeforeTheDrop) {
+  // P (10 MiB, op 0) -> C (100 MiB, op 1); P is last read at op 1, C again at op 4; B (140 MiB)
+  // lives at ops 2-3, budget 140 MiB: all of C must be off there. The link is all but closed, so
+  // C is recomputed, and with it P, released before C's drop: ops 1 and 0, 2 ms. With P alive
+  // till op 5 (the budget 10 MiB larger for it) only op 1 re-runs: 1 ms.
+  for (const bool p_alive : {false, true}) {
+    SCOPED_TRACE(p_alive);
+    TraceBuilder tb = lp_trace(6, 1e-9);
+    tb.in.budget = (p_alive ? 150 : 140) * kMiB;
+    const TensorId p = tb.tensor(10 * kMiB, 0, {}, true);
+    tb.accesses(p, {0, 1});
+    if (p_alive) tb.access(p, 5);
+    const TensorId c = tb.tensor(100 * kMiB, 1, {p}, true);
+    tb.accesses(c, {1, 4});
+    tb.live(tb.tensor(140 * kMiB, 2, {}, false), 2, 3);
+    const LpResult r = solve_lp(tb.in);
+    ASSERT_EQ(r.status, "optimal");
+    EXPECT_NEAR(r.overhead_ms, p_alive ? 1.0 : 2.0, 1e-3);
+  }
+}
+
+TEST(LinearProgram, MoreThanCanLeaveIsTheWorkingSetAndWithinTheBudgetNothingBinds) {
+  TraceBuilder tb = lp_trace(3, 10);
+  tb.accesses(tb.tensor(100 * kMiB, 0, {}, true), {0, 2});
+  tb.access(tb.tensor(50 * kMiB, 1, {}, false), 1);
+  tb.in.budget = 40 * kMiB;  // B alone is over it at op 1
+  const LpResult ws = solve_lp(tb.in);
+  EXPECT_EQ(ws.status, "working set");
+  EXPECT_TRUE(ws.bound);
+  EXPECT_TRUE(std::isinf(ws.overhead_ms));
+  EXPECT_TRUE(lp_pins(ws).empty());
+  tb.in.budget = 1000 * kMiB;
+  const LpResult none = solve_lp(tb.in);
+  EXPECT_EQ(none.status, "nothing over the budget");
+  EXPECT_EQ(none.overhead_ms, 0.0);
+  EXPECT_TRUE(lp_pins(none).empty());
 }

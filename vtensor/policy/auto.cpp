@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <map>
 #include <stdexcept>
 #include <thread>
@@ -15,6 +17,7 @@
 #include "vtensor/policy/capuchin.h"
 #include "vtensor/policy/checkpoint.h"
 #include "vtensor/policy/compress.h"
+#include "vtensor/policy/lp.h"
 #include "vtensor/policy/registry.h"
 
 namespace vtensor {
@@ -29,6 +32,9 @@ constexpr const char* kRehearsalGpu = "h100-80g";
 constexpr const char* kPlanFractions[] = {"0.97", "0.94", "0.9", "0.85"};
 // Rehearsals run at once (at most; fewer on fewer cores).
 constexpr unsigned kMaxRehearsalThreads = 4;
+// The fastest Capuchin-based candidates without wrap swaps the LP's pins are rehearsed on (then
+// the fastest with them; --auto-lp bounds the whole count).
+constexpr size_t kLpStarts = 2;
 // The hybrid's swap-stall weights searched beside Capuchin's 1.
 constexpr const char* kSwapCostWeights[] = {"0.25", "4", "16"};
 
@@ -399,6 +405,7 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       const auto b0 = std::chrono::steady_clock::now();
       bound_ = overhead_bound(in);
       bound_wall_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - b0).count();
+      lp_ = solve_lp(in);
     }
     rehearsals_.clear();
     const RehearsalResult* best = nullptr;
@@ -445,14 +452,47 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       si.time_limit_ms = std::max(1.0, time_limit_ms_ - spent);
       r = rehearser_(r.policy, si);
     });
+    // The LP's rounded optimum, pinned on the fastest Capuchin-based candidates without and with
+    // wrap swaps: more starts for the search (the greedy plans what the pins leave).
+    lp_rehearsals_.clear();
+    const std::vector<PlanPin> lp_pinned = lp_pins(lp_);
+    if (!lp_pinned.empty() && search_rehearsals_ > 0 && lp_rehearsals_count_ > 0) {
+      std::vector<const RehearsalResult*> plain, wrapped;
+      for (const auto& r : rehearsals_)
+        if (r.trained && !r.gaps.empty()) (ends_with(r.policy, kWrap) ? wrapped : plain).push_back(&r);
+      auto faster = [](const RehearsalResult* a, const RehearsalResult* b) { return a->time_ms < b->time_ms; };
+      std::stable_sort(plain.begin(), plain.end(), faster);
+      std::stable_sort(wrapped.begin(), wrapped.end(), faster);
+      std::vector<std::string> names;
+      for (size_t i = 0; i < plain.size() && i < kLpStarts; ++i) names.push_back(plain[i]->policy);
+      if (!wrapped.empty()) names.push_back(wrapped[0]->policy);
+      names.resize(std::min(names.size(), static_cast<size_t>(lp_rehearsals_count_)));
+      lp_rehearsals_.resize(names.size());
+      run_parallel(names.size(), [&](size_t j) {
+        auto& r = lp_rehearsals_[j];
+        r.policy = names[j];
+        const double spent = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        if (spent > time_limit_ms_) {
+          r.error = "not rehearsed: planning time limit";
+          return;
+        }
+        RehearsalSetup si = s;
+        si.pins = lp_pinned;
+        si.time_limit_ms = std::max(1.0, time_limit_ms_ - spent);
+        r = rehearser_(names[j], si);
+      });
+    }
     // The search climbs from the fastest plan without wrap swaps, then from the fastest with them
     // (with what the planning limit leaves), and keeps the faster end: where a climb ends depends
     // on where it starts more than on the start's own time.
     const RehearsalResult* other = nullptr;
-    for (const auto& r : rehearsals_)
+    const RehearsalResult* lp = nullptr;  // the fastest of the LP's pins: a third start, searched last
+    for (const auto& r : rehearsals_) {
       if (r.trained && !ends_with(r.policy, kWrap) && (!best || r.time_ms < best->time_ms)) best = &r;
-    for (const auto& r : rehearsals_)
       if (r.trained && ends_with(r.policy, kWrap) && (!other || r.time_ms < other->time_ms)) other = &r;
+    }
+    for (const auto& r : lp_rehearsals_)
+      if (r.trained && !r.gaps.empty() && (!lp || r.time_ms < lp->time_ms)) lp = &r;
     if (!best) std::swap(best, other);
     if (best && other && other->time_ms < best->time_ms && (best->gaps.empty() || search_rehearsals_ == 0))
       best = other, other = nullptr;  // no search from the first: the faster start is the plan
@@ -460,18 +500,32 @@ void AutoPolicy::choose(const AccessTrace& trace) {
     if (best) {
       chosen_ = best->policy;
       chosen_result_ = *best;
-      pins_.clear();
-      if (!best->gaps.empty() && search_rehearsals_ > 0) search(s, *best, t0);
-      if (other && search_rehearsals_ > 0) {
+      pins_ = best->pins;
+      start_ms_ = best->time_ms, start_lp_ = false;
+      // Each start is climbed with an equal share of what the planning limit leaves (a share one
+      // leaves unused goes to the next), fastest start first; the fastest end is kept.
+      std::vector<const RehearsalResult*> starts;
+      if (!best->gaps.empty()) starts.push_back(best);
+      for (const RehearsalResult* r : {other, lp})
+        if (r) starts.push_back(r);
+      std::stable_sort(starts.begin(), starts.end(), [](const RehearsalResult* a, const RehearsalResult* b) { return a->time_ms < b->time_ms; });
+      const double limit = time_limit_ms_ + kSearchTimeMs;
+      for (size_t i = 0; i < starts.size() && search_rehearsals_ > 0; ++i) {
+        const RehearsalResult* next = starts[i];
+        const double spent = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        search_until_ms_ = spent + std::max(0.0, limit - spent) / static_cast<double>(starts.size() - i);
         const RehearsalResult first = chosen_result_;
         const std::vector<PlanPin> first_pins = pins_;
         const double first_climbed = climbed_ms_;
-        chosen_result_ = *other;
-        pins_.clear();
-        search(s, *other, t0);
+        chosen_result_ = *next;
+        pins_ = next->pins;
+        search(s, *next, t0);
         if (!(chosen_result_.trained && chosen_result_.time_ms < first.time_ms))
           chosen_result_ = first, pins_ = first_pins, climbed_ms_ = first_climbed;
+        else
+          start_ms_ = next->time_ms, start_lp_ = next == lp;
       }
+      search_until_ms_ = std::numeric_limits<double>::infinity();
       chosen_ = chosen_result_.policy;
     }
   }
@@ -503,7 +557,7 @@ void AutoPolicy::search(const RehearsalSetup& setup, const RehearsalResult& base
   // Moves that did not win, by gap and decision: one that lost kMaxLosses times is not tried again
   // (from a neighbouring plan it mostly loses again; the budget goes to the untried).
   std::map<std::string, int> lost;
-  const double limit = time_limit_ms_ + kSearchTimeMs;
+  const double limit = std::min(time_limit_ms_ + kSearchTimeMs, search_until_ms_);
   int done = 0;
   auto spent = [&] { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(); };
   // Compression moves need the densities the rehearsal sizes them with, and the codecs' rate.
@@ -591,7 +645,7 @@ void AutoPolicy::search(const RehearsalSetup& setup, const RehearsalResult& base
 void AutoPolicy::window_search(const RehearsalSetup& setup, RehearsalResult& best, const CompressMove& compress,
                                std::vector<std::string>& tried, std::chrono::steady_clock::time_point t0) {
   const Graph& g = *setup.graph;
-  const double limit = time_limit_ms_ + kSearchTimeMs;
+  const double limit = std::min(time_limit_ms_ + kSearchTimeMs, search_until_ms_);
   auto spent = [&] { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(); };
   int done = 0;
   size_t anchor = 0;
@@ -709,9 +763,7 @@ nlohmann::json AutoPolicy::report() const {
               {"candidates", cands}, {"pins", pins}};
   if (chosen_result_.trained) add_prediction(out, chosen_result_);
   if (!searched_.empty() || !rehearsals_.empty()) {
-    double base = 0;
-    for (const auto& r : rehearsals_)
-      if (r.policy == chosen_ && r.trained) base = r.time_ms;
+    double base = start_ms_;  // where the search started: a candidate, or the LP's pins on one
     int trained = 0;
     double wall = 0;
     for (const auto& r : searched_) trained += r.trained, wall += r.wall_ms;
@@ -719,7 +771,7 @@ nlohmann::json AutoPolicy::report() const {
     for (size_t i = 0; i < searched_.size() && i < searched_moves_.size(); ++i)
       tried.push_back({searched_moves_[i], searched_[i].trained ? json(searched_[i].time_ms) : json(nullptr)});
     out["search"] = {{"rehearsals", searched_.size()}, {"trained", trained}, {"rehearsal_wall_ms", wall},
-                     {"candidate_time_ms", base}, {"pins", pins_.size()},
+                     {"candidate_time_ms", base}, {"start", start_lp_ ? "lp" : "candidate"}, {"pins", pins_.size()},
                      {"time_ms", chosen_result_.trained ? chosen_result_.time_ms : base}, {"tried", tried}};
     // The window search's share: where the climb ended, and the windows after it.
     out["search"]["climbed_time_ms"] = climbed_ms_ > 0 ? climbed_ms_ : out["search"]["time_ms"].get<double>();
@@ -732,6 +784,26 @@ nlohmann::json AutoPolicy::report() const {
                     {"free_bytes", b.free_bytes}, {"ops_evaluated", b.ops_evaluated}, {"wall_ms", bound_wall_ms_}};
     out["bound"]["overhead_ms"] = b.feasible ? json(b.overhead_ms) : json(nullptr);
     out["bound"]["time_ms"] = b.feasible ? json(b.compute_ms + b.overhead_ms) : json(nullptr);
+  }
+  if (lp_.status != "not run") {
+    const auto& l = lp_;
+    json reh = json::array();
+    for (const auto& r : lp_rehearsals_) {
+      json c = {{"policy", r.policy}, {"trained", r.trained}, {"rehearsal_wall_ms", r.wall_ms}};
+      if (r.trained)
+        add_prediction(c, r);
+      else
+        c["error"] = r.error;
+      reh.push_back(c);
+    }
+    out["lp"] = {{"status", l.status}, {"bound", l.bound}, {"compute_ms", l.compute_ms},
+                 {"recompute_ms", l.recompute_ms}, {"stall_ms", l.stall_ms}, {"swapped_bytes", l.swapped_bytes},
+                 {"recomputed_bytes", l.recomputed_bytes}, {"segments", l.segments}, {"columns", l.columns},
+                 {"rows", l.rows}, {"nonzeros", l.nonzeros}, {"constrained_ops", l.constrained_ops},
+                 {"wall_ms", l.wall_ms}, {"pins", lp_pins(l).size()}, {"rehearsals", reh}};
+    const bool finite = l.bound && std::isfinite(l.overhead_ms);
+    out["lp"]["overhead_ms"] = finite ? json(l.overhead_ms) : json(nullptr);
+    out["lp"]["time_ms"] = finite ? json(l.compute_ms + l.overhead_ms) : json(nullptr);
   }
   out["plan"] = current().report();
   return out;
@@ -765,6 +837,11 @@ std::string AutoPolicy::summary() const {
     } else if (bound_.compute_ms > 0) {
       std::snprintf(buf, sizeof buf, "; bound: no keep / swap / recompute plan below %.2f ms (%.3fx the kernels; %s)",
                     bound_.compute_ms + bound_.overhead_ms, 1 + bound_.overhead_ms / bound_.compute_ms, bound_.binds.c_str());
+      s += buf;
+    }
+    if (lp_.bound && std::isfinite(lp_.overhead_ms) && lp_.compute_ms > 0) {
+      std::snprintf(buf, sizeof buf, "; LP bound %.2f ms (%.3fx)", lp_.compute_ms + lp_.overhead_ms,
+                    1 + lp_.overhead_ms / lp_.compute_ms);
       s += buf;
     }
   }

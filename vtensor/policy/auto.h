@@ -20,14 +20,17 @@
 //   (FreeLunch's codec, a buffer for that gap only). Then a window search: every combination of
 //   2+ gaps' moves over the costliest gap and those overlapping it (exhaustive, at most 256).
 //   All within 1.3 s past the candidates' limit. The report adds a lower bound (bound.h).
-// Deviations from the design: local and windowed enumeration with the rehearsal as its
-// cost model, not an ILP / DP (the cost of a gap's choice depends on the queues and the arena the
-// rest leaves); no arena placement of its own (the planned pool measured slower under it).
+//   A linear program over the whole iteration (lp.h, Clp) gives a tighter bound; its rounded
+//   optimum, pinned on the fastest Capuchin-based candidates, is rehearsed as more search starts.
+// Deviations from the design: an LP relaxation rounded, then local and windowed
+// enumeration with the rehearsal as its cost model, not an ILP / DP (the cost of a gap's choice
+// depends on the queues and the arena the rest leaves); no arena placement of its own (the planned pool measured slower under it).
 // Without a Rehearser (set by the Trainer) it runs Capuchin's hybrid.
 // Full notes: docs/design.md.
 #pragma once
 #include <chrono>
 #include <functional>
+#include <limits>
 #include <stdexcept>
 #include <memory>
 #include <optional>
@@ -37,6 +40,7 @@
 #include "vtensor/memory/policy.h"
 #include "vtensor/policy/bound.h"
 #include "vtensor/policy/capuchin.h"
+#include "vtensor/policy/lp.h"
 
 namespace vtensor {
 
@@ -132,11 +136,19 @@ class AutoPolicy final : public Policy {
   void set_search_rehearsals(int n) { search_rehearsals_ = n; }
   // The window search after the climb: at most this many rehearsals (0: none).
   void set_window_rehearsals(int n) { window_rehearsals_ = n; }
+  // The LP's rounded plan is rehearsed on this many of the fastest Capuchin-based candidates (the
+  // two fastest without wrap swaps, then the fastest with them), each a start for the search.
+  void set_lp_rehearsals(int n) { lp_rehearsals_count_ = n; }
   // The densities the measured iteration had for the compression candidates (null: none).
   const std::shared_ptr<const DensityTable>& densities() const { return densities_; }
   double planning_ms() const { return planning_ms_; }
   // The lower bound on any swap / recompute plan's overhead, from the measured iteration.
   const OverheadBound& bound() const { return bound_; }
+  // The linear program over the whole iteration (lp.h): its optimum bounds every keep / swap /
+  // recompute plan; rounded, its pins are rehearsed as more starts for the search.
+  const LpResult& lp() const { return lp_; }
+  // The rehearsals of the LP's pins (each on one of the fastest Capuchin-based candidates).
+  const std::vector<RehearsalResult>& lp_rehearsals() const { return lp_rehearsals_; }
 
  private:
   Policy& current() { return active_ ? *active_ : *measuring_; }
@@ -165,6 +177,7 @@ class AutoPolicy final : public Policy {
   double element_ns_per_byte_ = 0;  // the codecs' rate, from the measured ReLU ops
   int search_rehearsals_ = kDefaultSearchRehearsals;
   int window_rehearsals_ = kDefaultWindowRehearsals;
+  int lp_rehearsals_count_ = kDefaultLpRehearsals;
   double climbed_ms_ = 0;  // the plan's time after the climb, before the window search
   int windows_ = 0, window_tried_ = 0;
   std::vector<std::optional<size_t>> nonzeros_;  // per tensor, counted in the measured iteration
@@ -172,6 +185,11 @@ class AutoPolicy final : public Policy {
   double planning_ms_ = 0;
   OverheadBound bound_;
   double bound_wall_ms_ = 0;
+  LpResult lp_;
+  double start_ms_ = 0;    // the rehearsal the kept search started from
+  bool start_lp_ = false;  // and whether it was the LP's pins
+  double search_until_ms_ = std::numeric_limits<double>::infinity();  // this start's share of the limit
+  std::vector<RehearsalResult> lp_rehearsals_;
   double time_limit_ms_ = kDefaultTimeLimitMs;
   std::chrono::steady_clock::time_point deadline_{};
   bool has_deadline_ = false;
@@ -182,6 +200,7 @@ class AutoPolicy final : public Policy {
   static constexpr double kSearchTimeMs = 1300;
   static constexpr int kDefaultSearchRehearsals = 256;
   static constexpr int kDefaultWindowRehearsals = 256;
+  static constexpr int kDefaultLpRehearsals = 3;
 };
 
 }  // namespace vtensor

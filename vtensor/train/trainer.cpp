@@ -51,8 +51,11 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
   if (cfg_.auto_window < -1)
     throw std::invalid_argument("--auto-window must be a rehearsal count >= 0 (0: no window search), got " +
                                 std::to_string(cfg_.auto_window));
+  if (cfg_.auto_lp < -1)
+    throw std::invalid_argument("--auto-lp must be a rehearsal count >= 0 (0: no LP starts), got " + std::to_string(cfg_.auto_lp));
   if (auto* a = dynamic_cast<AutoPolicy*>(policy.get())) {
     a->set_rehearser(rehearse);
+    if (cfg_.auto_lp >= 0) a->set_lp_rehearsals(cfg_.auto_lp);
     if (cfg_.auto_search >= 0) a->set_search_rehearsals(cfg_.auto_search);
     if (cfg_.auto_window >= 0) a->set_window_rehearsals(cfg_.auto_window);
   }

@@ -1,0 +1,385 @@
+#include "vtensor/policy/lp.h"
+
+#include <coin/Clp_C_Interface.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+
+namespace vtensor {
+
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+struct Gap {
+  TensorId id;
+  int a, b;          // last use before, next use (b > a; b >= n: the first use next iteration)
+  double mib;
+  double rec_ms;     // < 0: not recomputable
+  int x, y;          // columns
+  std::vector<int> seg;      // the segments its interior crosses, in order
+  std::vector<int> seg_off;  // interior offset (0: op a + 1) where each starts
+  int out0 = -1, in0 = -1;   // first cumulative out / in column (one per seg entry)
+};
+
+// Column-major assembly of (row, column, value) entries, duplicates summed.
+struct Matrix {
+  std::vector<double> col_lo, col_hi, obj, row_lo, row_hi;
+  struct Entry {
+    int col, row;
+    double v;
+  };
+  std::vector<Entry> entries;
+  int col(double lo, double hi, double c) {
+    col_lo.push_back(lo), col_hi.push_back(hi), obj.push_back(c);
+    return static_cast<int>(obj.size()) - 1;
+  }
+  int row(double lo, double hi) {
+    row_lo.push_back(lo), row_hi.push_back(hi);
+    return static_cast<int>(row_lo.size()) - 1;
+  }
+  void add(int r, int c, double v) { entries.push_back({c, r, v}); }
+  // Sorted by column then row, duplicates summed.
+  void compress() {
+    std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.col != b.col ? a.col < b.col : a.row < b.row; });
+    size_t w = 0;
+    for (size_t i = 0; i < entries.size(); ++i) {
+      if (w > 0 && entries[w - 1].col == entries[i].col && entries[w - 1].row == entries[i].row)
+        entries[w - 1].v += entries[i].v;
+      else
+        entries[w++] = entries[i];
+    }
+    entries.resize(w);
+  }
+};
+
+}  // namespace
+
+LpResult solve_lp(const PlannerInput& input, const LpOptions& opt) {
+  const auto t0 = std::chrono::steady_clock::now();
+  LpResult out;
+  auto finish = [&] {
+    out.wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return out;
+  };
+  PlannerInput in = input;
+  in.workspace_bytes.clear();  // a plan may pick leaner conv algorithms (as bound.h)
+  in.memory_delta.clear();
+  const PlannerTimeline tl = planner_timeline(in);
+  const int n = std::max(in.num_ops, 0);
+  if (n == 0) {
+    out.status = "nothing over the budget";
+    out.bound = true;
+    return finish();
+  }
+  const double period_ms = tl.start[static_cast<size_t>(n)] * 1e-6;
+  out.compute_ms = period_ms;
+  auto op_ms = [&](int k) { return (tl.start[static_cast<size_t>(k) + 1] - tl.start[static_cast<size_t>(k)]) * 1e-6; };
+  // MiB per ms; an unknown link (0) is infinitely fast, so the optimum still bounds.
+  const double bw = in.swap_ns_per_byte > 0 ? 1e6 / in.swap_ns_per_byte / kMiB : kInf;
+
+  // Bytes alive past their last use (a replayed log's late frees) and persistent tensors never
+  // used leave at no cost; what is over the budget beyond them must be moved.
+  std::vector<double> need(static_cast<size_t>(n), 0);
+  for (int k = 0; k < n; ++k) need[static_cast<size_t>(k)] = (static_cast<double>(tl.mem[static_cast<size_t>(k)]) - static_cast<double>(in.budget)) / kMiB;
+  std::vector<double> out_bytes(static_cast<size_t>(n), 0);
+  for (size_t id = 0; id < in.tensors.size(); ++id) {
+    const auto& t = in.tensors[id];
+    if (t.producer >= 0 && t.producer < n) out_bytes[static_cast<size_t>(t.producer)] += static_cast<double>(t.bytes);
+    if (t.bytes == 0) continue;
+    const auto& uses = tl.ops_of[id];
+    const double mib = static_cast<double>(t.bytes) / kMiB;
+    if (uses.empty()) {
+      if (t.persistent)
+        for (auto& x : need) x -= mib;
+    } else if (!t.persistent) {
+      for (int k = uses.back() + 1; k <= tl.last[id] && k < n; ++k) need[static_cast<size_t>(k)] -= mib;
+    }
+  }
+  std::vector<int> over;
+  for (int k = 0; k < n; ++k)
+    if (need[static_cast<size_t>(k)] > 1e-9) over.push_back(k);
+  if (over.empty()) {
+    out.status = "nothing over the budget";
+    out.bound = true;
+    return finish();
+  }
+  // Constrain at most max_rows ops (a subset still bounds): the most over, then a spread.
+  if (static_cast<int>(over.size()) > opt.max_rows) {
+    std::vector<int> by_need = over;
+    std::stable_sort(by_need.begin(), by_need.end(), [&](int a, int b) { return need[static_cast<size_t>(a)] > need[static_cast<size_t>(b)]; });
+    const size_t top = static_cast<size_t>(opt.max_rows) / 4, rest = static_cast<size_t>(opt.max_rows) - top;
+    std::vector<int> pick(by_need.begin(), by_need.begin() + static_cast<long>(top));
+    const size_t stride = (over.size() + rest - 1) / rest;
+    for (size_t i = 0; i < over.size(); i += stride) pick.push_back(over[i]);
+    std::sort(pick.begin(), pick.end());
+    pick.erase(std::unique(pick.begin(), pick.end()), pick.end());
+    over = std::move(pick);
+  }
+  std::vector<char> constrained(static_cast<size_t>(n), 0);
+  for (int k : over) constrained[static_cast<size_t>(k)] = 1;
+  std::vector<int> cprefix(static_cast<size_t>(n) + 1, 0);
+  for (int k = 0; k < n; ++k) cprefix[static_cast<size_t>(k) + 1] = cprefix[static_cast<size_t>(k)] + constrained[static_cast<size_t>(k)];
+  auto any_constrained = [&](int lo, int hi) {  // in [lo, hi], cyclic over n
+    if (lo > hi) return false;
+    if (hi < n) return cprefix[static_cast<size_t>(hi) + 1] > cprefix[static_cast<size_t>(lo)];
+    return cprefix[static_cast<size_t>(n)] > cprefix[static_cast<size_t>(std::min(lo, n))] ||
+           cprefix[static_cast<size_t>(hi - n) + 1] > 0;
+  };
+
+  // Segments of equal measured time (each at least one op).
+  const int m = std::max(1, std::min(opt.segments, n));
+  std::vector<int> seg_of(static_cast<size_t>(n));
+  std::vector<double> seg_ms(static_cast<size_t>(m), 0);
+  {
+    int s = 0;
+    for (int k = 0; k < n; ++k) {
+      const double mid = (tl.start[static_cast<size_t>(k)] * 1e-6 + 0.5 * op_ms(k));
+      const int want = period_ms > 0 ? std::min(m - 1, static_cast<int>(mid / period_ms * m)) : m - 1;
+      const int left = n - k;  // ops left, this one included
+      s = std::min(m - 1, std::max({s, want, m - left}));  // m - left: an op left for each later segment
+      if (k > 0 && s > seg_of[static_cast<size_t>(k) - 1] + 1) s = seg_of[static_cast<size_t>(k) - 1] + 1;  // none empty
+      seg_of[static_cast<size_t>(k)] = s;
+      seg_ms[static_cast<size_t>(s)] += op_ms(k);
+    }
+  }
+  out.segments = seg_of.back() + 1;
+
+  // A recomputation at op b re-runs the producer and every ancestor released before the drop
+  // (after op a) that is not alive at b: the ancestors' ops, as the memory manager's lineage walk
+  // does (an input released after the drop is held for it). False: some op of it may not re-run.
+  auto chain = [&](TensorId x, int a, int b, std::vector<int>& ops) {
+    std::vector<TensorId> stack{x};
+    std::vector<char> seen(in.tensors.size(), 0);
+    seen[static_cast<size_t>(x)] = 1;
+    while (!stack.empty()) {
+      const auto& t = in.tensors[static_cast<size_t>(stack.back())];
+      stack.pop_back();
+      if (!t.recomputable || t.producer < 0 || t.producer >= n) return false;
+      if (ops.size() > 256) return true;  // a longer chain costs at least this much: still a bound
+      ops.push_back(t.producer);
+      for (TensorId u : t.inputs) {
+        const auto i = static_cast<size_t>(u);
+        const auto& it = in.tensors[i];
+        if (seen[i] || it.persistent || (tl.first[i] <= b && b <= tl.last[i]) || tl.last[i] > a) continue;
+        seen[i] = 1;
+        stack.push_back(u);
+      }
+    }
+    return true;
+  };
+
+  // The gaps that span a constrained op (the small ones folded into the need).
+  const size_t small = static_cast<size_t>(opt.small_fraction * static_cast<double>(in.budget));
+  std::vector<Gap> gaps;
+  std::vector<std::vector<int>> chain_ops;  // per gap: its producer first, then the ancestors
+  for (size_t id = 0; id < in.tensors.size(); ++id) {
+    const auto& t = in.tensors[id];
+    const auto& uses = tl.ops_of[id];
+    if (t.bytes == 0 || uses.empty()) continue;
+    const double mib = static_cast<double>(t.bytes) / kMiB;
+    auto add = [&](int a, int b, bool wrap) {
+      if (b - a < 2 || !any_constrained(a + 1, b - 1)) return;
+      if (t.bytes < small) {  // off the device at no cost: fewer columns, and still a bound
+        for (int k = a + 1; k < b; ++k) need[static_cast<size_t>(k % n)] -= mib;
+        return;
+      }
+      std::vector<int> ops;
+      const bool rec = !wrap && !t.persistent && out_bytes[static_cast<size_t>(std::max(t.producer, 0))] > 0 &&
+                       chain(static_cast<TensorId>(id), a, b, ops);
+      gaps.push_back({static_cast<TensorId>(id), a, b, mib, rec ? 0.0 : -1.0, -1, -1, {}, {}});
+      chain_ops.push_back(rec ? std::move(ops) : std::vector<int>{});
+    };
+    for (size_t i = 0; i + 1 < uses.size(); ++i) add(uses[i], uses[i + 1], false);
+    if (t.persistent) add(uses.back(), uses.front() + n, true);  // across the iteration boundary
+  }
+  // Recompute cost: the producer's kernel shared among its outputs by bytes; an ancestor op that
+  // several chains ending at the same op re-run is shared among them (it runs once for all).
+  {
+    std::map<std::pair<int, int>, int> users;  // (back op, ancestor op) -> chains
+    for (size_t gi = 0; gi < gaps.size(); ++gi)
+      for (size_t j = 1; j < chain_ops[gi].size(); ++j) ++users[{gaps[gi].b, chain_ops[gi][j]}];
+    for (size_t gi = 0; gi < gaps.size(); ++gi) {
+      Gap& g = gaps[gi];
+      if (g.rec_ms < 0) continue;
+      const int p = chain_ops[gi][0];
+      g.rec_ms = op_ms(p) * g.mib * kMiB / out_bytes[static_cast<size_t>(p)];
+      for (size_t j = 1; j < chain_ops[gi].size(); ++j) g.rec_ms += op_ms(chain_ops[gi][j]) / users[{g.b, chain_ops[gi][j]}];
+    }
+  }
+
+  Matrix mx;
+  std::vector<int> extra(static_cast<size_t>(m));
+  for (int s = 0; s < m; ++s) extra[static_cast<size_t>(s)] = mx.col(0, kInf, 1);
+  // Per segment: the (gap, entry) pairs that may copy in it.
+  std::vector<std::vector<std::pair<int, int>>> in_seg(static_cast<size_t>(m));
+  std::vector<std::vector<int>> rec_at(static_cast<size_t>(m));
+  std::vector<std::tuple<int, int, double>> rec_extra;  // (segment, column, ms): inputs recomputed for a chain
+  for (size_t gi = 0; gi < gaps.size(); ++gi) {
+    Gap& g = gaps[gi];
+    g.x = mx.col(0, 1, 0);
+    g.y = mx.col(0, g.rec_ms >= 0 ? 1 : 0, 0);
+    const int r = mx.row(-kInf, 1);
+    mx.add(r, g.x, 1), mx.add(r, g.y, 1);
+    for (int o = 0; o < g.b - g.a - 1; ++o) {
+      const int s = seg_of[static_cast<size_t>((g.a + 1 + o) % n)];
+      if (g.seg.empty() || g.seg.back() != s) g.seg.push_back(s), g.seg_off.push_back(o);
+    }
+    const int e = static_cast<int>(g.seg.size());
+    g.out0 = static_cast<int>(mx.obj.size());
+    for (int i = 0; i < e; ++i) mx.col(0, 1, 0);
+    g.in0 = static_cast<int>(mx.obj.size());
+    for (int i = 0; i < e; ++i) mx.col(0, 1, 0);
+    for (int i = 1; i < e; ++i) {  // cumulative: never decreasing
+      const int ro = mx.row(0, kInf), ri = mx.row(0, kInf);
+      mx.add(ro, g.out0 + i, 1), mx.add(ro, g.out0 + i - 1, -1);
+      mx.add(ri, g.in0 + i, 1), mx.add(ri, g.in0 + i - 1, -1);
+    }
+    const int ro = mx.row(0, 0), ri = mx.row(0, 0);  // all of the swapped fraction goes out and back
+    mx.add(ro, g.out0 + e - 1, 1), mx.add(ro, g.x, -1);
+    mx.add(ri, g.in0 + e - 1, 1), mx.add(ri, g.x, -1);
+    for (int i = 0; i < e; ++i) in_seg[static_cast<size_t>(g.seg[static_cast<size_t>(i)])].push_back({static_cast<int>(gi), i});
+    if (g.rec_ms >= 0) rec_at[static_cast<size_t>(seg_of[static_cast<size_t>(g.b % n)])].push_back(static_cast<int>(gi));
+  }
+  // A recomputation at op b reads its producer's inputs: one alive there but dropped over b (its
+  // own gap h recomputed) is recomputed too, once for every chain ending at b that reads it:
+  // z >= y_g + y_h - 1, at the input's producer share.
+  {
+    std::vector<std::vector<int>> gaps_of(in.tensors.size());
+    for (size_t gi = 0; gi < gaps.size(); ++gi) gaps_of[static_cast<size_t>(gaps[gi].id)].push_back(static_cast<int>(gi));
+    std::map<std::pair<int, int>, int> z_of;  // (gap h, back op b) -> column
+    for (size_t gi = 0; gi < gaps.size(); ++gi) {
+      const Gap& g = gaps[gi];
+      if (g.rec_ms < 0) continue;
+      const int b = g.b;
+      for (TensorId u : in.tensors[static_cast<size_t>(g.id)].inputs) {
+        for (int hi : gaps_of[static_cast<size_t>(u)]) {
+          const Gap& h = gaps[static_cast<size_t>(hi)];
+          if (h.rec_ms < 0 || !(h.a < b && b < h.b) || hi == static_cast<int>(gi)) continue;
+          auto [it, fresh] = z_of.try_emplace({hi, b}, -1);
+          if (fresh) {
+            const auto& ut = in.tensors[static_cast<size_t>(u)];
+            const double share = op_ms(ut.producer) * h.mib * kMiB / out_bytes[static_cast<size_t>(ut.producer)];
+            it->second = mx.col(0, 1, 0);
+            rec_extra.push_back({seg_of[static_cast<size_t>(b % n)], it->second, share});
+          }
+          const int r = mx.row(-1, kInf);  // z - y_g - y_h >= -1
+          mx.add(r, it->second, 1), mx.add(r, g.y, -1), mx.add(r, h.y, -1);
+        }
+      }
+    }
+  }
+  for (int s = 0; s < m; ++s) {
+    const int E = extra[static_cast<size_t>(s)];
+    if (std::isfinite(bw) && !in_seg[static_cast<size_t>(s)].empty()) {
+      // Each direction: bytes copied in this segment <= bw * (its kernels + E).
+      for (int dir = 0; dir < 2; ++dir) {
+        const int r = mx.row(-kInf, bw * seg_ms[static_cast<size_t>(s)]);
+        mx.add(r, E, -bw);
+        for (auto [gi, i] : in_seg[static_cast<size_t>(s)]) {
+          const Gap& g = gaps[static_cast<size_t>(gi)];
+          const int c0 = dir == 0 ? g.out0 : g.in0;
+          mx.add(r, c0 + i, g.mib);
+          if (i > 0) mx.add(r, c0 + i - 1, -g.mib);
+        }
+      }
+    }
+    if (!rec_at[static_cast<size_t>(s)].empty()) {  // recomputations lengthen the segment
+      const int r = mx.row(-kInf, 0);
+      mx.add(r, E, -1);
+      for (int gi : rec_at[static_cast<size_t>(s)]) mx.add(r, gaps[static_cast<size_t>(gi)].y, gaps[static_cast<size_t>(gi)].rec_ms);
+      for (const auto& [seg, col, ms] : rec_extra)
+        if (seg == s) mx.add(r, col, ms);
+    }
+  }
+  // Memory at each constrained op: off the device (out by the end of its segment, not back before
+  // it, or dropped) >= what is over the budget there.
+  std::vector<int> mem_row(static_cast<size_t>(n), -1);
+  for (int k : over) mem_row[static_cast<size_t>(k)] = mx.row(need[static_cast<size_t>(k)], kInf);
+  for (const Gap& g : gaps) {
+    for (int o = 0, i = 0; o < g.b - g.a - 1; ++o) {
+      while (i + 1 < static_cast<int>(g.seg.size()) && g.seg_off[static_cast<size_t>(i) + 1] <= o) ++i;
+      const int k = (g.a + 1 + o) % n;
+      const int r = mem_row[static_cast<size_t>(k)];
+      if (r < 0) continue;
+      mx.add(r, g.out0 + i, g.mib);
+      if (i > 0) mx.add(r, g.in0 + i - 1, -g.mib);
+      mx.add(r, g.y, g.mib);
+    }
+  }
+  out.constrained_ops = static_cast<int>(over.size());
+  out.columns = static_cast<int>(mx.obj.size());
+  out.rows = static_cast<int>(mx.row_lo.size());
+  mx.compress();
+  out.nonzeros = static_cast<long long>(mx.entries.size());
+
+  // Compressed columns for Clp.
+  std::vector<CoinBigIndex> start(mx.obj.size() + 1, 0);
+  std::vector<int> index;
+  std::vector<double> value;
+  index.reserve(mx.entries.size()), value.reserve(mx.entries.size());
+  for (const auto& e : mx.entries) {
+    if (e.v == 0) continue;
+    ++start[static_cast<size_t>(e.col) + 1];
+    index.push_back(e.row), value.push_back(e.v);
+  }
+  for (size_t c = 0; c < mx.obj.size(); ++c) start[c + 1] += start[c];
+  std::unique_ptr<Clp_Simplex, void (*)(Clp_Simplex*)> model(Clp_newModel(), Clp_deleteModel);
+  Clp_setLogLevel(model.get(), 0);
+  Clp_setMaximumSeconds(model.get(), opt.time_limit_s);
+  Clp_loadProblem(model.get(), out.columns, out.rows, start.data(), index.data(), value.data(), mx.col_lo.data(),
+                  mx.col_hi.data(), mx.obj.data(), mx.row_lo.data(), mx.row_hi.data());
+  Clp_initialSolve(model.get());  // Clp picks the method (primal on these: 2-3x the dual's speed)
+  const int status = Clp_status(model.get());
+  if (status == 1) {
+    out.status = "working set";  // no fractions cover an op: it needs more than the budget
+    out.overhead_ms = kInf;
+    out.bound = true;
+    return finish();
+  }
+  if (status != 0) {
+    out.status = status == 3 ? "time limit" : "solver status " + std::to_string(status);
+    return finish();
+  }
+  out.status = "optimal";
+  out.bound = true;
+  const double* sol = Clp_primalColumnSolution(model.get());
+  for (int e : extra) out.overhead_ms += sol[e];
+  for (const Gap& g : gaps) {
+    const double x = std::clamp(sol[g.x], 0.0, 1.0), y = std::clamp(sol[g.y], 0.0, 1.0);
+    out.swapped_bytes += x * g.mib * kMiB;
+    out.recomputed_bytes += y * g.mib * kMiB;
+    if (y > 0) out.recompute_ms += y * g.rec_ms;
+    if (x > 1e-6 || y > 1e-6)
+      out.gaps.push_back({g.id, g.a, g.b % n, static_cast<size_t>(std::llround(g.mib * kMiB)), x, y, std::max(0.0, g.rec_ms)});
+  }
+  out.stall_ms = std::max(0.0, out.overhead_ms - out.recompute_ms);
+  return finish();
+}
+
+std::vector<PlanPin> lp_pins(const LpResult& r, double threshold) {
+  std::vector<const LpGap*> swaps, recs;
+  for (const auto& g : r.gaps) {
+    if (g.back_op <= g.evict_op) continue;  // across the iteration boundary: the ",wrap" plans' part
+    if (g.recompute >= threshold)
+      recs.push_back(&g);
+    else if (g.swap >= threshold || (g.swap + g.recompute >= threshold && g.swap >= g.recompute))
+      swaps.push_back(&g);
+    else if (g.swap + g.recompute >= threshold)
+      recs.push_back(&g);
+  }
+  std::stable_sort(swaps.begin(), swaps.end(), [](const LpGap* a, const LpGap* b) { return a->evict_op < b->evict_op; });
+  std::vector<PlanPin> pins;
+  for (const LpGap* g : swaps) pins.push_back({g->id, g->back_op, CapuchinDecision::kSwap});
+  for (const LpGap* g : recs) pins.push_back({g->id, g->back_op, CapuchinDecision::kRecompute});
+  return pins;
+}
+
+}  // namespace vtensor

@@ -1,0 +1,63 @@
+// A linear program over the whole measured iteration (ours; policy auto plans from it and reports
+// its optimum as a lower bound). Solved with COIN-OR Clp (Debian's coinor-libclp-dev).
+//   Per access gap (a tensor's bytes between two uses; persistent tensors also across the
+//   iteration boundary) the fractions x swapped and y dropped-and-recomputed. The iteration is cut
+//   into segments of equal measured time; per gap and segment, the cumulative fraction copied out
+//   and copied back. Rows: at each op over the budget the bytes off the device (copied out in a
+//   segment up to this one, not yet back before it, or dropped) cover what is over the budget;
+//   per segment and direction the link moves at most bandwidth x (the segment's kernels + its
+//   extra time E); per segment E covers the recomputations of the gaps that end there (each at its
+//   producer's kernel time, shared among the producer's outputs by bytes). Minimise sum E.
+//   Every simplification errs low (fractional copies, a copy anywhere in a segment its gap touches,
+//   a copy in flight counted off the device, no chains, no queue order, no fragmentation), so no
+//   keep / swap / recompute plan runs below compute + the optimum: a bound that couples the ops
+//   (bound.h takes each op alone). Rounded (a gap swapped or recomputed where its fraction is at
+//   least one half), it gives PlanPins that Capuchin's greedy completes: auto rehearses them as
+//   more starts for its search. Deviations: a relaxation, not the ILP the issue names (the integer
+//   program over ~10^4 gaps x segments does not solve within the planning limit here).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "vtensor/policy/capuchin.h"
+
+namespace vtensor {
+
+struct LpOptions {
+  int segments = 96;         // the iteration cut into this many segments of equal measured time
+  int max_rows = 384;        // ops over the budget constrained at most (most over first, then spread)
+  double time_limit_s = 2;   // Clp's limit; past it there is no bound
+  // Gaps of fewer bytes than this fraction of the budget leave the device at no cost (optimistic,
+  // so the optimum still bounds; far fewer columns).
+  double small_fraction = 1.0 / 1024;
+};
+
+// One gap the optimum moves (swap or recompute > 0).
+struct LpGap {
+  TensorId id = kNoTensor;
+  int evict_op = -1, back_op = -1;  // back_op < evict_op: across the iteration boundary
+  size_t bytes = 0;
+  double swap = 0, recompute = 0;   // fractions
+  double recompute_ms = 0;          // the whole gap's, at its producer's share
+};
+
+struct LpResult {
+  std::string status = "not run";  // "optimal", "nothing over the budget", "working set", "time limit", ...
+  bool bound = false;              // overhead_ms is a lower bound (solved to optimality)
+  double compute_ms = 0;           // the measured kernels end to end
+  double overhead_ms = 0;          // the optimum: no keep / swap / recompute plan adds less
+  double recompute_ms = 0, stall_ms = 0;  // its split
+  double swapped_bytes = 0, recomputed_bytes = 0;  // per iteration, each direction
+  int segments = 0, columns = 0, rows = 0, constrained_ops = 0;
+  long long nonzeros = 0;
+  double wall_ms = 0;
+  std::vector<LpGap> gaps;
+};
+
+LpResult solve_lp(const PlannerInput& in, const LpOptions& opt = {});
+
+// The optimum rounded: gaps within one iteration recomputed (fraction >= threshold) or swapped,
+// swaps in the order their copies leave, then the recomputations.
+std::vector<PlanPin> lp_pins(const LpResult& r, double threshold = 0.5);
+
+}  // namespace vtensor
