@@ -112,17 +112,19 @@ LpResult solve_lp(const PlannerInput& input, const LpOptions& opt) {
     return finish();
   }
   // Constrain at most max_rows ops (a subset still bounds): the most over, then a spread.
-  if (static_cast<int>(over.size()) > opt.max_rows) {
-    std::vector<int> by_need = over;
+  auto pick_rows = [&](const std::vector<int>& from, int rows) {
+    if (static_cast<int>(from.size()) <= rows) return from;
+    std::vector<int> by_need = from;
     std::stable_sort(by_need.begin(), by_need.end(), [&](int a, int b) { return need[static_cast<size_t>(a)] > need[static_cast<size_t>(b)]; });
-    const size_t top = static_cast<size_t>(opt.max_rows) / 4, rest = static_cast<size_t>(opt.max_rows) - top;
+    const size_t top = static_cast<size_t>(rows) / 4, rest = static_cast<size_t>(rows) - top;
     std::vector<int> pick(by_need.begin(), by_need.begin() + static_cast<long>(top));
-    const size_t stride = (over.size() + rest - 1) / rest;
-    for (size_t i = 0; i < over.size(); i += stride) pick.push_back(over[i]);
+    const size_t stride = (from.size() + rest - 1) / rest;
+    for (size_t i = 0; i < from.size(); i += stride) pick.push_back(from[i]);
     std::sort(pick.begin(), pick.end());
     pick.erase(std::unique(pick.begin(), pick.end()), pick.end());
-    over = std::move(pick);
-  }
+    return pick;
+  };
+  over = pick_rows(over, opt.max_rows);
   std::vector<char> constrained(static_cast<size_t>(n), 0);
   for (int k : over) constrained[static_cast<size_t>(k)] = 1;
   std::vector<int> cprefix(static_cast<size_t>(n) + 1, 0);
@@ -134,31 +136,15 @@ LpResult solve_lp(const PlannerInput& input, const LpOptions& opt) {
            cprefix[static_cast<size_t>(hi - n) + 1] > 0;
   };
 
-  // Segments of equal measured time (each at least one op).
-  const int m = std::max(1, std::min(opt.segments, n));
-  std::vector<int> seg_of(static_cast<size_t>(n));
-  std::vector<double> seg_ms(static_cast<size_t>(m), 0);
-  {
-    int s = 0;
-    for (int k = 0; k < n; ++k) {
-      const double mid = (tl.start[static_cast<size_t>(k)] * 1e-6 + 0.5 * op_ms(k));
-      const int want = period_ms > 0 ? std::min(m - 1, static_cast<int>(mid / period_ms * m)) : m - 1;
-      const int left = n - k;  // ops left, this one included
-      s = std::min(m - 1, std::max({s, want, m - left}));  // m - left: an op left for each later segment
-      if (k > 0 && s > seg_of[static_cast<size_t>(k) - 1] + 1) s = seg_of[static_cast<size_t>(k) - 1] + 1;  // none empty
-      seg_of[static_cast<size_t>(k)] = s;
-      seg_ms[static_cast<size_t>(s)] += op_ms(k);
-    }
-  }
-  out.segments = seg_of.back() + 1;
-
   // A recomputation at op b re-runs the producer and every ancestor released before the drop
   // (after op a) that is not alive at b: the ancestors' ops, as the memory manager's lineage walk
   // does (an input released after the drop is held for it). False: some op of it may not re-run.
+  std::vector<int> seen(in.tensors.size(), 0);
+  int stamp = 0;
   auto chain = [&](TensorId x, int a, int b, std::vector<int>& ops) {
     std::vector<TensorId> stack{x};
-    std::vector<char> seen(in.tensors.size(), 0);
-    seen[static_cast<size_t>(x)] = 1;
+    ++stamp;
+    seen[static_cast<size_t>(x)] = stamp;
     while (!stack.empty()) {
       const auto& t = in.tensors[static_cast<size_t>(stack.back())];
       stack.pop_back();
@@ -168,8 +154,8 @@ LpResult solve_lp(const PlannerInput& input, const LpOptions& opt) {
       for (TensorId u : t.inputs) {
         const auto i = static_cast<size_t>(u);
         const auto& it = in.tensors[i];
-        if (seen[i] || it.persistent || (tl.first[i] <= b && b <= tl.last[i]) || tl.last[i] > a) continue;
-        seen[i] = 1;
+        if (seen[i] == stamp || it.persistent || (tl.first[i] <= b && b <= tl.last[i]) || tl.last[i] > a) continue;
+        seen[i] = stamp;
         stack.push_back(u);
       }
     }
@@ -214,6 +200,71 @@ LpResult solve_lp(const PlannerInput& input, const LpOptions& opt) {
       for (size_t j = 1; j < chain_ops[gi].size(); ++j) g.rec_ms += op_ms(chain_ops[gi][j]) / users[{g.b, chain_ops[gi][j]}];
     }
   }
+
+  // Size: the memory rows' non-zeros and the cumulative copy columns grow with the gaps spanning
+  // each constrained op and the segments each gap crosses. Past the limits, fewer constrained ops
+  // (a subset still bounds), then fewer segments (coarser still bounds), so Clp stays well inside
+  // its time limit (the LSTM log: 120k columns and 1.6M non-zeros at 96 segments).
+  {
+    std::vector<long long> span(static_cast<size_t>(n) + 1, 0);
+    auto cover = [&](int lo, int hi) {  // [lo, hi] within one iteration
+      if (lo > hi) return;
+      ++span[static_cast<size_t>(lo)], --span[static_cast<size_t>(hi) + 1];
+    };
+    for (const Gap& g : gaps) {
+      if (g.b < n) {
+        cover(g.a + 1, g.b - 1);
+      } else {
+        cover(g.a + 1, n - 1);
+        cover(0, g.b - 1 - n);
+      }
+    }
+    long long run = 0, nnz = 0;
+    for (int k = 0; k < n; ++k) {
+      run += span[static_cast<size_t>(k)];
+      span[static_cast<size_t>(k)] = run;
+    }
+    for (int k : over) nnz += 3 * span[static_cast<size_t>(k)];
+    if (nnz > opt.max_memory_nonzeros) {
+      const int rows = std::max(8, static_cast<int>(static_cast<double>(over.size()) * static_cast<double>(opt.max_memory_nonzeros) / static_cast<double>(nnz)));
+      over = pick_rows(over, rows);
+      std::fill(constrained.begin(), constrained.end(), 0);
+      for (int k : over) constrained[static_cast<size_t>(k)] = 1;
+      for (int k = 0; k < n; ++k) cprefix[static_cast<size_t>(k) + 1] = cprefix[static_cast<size_t>(k)] + constrained[static_cast<size_t>(k)];
+      std::vector<Gap> kept;
+      std::vector<std::vector<int>> kept_ops;
+      for (size_t gi = 0; gi < gaps.size(); ++gi)
+        if (any_constrained(gaps[gi].a + 1, gaps[gi].b - 1)) kept.push_back(gaps[gi]), kept_ops.push_back(std::move(chain_ops[gi]));
+      gaps = std::move(kept), chain_ops = std::move(kept_ops);
+    }
+  }
+  // Segments of equal measured time (each at least one op), as many as the column limit allows.
+  std::vector<int> seg_of(static_cast<size_t>(n));
+  auto cut = [&](int m) {
+    int s = 0;
+    for (int k = 0; k < n; ++k) {
+      const double mid = (tl.start[static_cast<size_t>(k)] * 1e-6 + 0.5 * op_ms(k));
+      const int want = period_ms > 0 ? std::min(m - 1, static_cast<int>(mid / period_ms * m)) : m - 1;
+      const int left = n - k;  // ops left, this one included
+      s = std::min(m - 1, std::max({s, want, m - left}));  // m - left: an op left for each later segment
+      if (k > 0 && s > seg_of[static_cast<size_t>(k) - 1] + 1) s = seg_of[static_cast<size_t>(k) - 1] + 1;  // none empty
+      seg_of[static_cast<size_t>(k)] = s;
+    }
+  };
+  int m = std::max(1, std::min(opt.segments, n));
+  for (;; m = std::max(1, m * 2 / 3)) {
+    cut(m);
+    long long cols = 0;
+    for (const Gap& g : gaps) {
+      const int lo = seg_of[static_cast<size_t>(g.a + 1)];
+      const int hi = seg_of[static_cast<size_t>((g.b - 1) % n)];
+      cols += 2 + 2 * (g.b < n ? hi - lo + 1 : (seg_of.back() - lo + 1) + hi + 1);
+    }
+    if (cols <= opt.max_columns || m <= 4) break;
+  }
+  std::vector<double> seg_ms(static_cast<size_t>(m), 0);
+  for (int k = 0; k < n; ++k) seg_ms[static_cast<size_t>(seg_of[static_cast<size_t>(k)])] += op_ms(k);
+  out.segments = seg_of.back() + 1;
 
   Matrix mx;
   std::vector<int> extra(static_cast<size_t>(m));

@@ -26,6 +26,8 @@ namespace vtensor {
 struct LpOptions {
   int segments = 96;         // the iteration cut into this many segments of equal measured time
   int max_rows = 384;        // ops over the budget constrained at most (most over first, then spread)
+  long long max_memory_nonzeros = 300000;  // fewer constrained ops past this
+  long long max_columns = 30000;           // fewer segments past this
   double time_limit_s = 2;   // Clp's limit; past it there is no bound
   // Gaps of fewer bytes than this fraction of the budget leave the device at no cost (optimistic,
   // so the optimum still bounds; far fewer columns).
