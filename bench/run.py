@@ -1675,6 +1675,32 @@ EXPERIMENTS["auto-search-logs"] = auto_search(
     "the DTR logs")
 
 
+# What the LP's starts buy: auto with them (default) and without (--auto-lp 0), the same sweep
+# otherwise (as headline-*: reference batch, 4 iterations, densities where the model has them).
+def _lp_sweep(row, off):
+    m = {"model": row["model"]}
+    args = ["sweep", "--model", row["model"], "--batch", str(row["batch"]), *(["--seq", str(row["seq"])] if "seq" in row else []),
+            "--backend", "sim", "--gpu", row["gpu"], "--iters", "4", "--policies", "none,auto", "--budgets", "50%,25%",
+            *densities_args(m)]
+    return args + (["--auto-lp", "0"] if off else [])
+
+
+def _lp_cell(c, run, budget):
+    hit = [r for r in (c.rep.get(run) or []) if r["policy"] == "auto" and r["budget"] == budget]
+    return f"{float(hit[0]['overhead']):.3f}×" if hit and hit[0]["status"] == "ok" else "OOM"
+
+
+EXPERIMENTS["auto-lp"] = {
+    "kind": "runs", "serial": True,  # auto's planning limit makes its choice depend on the machine's speed
+    "about": "auto against none with its LP starts (default) and without them (`--auto-lp 0`): `vtensor sweep --model M "
+             "--batch B [--seq S] --backend sim --gpu G --iters 4 --policies none,auto --budgets 50%,25% "
+             "[--densities bench/densities/M.json] [--auto-lp 0]`",
+    "rows": [{**m, "gpu": g} for g in ("p100-16g", "h100-80g") for m in PAPER_MODELS],
+    "runs": [("lp", lambda r, got: _lp_sweep(r, False)), ("off", lambda r, got: _lp_sweep(r, True))],
+    "columns": [("model", lambda c: c.row["model"]), ("GPU", lambda c: c.row["gpu"]),
+                ("50%: without → with the LP starts", lambda c: f"{_lp_cell(c, 'off', '50%')} → {_lp_cell(c, 'lp', '50%')}"),
+                ("25%: without → with the LP starts", lambda c: f"{_lp_cell(c, 'off', '25%')} → {_lp_cell(c, 'lp', '25%')}")]}
+
 
 def render(name, exp, rows):
     table = RENDER[exp["kind"]](name, exp, rows)

@@ -635,9 +635,10 @@ TraceBuilder lp_trace(int ops, double mib_per_ms) {
 
 TEST(LinearProgram, TheLinkAndARecomputationShareTheBytesOverTheBudget) {
   // A (100 MiB, made by op 0, needed again at op 2) and B (50 MiB at op 1), budget 100 MiB: 50 MiB
-  // of A off the device at op 1. Op 1 is A's whole gap: its 1 ms carries 10 MiB each way at 10
-  // MiB/ms for free; more costs 0.1 ms per MiB, recomputing A costs op 0's 1 ms per 100 MiB. So
-  // 10 MiB swapped, 40 MiB recomputed: 0.4 ms.
+  // of A off the device at op 1. Op 1 is A's whole gap: its 1 ms (+ E) carries 10 (1 + E) MiB
+  // each way at 10 MiB/ms; recomputing a fraction y of A costs op 0's 1 ms per 100 MiB, and run
+  // ahead of the access, in op 1's segment, it lengthens that segment for the link too: with
+  // E = y, 10 (1 + y) + 100 y = 50, y = 4/11 ms.
   TraceBuilder tb = lp_trace(3, 10);
   tb.in.budget = 100 * kMiB;
   const TensorId a = tb.tensor(100 * kMiB, 0, {}, true);
@@ -647,10 +648,10 @@ TEST(LinearProgram, TheLinkAndARecomputationShareTheBytesOverTheBudget) {
   ASSERT_EQ(r.status, "optimal");
   ASSERT_TRUE(r.bound);
   EXPECT_NEAR(r.compute_ms, 3.0, 1e-9);
-  EXPECT_NEAR(r.overhead_ms, 0.4, 1e-6);
-  EXPECT_NEAR(r.recompute_ms, 0.4, 1e-6);
-  EXPECT_NEAR(r.swapped_bytes / kMiB, 10.0, 1e-4);
-  EXPECT_NEAR(r.recomputed_bytes / kMiB, 40.0, 1e-4);
+  EXPECT_NEAR(r.overhead_ms, 4.0 / 11, 1e-6);
+  EXPECT_NEAR(r.recompute_ms, 4.0 / 11, 1e-6);
+  EXPECT_NEAR(r.swapped_bytes / kMiB, 10.0 * 15 / 11, 1e-4);
+  EXPECT_NEAR(r.recomputed_bytes / kMiB, 400.0 / 11, 1e-4);
   ASSERT_EQ(r.gaps.size(), 1u);
   EXPECT_EQ(r.gaps[0].id, a);
   EXPECT_EQ(r.gaps[0].evict_op, 0);

@@ -258,7 +258,7 @@ LpResult solve_lp(const PlannerInput& input, const LpOptions& opt) {
     for (const Gap& g : gaps) {
       const int lo = seg_of[static_cast<size_t>(g.a + 1)];
       const int hi = seg_of[static_cast<size_t>((g.b - 1) % n)];
-      cols += 2 + 2 * (g.b < n ? hi - lo + 1 : (seg_of.back() - lo + 1) + hi + 1);
+      cols += 2 + 3 * (g.b < n ? hi - lo + 1 : (seg_of.back() - lo + 1) + hi + 1);  // copies out, in, recompute
     }
     if (cols <= opt.max_columns || m <= 4) break;
   }
@@ -271,8 +271,11 @@ LpResult solve_lp(const PlannerInput& input, const LpOptions& opt) {
   for (int s = 0; s < m; ++s) extra[static_cast<size_t>(s)] = mx.col(0, kInf, 1);
   // Per segment: the (gap, entry) pairs that may copy in it.
   std::vector<std::vector<std::pair<int, int>>> in_seg(static_cast<size_t>(m));
-  std::vector<std::vector<int>> rec_at(static_cast<size_t>(m));
-  std::vector<std::tuple<int, int, double>> rec_extra;  // (segment, column, ms): inputs recomputed for a chain
+  // Per segment: the recomputations that may run in it (column, ms). A gap's recomputation runs
+  // anywhere from its drop to its access (ahead of the access, or on it): a placement column per
+  // segment of that window, summing to y.
+  std::vector<std::vector<std::pair<int, double>>> rec_in(static_cast<size_t>(m));
+  std::vector<std::pair<int, double>> rec_total;  // (column, ms): every recomputation, summed
   for (size_t gi = 0; gi < gaps.size(); ++gi) {
     Gap& g = gaps[gi];
     g.x = mx.col(0, 1, 0);
@@ -297,11 +300,25 @@ LpResult solve_lp(const PlannerInput& input, const LpOptions& opt) {
     mx.add(ro, g.out0 + e - 1, 1), mx.add(ro, g.x, -1);
     mx.add(ri, g.in0 + e - 1, 1), mx.add(ri, g.x, -1);
     for (int i = 0; i < e; ++i) in_seg[static_cast<size_t>(g.seg[static_cast<size_t>(i)])].push_back({static_cast<int>(gi), i});
-    if (g.rec_ms >= 0) rec_at[static_cast<size_t>(seg_of[static_cast<size_t>(g.b % n)])].push_back(static_cast<int>(gi));
+    if (g.rec_ms >= 0) {
+      std::vector<int> window = g.seg;
+      const int sb = seg_of[static_cast<size_t>(g.b % n)];
+      if (window.empty() || window.back() != sb) window.push_back(sb);
+      const int sum = mx.row(0, 0);
+      mx.add(sum, g.y, -1);
+      for (int w : window) {
+        const int c = mx.col(0, 1, 0);
+        mx.add(sum, c, 1);
+        rec_in[static_cast<size_t>(w)].push_back({c, g.rec_ms});
+      }
+      rec_total.push_back({g.y, g.rec_ms});
+    }
   }
-  // A recomputation at op b reads its producer's inputs: one alive there but dropped over b (its
-  // own gap h recomputed) is recomputed too, once for every chain ending at b that reads it:
-  // z >= y_g + y_h - 1, at the input's producer share.
+  // A recomputation reads its producer's inputs: one dropped over the whole of its window (its
+  // own gap h, recomputed, opened no later) is recomputed too, once for every chain ending at the
+  // same op that reads it: z >= y_g + y_h - 1, at the input's producer share. Where h opens later
+  // the recomputation can run before it, the input still there: no z. Its time counts in the
+  // iteration's total only (it runs where the chain does).
   {
     std::vector<std::vector<int>> gaps_of(in.tensors.size());
     for (size_t gi = 0; gi < gaps.size(); ++gi) gaps_of[static_cast<size_t>(gaps[gi].id)].push_back(static_cast<int>(gi));
@@ -313,13 +330,13 @@ LpResult solve_lp(const PlannerInput& input, const LpOptions& opt) {
       for (TensorId u : in.tensors[static_cast<size_t>(g.id)].inputs) {
         for (int hi : gaps_of[static_cast<size_t>(u)]) {
           const Gap& h = gaps[static_cast<size_t>(hi)];
-          if (h.rec_ms < 0 || !(h.a < b && b < h.b) || hi == static_cast<int>(gi)) continue;
+          if (h.rec_ms < 0 || !(h.a <= g.a && b < h.b) || hi == static_cast<int>(gi)) continue;
           auto [it, fresh] = z_of.try_emplace({hi, b}, -1);
           if (fresh) {
             const auto& ut = in.tensors[static_cast<size_t>(u)];
             const double share = op_ms(ut.producer) * h.mib * kMiB / out_bytes[static_cast<size_t>(ut.producer)];
             it->second = mx.col(0, 1, 0);
-            rec_extra.push_back({seg_of[static_cast<size_t>(b % n)], it->second, share});
+            rec_total.push_back({it->second, share});
           }
           const int r = mx.row(-1, kInf);  // z - y_g - y_h >= -1
           mx.add(r, it->second, 1), mx.add(r, g.y, -1), mx.add(r, h.y, -1);
@@ -342,13 +359,16 @@ LpResult solve_lp(const PlannerInput& input, const LpOptions& opt) {
         }
       }
     }
-    if (!rec_at[static_cast<size_t>(s)].empty()) {  // recomputations lengthen the segment
+    if (!rec_in[static_cast<size_t>(s)].empty()) {  // recomputations lengthen the segment they run in
       const int r = mx.row(-kInf, 0);
       mx.add(r, E, -1);
-      for (int gi : rec_at[static_cast<size_t>(s)]) mx.add(r, gaps[static_cast<size_t>(gi)].y, gaps[static_cast<size_t>(gi)].rec_ms);
-      for (const auto& [seg, col, ms] : rec_extra)
-        if (seg == s) mx.add(r, col, ms);
+      for (const auto& [col, ms] : rec_in[static_cast<size_t>(s)]) mx.add(r, col, ms);
     }
+  }
+  if (!rec_total.empty()) {  // and the iteration by all of them
+    const int r = mx.row(-kInf, 0);
+    for (int e : extra) mx.add(r, e, -1);
+    for (const auto& [col, ms] : rec_total) mx.add(r, col, ms);
   }
   // Memory at each constrained op: off the device (out by the end of its segment, not back before
   // it, or dropped) >= what is over the budget there.

@@ -6,8 +6,8 @@
 //   and copied back. Rows: at each op over the budget the bytes off the device (copied out in a
 //   segment up to this one, not yet back before it, or dropped) cover what is over the budget;
 //   per segment and direction the link moves at most bandwidth x (the segment's kernels + its
-//   extra time E); per segment E covers the recomputations of the gaps that end there (each at its
-//   producer's kernel time, shared among the producer's outputs by bytes). Minimise sum E.
+//   extra time E); E covers the recomputations placed in the segment (a gap's anywhere from its
+//   drop to its access; each at its chain's kernels) and sum E all of them. Minimise sum E.
 //   Every simplification errs low (fractional copies, a copy anywhere in a segment its gap touches,
 //   a copy in flight counted off the device, no chains, no queue order, no fragmentation), so no
 //   keep / swap / recompute plan runs below compute + the optimum: a bound that couples the ops
