@@ -54,6 +54,14 @@ AutoRun train(const TrainConfig& cfg) {
   return run(t, cfg);
 }
 
+// Tests of the search's own steps (its phases, its window, its pins) must not depend on the
+// machine's speed: the starts share the planning limit, and under the sanitizers' slower clock a
+// share could end before the step under test. A limit no tiny row reaches, and no LP start.
+constexpr double kUnlimitedPlanningMs = 600000;
+void unlimited_planning(Trainer& t) {
+  if (auto* a = dynamic_cast<AutoPolicy*>(&t.memory().policy())) a->set_time_limit_ms(kUnlimitedPlanningMs);
+}
+
 size_t max_peak(const AutoRun& r, size_t from = 0) {
   size_t p = 0;
   for (size_t i = from; i < r.iters.size(); ++i) p = std::max(p, r.iters[i].peak_allocated);
@@ -276,7 +284,10 @@ TEST(AutoSimRun, CompressionCandidatesWithDensities) {
       EXPECT_EQ(compress_moves(a), 0) << "no densities, no compression moves";
     }
     cfg.densities_path = path;
-    const AutoRun a = train(cfg);
+    cfg.auto_lp = 0;
+    Trainer ta(cfg);
+    unlimited_planning(ta);
+    const AutoRun a = run(ta, cfg);
     ASSERT_TRUE(a.report.contains("predicted_peak_bytes")) << a.report.dump();
     EXPECT_EQ(a.report["predicted_peak_bytes"].get<size_t>(), max_peak(a, 1));
     EXPECT_NEAR(a.report["predicted_time_ms"].get<double>(), mean_guided_ms(a), 1e-9 * mean_guided_ms(a));
@@ -365,7 +376,9 @@ TEST(AutoSearch, PinsReplayToThePredictedRun) {
   const AutoRun base = train(config("resnet-tiny", "none", 0, 2, "p100-16g"));
   const size_t budget = align_up(max_peak(base) / 4);
   TrainConfig cfg = config("resnet-tiny", "auto", budget, 4, "p100-16g");
+  cfg.auto_lp = 0;  // the start is a candidate: without pins, its own time
   Trainer t(cfg);
+  unlimited_planning(t);
   auto* a = dynamic_cast<AutoPolicy*>(&t.memory().policy());
   ASSERT_NE(a, nullptr);
   const TrainResult res = t.run();
@@ -401,10 +414,9 @@ TEST(AutoSearch, TheWindowSearchCombinesMovesAndReplays) {
   const AutoRun base = train(config("bert-tiny", "none", 0, 2, "p100-16g"));
   const size_t budget = align_up(static_cast<size_t>(static_cast<double>(max_peak(base)) * 0.25));
   TrainConfig cfg = config("bert-tiny", "auto", budget, 4, "p100-16g");
-  // No LP start (--auto-lp 0): a third start shares the planning time, and under the sanitizers'
-  // slower clock the winning start's share had no time left for its window search.
   cfg.auto_lp = 0;
   Trainer t(cfg);
+  unlimited_planning(t);
   auto* a = dynamic_cast<AutoPolicy*>(&t.memory().policy());
   ASSERT_NE(a, nullptr);
   const nlohmann::json rep = t.run().policy_report;
@@ -423,6 +435,7 @@ TEST(AutoSearch, TheWindowSearchCombinesMovesAndReplays) {
 
   cfg.auto_window = 0;  // --auto-window 0
   Trainer off(cfg);
+  unlimited_planning(off);
   const nlohmann::json rep0 = off.run().policy_report;
   EXPECT_EQ(rep0["search"]["window"]["rehearsals"].get<int>(), 0);
   EXPECT_EQ(rep0["search"]["time_ms"].get<double>(), climbed);
