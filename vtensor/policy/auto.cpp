@@ -482,11 +482,11 @@ void AutoPolicy::choose(const AccessTrace& trace) {
         r = rehearser_(names[j], si);
       });
     }
-    // The search climbs from the fastest plan without wrap swaps, then from the fastest with them
-    // (with what the planning limit leaves), and keeps the faster end: where a climb ends depends
-    // on where it starts more than on the start's own time.
+    // The search climbs from the fastest plan without wrap swaps, from the fastest with them and
+    // from the fastest of the LP's, and keeps the fastest end: where a climb ends depends on where
+    // it starts more than on the start's own time.
     const RehearsalResult* other = nullptr;
-    const RehearsalResult* lp = nullptr;  // the fastest of the LP's pins: a third start, searched last
+    const RehearsalResult* lp = nullptr;  // the fastest of the LP's pins: a third start
     for (const auto& r : rehearsals_) {
       if (r.trained && !ends_with(r.policy, kWrap) && (!best || r.time_ms < best->time_ms)) best = &r;
       if (r.trained && ends_with(r.policy, kWrap) && (!other || r.time_ms < other->time_ms)) other = &r;

@@ -187,17 +187,18 @@ LpResult solve_lp(const PlannerInput& input, const LpOptions& opt) {
     if (t.persistent) add(uses.back(), uses.front() + n, true);  // across the iteration boundary
   }
   // Recompute cost: the producer's kernel shared among its outputs by bytes; an ancestor op that
-  // several chains ending at the same op re-run is shared among them (it runs once for all).
+  // several chains re-run is shared among all of them (chains whose windows overlap can run it
+  // once for all; a producer and an ancestor of the same op never share a window).
   {
-    std::map<std::pair<int, int>, int> users;  // (back op, ancestor op) -> chains
+    std::map<int, int> users;  // ancestor op -> chains
     for (size_t gi = 0; gi < gaps.size(); ++gi)
-      for (size_t j = 1; j < chain_ops[gi].size(); ++j) ++users[{gaps[gi].b, chain_ops[gi][j]}];
+      for (size_t j = 1; j < chain_ops[gi].size(); ++j) ++users[chain_ops[gi][j]];
     for (size_t gi = 0; gi < gaps.size(); ++gi) {
       Gap& g = gaps[gi];
       if (g.rec_ms < 0) continue;
       const int p = chain_ops[gi][0];
       g.rec_ms = op_ms(p) * g.mib * kMiB / out_bytes[static_cast<size_t>(p)];
-      for (size_t j = 1; j < chain_ops[gi].size(); ++j) g.rec_ms += op_ms(chain_ops[gi][j]) / users[{g.b, chain_ops[gi][j]}];
+      for (size_t j = 1; j < chain_ops[gi].size(); ++j) g.rec_ms += op_ms(chain_ops[gi][j]) / users[chain_ops[gi][j]];
     }
   }
 
@@ -315,14 +316,14 @@ LpResult solve_lp(const PlannerInput& input, const LpOptions& opt) {
     }
   }
   // A recomputation reads its producer's inputs: one dropped over the whole of its window (its
-  // own gap h, recomputed, opened no later) is recomputed too, once for every chain ending at the
-  // same op that reads it: z >= y_g + y_h - 1, at the input's producer share. Where h opens later
+  // own gap h, recomputed, opened no later) is recomputed too, once for all the chains that read
+  // it (they may run together): z_h >= y_g + y_h - 1, at the input's producer share. Where h opens later
   // the recomputation can run before it, the input still there: no z. Its time counts in the
   // iteration's total only (it runs where the chain does).
   {
     std::vector<std::vector<int>> gaps_of(in.tensors.size());
     for (size_t gi = 0; gi < gaps.size(); ++gi) gaps_of[static_cast<size_t>(gaps[gi].id)].push_back(static_cast<int>(gi));
-    std::map<std::pair<int, int>, int> z_of;  // (gap h, back op b) -> column
+    std::map<int, int> z_of;  // gap h -> column
     for (size_t gi = 0; gi < gaps.size(); ++gi) {
       const Gap& g = gaps[gi];
       if (g.rec_ms < 0) continue;
@@ -331,7 +332,7 @@ LpResult solve_lp(const PlannerInput& input, const LpOptions& opt) {
         for (int hi : gaps_of[static_cast<size_t>(u)]) {
           const Gap& h = gaps[static_cast<size_t>(hi)];
           if (h.rec_ms < 0 || !(h.a <= g.a && b < h.b) || hi == static_cast<int>(gi)) continue;
-          auto [it, fresh] = z_of.try_emplace({hi, b}, -1);
+          auto [it, fresh] = z_of.try_emplace(hi, -1);
           if (fresh) {
             const auto& ut = in.tensors[static_cast<size_t>(u)];
             const double share = op_ms(ut.producer) * h.mib * kMiB / out_bytes[static_cast<size_t>(ut.producer)];
