@@ -248,8 +248,12 @@ TEST_P(AutoSim, NoSwapOrRecomputePlanBeatsTheBound) {
     EXPECT_GE(mean_guided_ms(a), lp - eps);
     ASSERT_GT(l["pins"].get<int>(), 0) << l.dump();
     ASSERT_FALSE(l["rehearsals"].empty()) << "the LP's pins are rehearsed as a start";
-    for (const auto& r : l["rehearsals"])
+    bool timed = false;
+    for (const auto& r : l["rehearsals"]) {
       if (r["trained"].get<bool>()) EXPECT_GE(r["predicted_time_ms"].get<double>(), lp - eps) << r.dump();
+      timed = timed || r["timed"].get<bool>();
+    }
+    if (f == 0.25) EXPECT_TRUE(timed) << "the LP's timed pins are rehearsed too: " << l.dump();
     if (f == 0.25) EXPECT_GT(l["overhead_ms"].get<double>(), 0.0) << l.dump();
   }
 }

@@ -266,6 +266,16 @@ TEST(CapuchinPlanner, PinnedDecisionsComeFirstAndTheGreedyPlansAroundThem) {
   t.in.pins = {{q, 7, CapuchinDecision::kSwap, 2}};
   const CapuchinPlan s2 = plan_capuchin(t.in, CapuchinMode::kHybrid);
   EXPECT_EQ(candidate(s2, q).trigger_op, std::max(candidate(s, q).release_op + 1, candidate(s, q).trigger_op - 2));
+  // Its prefetch no later than an absolute op (the LP's timed pins): earlier than the planner's
+  // moves it, later leaves the planner's, before the release is clamped to it.
+  for (const int at : {candidate(s, q).trigger_op - 1, candidate(s, q).trigger_op + 1, 0}) {
+    SCOPED_TRACE(at);
+    PlanPin timed{q, 7, CapuchinDecision::kSwap};
+    timed.trigger_op = at;
+    t.in.pins = {timed};
+    const CapuchinPlan st = plan_capuchin(t.in, CapuchinMode::kHybrid);
+    EXPECT_EQ(candidate(st, q).trigger_op, std::max(candidate(s, q).release_op + 1, std::min(candidate(s, q).trigger_op, at)));
+  }
 
   // p_ kept: the greedy may not swap it, so the plan no longer fits (nothing else frees op 6).
   t.in.pins = {{p_, 13, CapuchinDecision::kKeep}};
@@ -669,6 +679,30 @@ TEST(LinearProgram, TheLinkAndARecomputationShareTheBytesOverTheBudget) {
   EXPECT_NEAR(link.overhead_ms, 4.0, 1e-6);
   EXPECT_NEAR(link.swapped_bytes / kMiB, 50.0, 1e-4);
   EXPECT_EQ(lp_pins(link), (std::vector<PlanPin>{{0 + 1, 2, CapuchinDecision::kSwap}}));
+}
+
+TEST(LinearProgram, TheTimedPinsPrefetchWhenTheOptimumCopiesBack) {
+  // A (100 MiB, op 0, needed again at op 6), B (100 MiB) alive at ops 2-3, budget 100 MiB: all of
+  // A off the device at ops 2 and 3. At 50 MiB/ms it leaves during ops 1-2 and comes back at no
+  // cost within ops 3-5 (a copy in op 3's own segment counts as off there: the relaxation), not
+  // earlier: the optimum's copy back starts after op 2, 3 or 4. The timed pin prefetches after
+  // that op at the latest; the untimed one leaves the trigger to the planner.
+  TraceBuilder tb = lp_trace(7, 50);
+  tb.in.budget = 100 * kMiB;
+  const TensorId a = tb.tensor(100 * kMiB, 0, {}, false);
+  tb.accesses(a, {0, 6});
+  tb.live(tb.tensor(100 * kMiB, 2, {}, false), 2, 3);
+  const LpResult r = solve_lp(tb.in);
+  ASSERT_EQ(r.status, "optimal");
+  EXPECT_NEAR(r.overhead_ms, 0.0, 1e-6);
+  ASSERT_EQ(r.gaps.size(), 1u);
+  EXPECT_NEAR(r.gaps[0].swap, 1.0, 1e-6);
+  EXPECT_GE(r.gaps[0].in_after_op, 2);
+  EXPECT_LE(r.gaps[0].in_after_op, 4);
+  EXPECT_EQ(lp_pins(r), (std::vector<PlanPin>{{a, 6, CapuchinDecision::kSwap}}));
+  PlanPin timed{a, 6, CapuchinDecision::kSwap};
+  timed.trigger_op = r.gaps[0].in_after_op;
+  EXPECT_EQ(lp_pins(r, 0.5, true), std::vector<PlanPin>{timed});
 }
 
 TEST(LinearProgram, ARecomputationRerunsTheAncestorsReleasedBeforeTheDrop) {

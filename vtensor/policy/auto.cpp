@@ -406,6 +406,8 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       bound_ = overhead_bound(in);
       bound_wall_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - b0).count();
       lp_ = solve_lp(in);
+      lp_pinned_ = lp_pins(lp_);
+      lp_timed_ = lp_pins(lp_, 0.5, true);
     }
     rehearsals_.clear();
     const RehearsalResult* best = nullptr;
@@ -453,10 +455,10 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       r = rehearser_(r.policy, si);
     });
     // The LP's rounded optimum, pinned on the fastest Capuchin-based candidates without and with
-    // wrap swaps: more starts for the search (the greedy plans what the pins leave).
+    // wrap swaps: more starts for the search (the greedy plans what the pins leave). Each twice:
+    // the swaps prefetched when Capuchin's trigger says, and no later than the LP copies them back.
     lp_rehearsals_.clear();
-    const std::vector<PlanPin> lp_pinned = lp_pins(lp_);
-    if (!lp_pinned.empty() && search_rehearsals_ > 0 && lp_rehearsals_count_ > 0) {
+    if (!lp_pinned_.empty() && search_rehearsals_ > 0 && lp_rehearsals_count_ > 0) {
       std::vector<const RehearsalResult*> plain, wrapped;
       for (const auto& r : rehearsals_)
         if (r.trained && !r.gaps.empty()) (ends_with(r.policy, kWrap) ? wrapped : plain).push_back(&r);
@@ -467,32 +469,39 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       for (size_t i = 0; i < plain.size() && i < kLpStarts; ++i) names.push_back(plain[i]->policy);
       if (!wrapped.empty()) names.push_back(wrapped[0]->policy);
       names.resize(std::min(names.size(), static_cast<size_t>(lp_rehearsals_count_)));
-      lp_rehearsals_.resize(names.size());
-      run_parallel(names.size(), [&](size_t j) {
+      const bool timed = lp_timed_ != lp_pinned_;
+      lp_rehearsals_.resize(names.size() * (timed ? 2 : 1));
+      run_parallel(lp_rehearsals_.size(), [&](size_t j) {
         auto& r = lp_rehearsals_[j];
-        r.policy = names[j];
+        const std::string& name = names[j % names.size()];
+        r.policy = name;
         const double spent = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         if (spent > time_limit_ms_) {
           r.error = "not rehearsed: planning time limit";
           return;
         }
         RehearsalSetup si = s;
-        si.pins = lp_pinned;
+        si.pins = j < names.size() ? lp_pinned_ : lp_timed_;
         si.time_limit_ms = std::max(1.0, time_limit_ms_ - spent);
-        r = rehearser_(names[j], si);
+        r = rehearser_(name, si);
       });
     }
     // The search climbs from the fastest plan without wrap swaps, from the fastest with them and
     // from the fastest of the LP's, and keeps the fastest end: where a climb ends depends on where
     // it starts more than on the start's own time.
     const RehearsalResult* other = nullptr;
-    const RehearsalResult* lp = nullptr;  // the fastest of the LP's pins: a third start
+    // The fastest of the LP's pins and of its timed pins: a third and a fourth start (the timed
+    // pins rehearse slower where their prefetches crowd the memory, yet their climb can end lower).
+    const RehearsalResult* lp = nullptr;
+    const RehearsalResult* lp_timed = nullptr;
     for (const auto& r : rehearsals_) {
       if (r.trained && !ends_with(r.policy, kWrap) && (!best || r.time_ms < best->time_ms)) best = &r;
       if (r.trained && ends_with(r.policy, kWrap) && (!other || r.time_ms < other->time_ms)) other = &r;
     }
-    for (const auto& r : lp_rehearsals_)
-      if (r.trained && !r.gaps.empty() && (!lp || r.time_ms < lp->time_ms)) lp = &r;
+    for (const auto& r : lp_rehearsals_) {
+      const RehearsalResult*& x = r.pins == lp_pinned_ ? lp : lp_timed;
+      if (r.trained && !r.gaps.empty() && (!x || r.time_ms < x->time_ms)) x = &r;
+    }
     if (!best) std::swap(best, other);
     if (best && other && other->time_ms < best->time_ms && (best->gaps.empty() || search_rehearsals_ == 0))
       best = other, other = nullptr;  // no search from the first: the faster start is the plan
@@ -501,12 +510,12 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       chosen_ = best->policy;
       chosen_result_ = *best;
       pins_ = best->pins;
-      start_ms_ = best->time_ms, start_lp_ = false;
+      start_ms_ = best->time_ms, start_ = "candidate";
       // Each start is climbed with an equal share of what the planning limit leaves (a share one
       // leaves unused goes to the next), fastest start first; the fastest end is kept.
       std::vector<const RehearsalResult*> starts;
       if (!best->gaps.empty()) starts.push_back(best);
-      for (const RehearsalResult* r : {other, lp})
+      for (const RehearsalResult* r : {other, lp, lp_timed})
         if (r) starts.push_back(r);
       std::stable_sort(starts.begin(), starts.end(), [](const RehearsalResult* a, const RehearsalResult* b) { return a->time_ms < b->time_ms; });
       const double limit = time_limit_ms_ + kSearchTimeMs;
@@ -523,7 +532,7 @@ void AutoPolicy::choose(const AccessTrace& trace) {
         if (!(chosen_result_.trained && chosen_result_.time_ms < first.time_ms))
           chosen_result_ = first, pins_ = first_pins, climbed_ms_ = first_climbed;
         else
-          start_ms_ = next->time_ms, start_lp_ = next == lp;
+          start_ms_ = next->time_ms, start_ = next == lp ? "lp" : next == lp_timed ? "lp-timed" : "candidate";
       }
       search_until_ms_ = std::numeric_limits<double>::infinity();
       chosen_ = chosen_result_.policy;
@@ -771,7 +780,7 @@ nlohmann::json AutoPolicy::report() const {
     for (size_t i = 0; i < searched_.size() && i < searched_moves_.size(); ++i)
       tried.push_back({searched_moves_[i], searched_[i].trained ? json(searched_[i].time_ms) : json(nullptr)});
     out["search"] = {{"rehearsals", searched_.size()}, {"trained", trained}, {"rehearsal_wall_ms", wall},
-                     {"candidate_time_ms", base}, {"start", start_lp_ ? "lp" : "candidate"}, {"pins", pins_.size()},
+                     {"candidate_time_ms", base}, {"start", start_}, {"pins", pins_.size()},
                      {"time_ms", chosen_result_.trained ? chosen_result_.time_ms : base}, {"tried", tried}};
     // The window search's share: where the climb ended, and the windows after it.
     out["search"]["climbed_time_ms"] = climbed_ms_ > 0 ? climbed_ms_ : out["search"]["time_ms"].get<double>();
@@ -789,7 +798,8 @@ nlohmann::json AutoPolicy::report() const {
     const auto& l = lp_;
     json reh = json::array();
     for (const auto& r : lp_rehearsals_) {
-      json c = {{"policy", r.policy}, {"trained", r.trained}, {"rehearsal_wall_ms", r.wall_ms}};
+      json c = {{"policy", r.policy}, {"trained", r.trained}, {"rehearsal_wall_ms", r.wall_ms},
+                {"timed", !r.pins.empty() && r.pins == lp_timed_ && lp_timed_ != lp_pinned_}};
       if (r.trained)
         add_prediction(c, r);
       else
@@ -800,7 +810,7 @@ nlohmann::json AutoPolicy::report() const {
                  {"recompute_ms", l.recompute_ms}, {"stall_ms", l.stall_ms}, {"swapped_bytes", l.swapped_bytes},
                  {"recomputed_bytes", l.recomputed_bytes}, {"segments", l.segments}, {"columns", l.columns},
                  {"rows", l.rows}, {"nonzeros", l.nonzeros}, {"constrained_ops", l.constrained_ops},
-                 {"wall_ms", l.wall_ms}, {"pins", lp_pins(l).size()}, {"rehearsals", reh}};
+                 {"wall_ms", l.wall_ms}, {"pins", lp_pinned_.size()}, {"rehearsals", reh}};
     const bool finite = l.bound && std::isfinite(l.overhead_ms);
     out["lp"]["overhead_ms"] = finite ? json(l.overhead_ms) : json(nullptr);
     out["lp"]["time_ms"] = finite ? json(l.compute_ms + l.overhead_ms) : json(nullptr);

@@ -21,7 +21,8 @@
 //   2+ gaps' moves over the costliest gap and those overlapping it (exhaustive, at most 256).
 //   All within 1.3 s past the candidates' limit. The report adds a lower bound (bound.h).
 //   A linear program over the whole iteration (lp.h, Clp) gives a tighter bound; its rounded
-//   optimum, pinned on the fastest Capuchin-based candidates, is rehearsed as more search starts.
+//   optimum, pinned on the fastest Capuchin-based candidates, is rehearsed as more search starts,
+//   once with Capuchin's prefetch triggers and once with the LP's (no later than its copy back).
 // Deviations from the design: an LP relaxation rounded, then local and windowed
 // enumeration with the rehearsal as its cost model, not an ILP / DP (the cost of a gap's choice
 // depends on the queues and the arena the rest leaves); no arena placement of its own (the planned pool measured slower under it).
@@ -186,8 +187,9 @@ class AutoPolicy final : public Policy {
   OverheadBound bound_;
   double bound_wall_ms_ = 0;
   LpResult lp_;
+  std::vector<PlanPin> lp_pinned_, lp_timed_;  // its rounded plan, and with the LP's prefetch times
   double start_ms_ = 0;    // the rehearsal the kept search started from
-  bool start_lp_ = false;  // and whether it was the LP's pins
+  std::string start_ = "candidate";  // and which: "candidate", "lp", "lp-timed" (the LP's timed pins)
   double search_until_ms_ = std::numeric_limits<double>::infinity();  // this start's share of the limit
   std::vector<RehearsalResult> lp_rehearsals_;
   double time_limit_ms_ = kDefaultTimeLimitMs;

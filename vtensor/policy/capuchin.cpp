@@ -14,6 +14,7 @@ std::string to_string(const PlanPin& p) {
   std::string s = "t" + std::to_string(p.id) + "@" + std::to_string(p.back_op) + ":" + to_string(p.decision);
   if (p.trigger_shift > 0) s += "-" + std::to_string(p.trigger_shift);
   if (p.ahead_op >= 0) s += "^" + std::to_string(p.ahead_op);
+  if (p.trigger_op >= 0) s += "@" + std::to_string(p.trigger_op);
   if (p.decision == CapuchinDecision::kCompress) s += std::string("/") + to_string(p.codec);
   return s;
 }
@@ -442,8 +443,8 @@ class Planner {
         c.pinned = true;
         if (p.decision == CapuchinDecision::kSwap) {
           SwapEval s = eval_swap(c);
-          if (s.ok && p.trigger_shift > 0) {
-            s.trigger = std::max(s.release + 1, s.trigger - p.trigger_shift);
+          if (s.ok && (p.trigger_shift > 0 || (p.trigger_op >= 0 && p.trigger_op < s.trigger))) {
+            s.trigger = std::max(s.release + 1, p.trigger_op >= 0 ? std::min(s.trigger, p.trigger_op) : s.trigger - p.trigger_shift);
             s.in_start = h2d_.earliest_fit(std::max(start_[static_cast<size_t>(s.trigger) + 1], s.out_end), c.swap_ns);
             s.stall = std::max(0.0, s.in_start + c.swap_ns - start_[static_cast<size_t>(c.back_op)]);
           }

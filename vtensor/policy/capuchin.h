@@ -40,6 +40,7 @@ struct PlanPin {
   CapuchinDecision decision = CapuchinDecision::kKeep;
   int trigger_shift = 0;
   int ahead_op = -1;
+  int trigger_op = -1;  // kSwap: its prefetch issued after this op at the latest (-1: the planner's)
   Codec codec = Codec::kNone;  // kCompress
   size_t capacity = 0;
   double codec_ns = 0;

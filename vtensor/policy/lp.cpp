@@ -429,14 +429,22 @@ LpResult solve_lp(const PlannerInput& input, const LpOptions& opt) {
     out.swapped_bytes += x * g.mib * kMiB;
     out.recomputed_bytes += y * g.mib * kMiB;
     if (y > 0) out.recompute_ms += y * g.rec_ms;
-    if (x > 1e-6 || y > 1e-6)
-      out.gaps.push_back({g.id, g.a, g.b % n, static_cast<size_t>(std::llround(g.mib * kMiB)), x, y, std::max(0.0, g.rec_ms)});
+    if (!(x > 1e-6 || y > 1e-6)) continue;
+    LpGap lg{g.id, g.a, g.b % n, static_cast<size_t>(std::llround(g.mib * kMiB)), x, y, std::max(0.0, g.rec_ms)};
+    // Timing: the op after which the copy back starts (its first segment with any).
+    if (x > 1e-6 && g.b < n)
+      for (size_t i = 0; i < g.seg.size(); ++i)
+        if (sol[g.in0 + static_cast<int>(i)] > 1e-6 * x) {
+          lg.in_after_op = g.a + g.seg_off[i];
+          break;
+        }
+    out.gaps.push_back(lg);
   }
   out.stall_ms = std::max(0.0, out.overhead_ms - out.recompute_ms);
   return finish();
 }
 
-std::vector<PlanPin> lp_pins(const LpResult& r, double threshold) {
+std::vector<PlanPin> lp_pins(const LpResult& r, double threshold, bool timed) {
   std::vector<const LpGap*> swaps, recs;
   for (const auto& g : r.gaps) {
     if (g.back_op <= g.evict_op) continue;  // across the iteration boundary: the ",wrap" plans' part
@@ -449,7 +457,11 @@ std::vector<PlanPin> lp_pins(const LpResult& r, double threshold) {
   }
   std::stable_sort(swaps.begin(), swaps.end(), [](const LpGap* a, const LpGap* b) { return a->evict_op < b->evict_op; });
   std::vector<PlanPin> pins;
-  for (const LpGap* g : swaps) pins.push_back({g->id, g->back_op, CapuchinDecision::kSwap});
+  for (const LpGap* g : swaps) {
+    PlanPin p{g->id, g->back_op, CapuchinDecision::kSwap};
+    if (timed) p.trigger_op = g->in_after_op;
+    pins.push_back(p);
+  }
   for (const LpGap* g : recs) pins.push_back({g->id, g->back_op, CapuchinDecision::kRecompute});
   return pins;
 }

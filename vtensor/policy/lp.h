@@ -41,6 +41,7 @@ struct LpGap {
   size_t bytes = 0;
   double swap = 0, recompute = 0;   // fractions
   double recompute_ms = 0;          // the whole gap's, at its producer's share
+  int in_after_op = -1;             // the optimum's copy back starts after this op (-1: none)
 };
 
 struct LpResult {
@@ -60,6 +61,7 @@ LpResult solve_lp(const PlannerInput& in, const LpOptions& opt = {});
 
 // The optimum rounded: gaps within one iteration recomputed (fraction >= threshold) or swapped,
 // swaps in the order their copies leave, then the recomputations.
-std::vector<PlanPin> lp_pins(const LpResult& r, double threshold = 0.5);
+// timed: each swap's prefetch no later than the optimum starts copying it back (PlanPin::trigger_op).
+std::vector<PlanPin> lp_pins(const LpResult& r, double threshold = 0.5, bool timed = false);
 
 }  // namespace vtensor
