@@ -1595,14 +1595,14 @@ def _auto(c):
         return None
     ms = r["predicted_time_ms"]
     search = r.get("search", {})
-    lp_start = search.get("start") == "lp"
-    if lp_start:  # the search started from the LP's rounded plan pinned on that candidate
+    lp_start = {"lp": "LP on ", "lp-timed": "LP timed on "}.get(search.get("start"), "")
+    if lp_start:  # the search started from the LP's rounded plan (timed: its prefetch times) pinned on that candidate
         cand = search["candidate_time_ms"]
     stall, rec = r.get("predicted_stall_ms", 0), r.get("predicted_recompute_ms", 0)
     climbed = search.get("climbed_time_ms", ms)
     window = search.get("window", {}).get("rehearsals", 0)
     return {"best": f"{best} {plain[best]:.1f} ms" if best else "none trains",
-            "choice": f"{'LP on ' if lp_start else ''}{r['chosen']} {cand:.1f} ms",
+            "choice": f"{lp_start}{r['chosen']} {cand:.1f} ms",
             "searched": f"{climbed:.1f} → {ms:.1f} ms ({len(r.get('pins', []))} pinned)",
             "gain": f"{(1 - cand / plain[best]) * 100:.1f}% + {(1 - climbed / cand) * 100:.1f}% + "
                     f"{(1 - ms / climbed) * 100:.1f}%" if best else "",
@@ -1648,7 +1648,7 @@ def auto_search(rows, what):
                  "(candidates rehearsed / cut by the time limit / the climb's + the window's rehearsals), and "
                  "the report's lower bounds on any swap / recompute plan over the unmanaged time: bound.h's per op, "
                  "and the linear program's over the whole iteration (lp.h; its solve time). 'LP on X': the search "
-                 "started from the LP's rounded plan pinned on candidate X",
+                 "started from the LP's rounded plan pinned on candidate X ('LP timed on X': with the LP's prefetch times)",
         "rows": rows,
         "runs": [("budgets", lambda r, got: ["sweep", *_auto_src(r), "--gpu", r["gpu"], "--policies", "none",
                                              "--budgets", "50%,25%", "--iters", "1"]),
