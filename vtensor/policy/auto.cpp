@@ -129,6 +129,18 @@ constexpr size_t kWindowGaps = 4;
 constexpr size_t kWindowCombos = 64;
 constexpr size_t kWindowAnchors = 8;
 
+// "lp", "lp-timed" (at the first threshold), "lp@0.5", "lp-timed@0.5" (at another): an LP
+// start's name in the report.
+std::string lp_variant_label(const AutoPolicy::LpVariant& v) {
+  std::string s = v.timed ? "lp-timed" : "lp";
+  if (v.threshold != AutoPolicy::kLpThresholds[0]) {
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "@%g", v.threshold);
+    s += buf;
+  }
+  return s;
+}
+
 // Runs fn(0..n-1), a few at a time.
 void run_parallel(size_t n, const std::function<void(size_t)>& fn) {
   std::atomic<size_t> next{0};
@@ -406,8 +418,16 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       bound_ = overhead_bound(in);
       bound_wall_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - b0).count();
       lp_ = solve_lp(in);
-      lp_pinned_ = lp_pins(lp_);
-      lp_timed_ = lp_pins(lp_, 0.5, true);
+      // The rounded plans: at each threshold, with Capuchin's prefetch triggers and with the LP's
+      // prefetch times (the same pins once).
+      lp_variants_.clear();
+      for (const double th : kLpThresholds)
+        for (const bool timed : {false, true}) {
+          LpVariant v{lp_pins(lp_, th, timed), th, timed};
+          bool seen = v.pins.empty();
+          for (const auto& w : lp_variants_) seen = seen || w.pins == v.pins;
+          if (!seen) lp_variants_.push_back(std::move(v));
+        }
     }
     rehearsals_.clear();
     const RehearsalResult* best = nullptr;
@@ -454,11 +474,11 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       si.time_limit_ms = std::max(1.0, time_limit_ms_ - spent);
       r = rehearser_(r.policy, si);
     });
-    // The LP's rounded optimum, pinned on the fastest Capuchin-based candidates without and with
-    // wrap swaps: more starts for the search (the greedy plans what the pins leave). Each twice:
-    // the swaps prefetched when Capuchin's trigger says, and no later than the LP copies them back.
+    // The LP's rounded plans, pinned on the fastest Capuchin-based candidates without and with
+    // wrap swaps: more starts for the search (the greedy plans what the pins leave).
     lp_rehearsals_.clear();
-    if (!lp_pinned_.empty() && search_rehearsals_ > 0 && lp_rehearsals_count_ > 0) {
+    lp_variant_of_.clear();
+    if (!lp_variants_.empty() && search_rehearsals_ > 0 && lp_rehearsals_count_ > 0) {
       std::vector<const RehearsalResult*> plain, wrapped;
       for (const auto& r : rehearsals_)
         if (r.trained && !r.gaps.empty()) (ends_with(r.policy, kWrap) ? wrapped : plain).push_back(&r);
@@ -469,8 +489,8 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       for (size_t i = 0; i < plain.size() && i < kLpStarts; ++i) names.push_back(plain[i]->policy);
       if (!wrapped.empty()) names.push_back(wrapped[0]->policy);
       names.resize(std::min(names.size(), static_cast<size_t>(lp_rehearsals_count_)));
-      const bool timed = lp_timed_ != lp_pinned_;
-      lp_rehearsals_.resize(names.size() * (timed ? 2 : 1));
+      lp_rehearsals_.resize(names.size() * lp_variants_.size());
+      for (size_t j = 0; j < lp_rehearsals_.size(); ++j) lp_variant_of_.push_back(j / std::max<size_t>(1, names.size()));
       run_parallel(lp_rehearsals_.size(), [&](size_t j) {
         auto& r = lp_rehearsals_[j];
         const std::string& name = names[j % names.size()];
@@ -481,25 +501,24 @@ void AutoPolicy::choose(const AccessTrace& trace) {
           return;
         }
         RehearsalSetup si = s;
-        si.pins = j < names.size() ? lp_pinned_ : lp_timed_;
+        si.pins = lp_variants_[lp_variant_of_[j]].pins;
         si.time_limit_ms = std::max(1.0, time_limit_ms_ - spent);
         r = rehearser_(name, si);
       });
     }
     // The search climbs from the fastest plan without wrap swaps, from the fastest with them and
-    // from the fastest of the LP's, and keeps the fastest end: where a climb ends depends on where
-    // it starts more than on the start's own time.
-    const RehearsalResult* other = nullptr;
-    // The fastest of the LP's pins and of its timed pins: a third and a fourth start (the timed
+    // from the fastest rehearsal of each of the LP's rounded plans, and keeps the fastest end:
+    // where a climb ends depends on where it starts more than on the start's own time (the timed
     // pins rehearse slower where their prefetches crowd the memory, yet their climb can end lower).
-    const RehearsalResult* lp = nullptr;
-    const RehearsalResult* lp_timed = nullptr;
+    const RehearsalResult* other = nullptr;
+    std::vector<const RehearsalResult*> lp_best(lp_variants_.size(), nullptr);
     for (const auto& r : rehearsals_) {
       if (r.trained && !ends_with(r.policy, kWrap) && (!best || r.time_ms < best->time_ms)) best = &r;
       if (r.trained && ends_with(r.policy, kWrap) && (!other || r.time_ms < other->time_ms)) other = &r;
     }
-    for (const auto& r : lp_rehearsals_) {
-      const RehearsalResult*& x = r.pins == lp_pinned_ ? lp : lp_timed;
+    for (size_t j = 0; j < lp_rehearsals_.size(); ++j) {
+      const RehearsalResult& r = lp_rehearsals_[j];
+      const RehearsalResult*& x = lp_best[lp_variant_of_[j]];
       if (r.trained && !r.gaps.empty() && (!x || r.time_ms < x->time_ms)) x = &r;
     }
     if (!best) std::swap(best, other);
@@ -515,7 +534,8 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       // leaves unused goes to the next), fastest start first; the fastest end is kept.
       std::vector<const RehearsalResult*> starts;
       if (!best->gaps.empty()) starts.push_back(best);
-      for (const RehearsalResult* r : {other, lp, lp_timed})
+      if (other) starts.push_back(other);
+      for (const RehearsalResult* r : lp_best)
         if (r) starts.push_back(r);
       std::stable_sort(starts.begin(), starts.end(), [](const RehearsalResult* a, const RehearsalResult* b) { return a->time_ms < b->time_ms; });
       const double limit = time_limit_ms_ + kSearchTimeMs;
@@ -531,8 +551,11 @@ void AutoPolicy::choose(const AccessTrace& trace) {
         search(s, *next, t0);
         if (!(chosen_result_.trained && chosen_result_.time_ms < first.time_ms))
           chosen_result_ = first, pins_ = first_pins, climbed_ms_ = first_climbed;
-        else
-          start_ms_ = next->time_ms, start_ = next == lp ? "lp" : next == lp_timed ? "lp-timed" : "candidate";
+        else {
+          start_ms_ = next->time_ms, start_ = "candidate";
+          for (size_t v = 0; v < lp_best.size(); ++v)
+            if (next == lp_best[v]) start_ = lp_variant_label(lp_variants_[v]);
+        }
       }
       search_until_ms_ = std::numeric_limits<double>::infinity();
       chosen_ = chosen_result_.policy;
@@ -797,9 +820,10 @@ nlohmann::json AutoPolicy::report() const {
   if (lp_.status != "not run") {
     const auto& l = lp_;
     json reh = json::array();
-    for (const auto& r : lp_rehearsals_) {
+    for (size_t i = 0; i < lp_rehearsals_.size(); ++i) {
+      const RehearsalResult& r = lp_rehearsals_[i];
       json c = {{"policy", r.policy}, {"trained", r.trained}, {"rehearsal_wall_ms", r.wall_ms},
-                {"timed", !r.pins.empty() && r.pins == lp_timed_ && lp_timed_ != lp_pinned_}};
+                {"variant", i < lp_variant_of_.size() ? lp_variant_label(lp_variants_[lp_variant_of_[i]]) : ""}};
       if (r.trained)
         add_prediction(c, r);
       else
@@ -810,7 +834,7 @@ nlohmann::json AutoPolicy::report() const {
                  {"recompute_ms", l.recompute_ms}, {"stall_ms", l.stall_ms}, {"swapped_bytes", l.swapped_bytes},
                  {"recomputed_bytes", l.recomputed_bytes}, {"segments", l.segments}, {"columns", l.columns},
                  {"rows", l.rows}, {"nonzeros", l.nonzeros}, {"constrained_ops", l.constrained_ops},
-                 {"wall_ms", l.wall_ms}, {"pins", lp_pinned_.size()}, {"rehearsals", reh}};
+                 {"wall_ms", l.wall_ms}, {"pins", lp_variants_.empty() ? 0 : lp_variants_[0].pins.size()}, {"threshold", kLpThresholds[0]}, {"rehearsals", reh}};
     const bool finite = l.bound && std::isfinite(l.overhead_ms);
     out["lp"]["overhead_ms"] = finite ? json(l.overhead_ms) : json(nullptr);
     out["lp"]["time_ms"] = finite ? json(l.compute_ms + l.overhead_ms) : json(nullptr);

@@ -101,6 +101,15 @@ const std::vector<std::string>& auto_candidates();
 
 class AutoPolicy final : public Policy {
  public:
+  // The LP's optimum rounded at each threshold (lp_pins: a gap moved where the LP moves at least
+  // that fraction of it), each also timed: more starts. 0.3 rather than 1/2: the pins then cover
+  // more of what the LP frees, and the climbs end lower (docs/experiments.md, "The linear program").
+  static constexpr double kLpThresholds[] = {0.3};
+  struct LpVariant {
+    std::vector<PlanPin> pins;
+    double threshold = 0.5;
+    bool timed = false;
+  };
   // forced: run that candidate after the measured iteration without rehearsing (what a
   // rehearsal itself runs); empty: choose by rehearsal.
   // pins: the search's decisions for a Capuchin-based forced candidate.
@@ -187,7 +196,8 @@ class AutoPolicy final : public Policy {
   OverheadBound bound_;
   double bound_wall_ms_ = 0;
   LpResult lp_;
-  std::vector<PlanPin> lp_pinned_, lp_timed_;  // its rounded plan, and with the LP's prefetch times
+  std::vector<LpVariant> lp_variants_;  // its rounded plans (distinct)
+  std::vector<size_t> lp_variant_of_;   // per LP rehearsal, its variant
   double start_ms_ = 0;    // the rehearsal the kept search started from
   std::string start_ = "candidate";  // and which: "candidate", "lp", "lp-timed" (the LP's timed pins)
   double search_until_ms_ = std::numeric_limits<double>::infinity();  // this start's share of the limit

@@ -12,8 +12,9 @@
 //   a copy in flight counted off the device, no chains, no queue order, no fragmentation), so no
 //   keep / swap / recompute plan runs below compute + the optimum: a bound that couples the ops
 //   (bound.h takes each op alone). Rounded (a gap swapped or recomputed where its fraction is at
-//   least one half), it gives PlanPins that Capuchin's greedy completes: auto rehearses them as
-//   more starts for its search. Deviations: a relaxation, not the ILP the issue names (the integer
+//   least a threshold; auto uses 0.3), it gives PlanPins that Capuchin's greedy completes: auto
+//   rehearses them as more starts for its search, also timed (each prefetch no later than the
+//   optimum's copy back). Deviations: a relaxation, not the ILP the issue names (the integer
 //   program over ~10^4 gaps x segments does not solve within the planning limit here).
 #pragma once
 #include <string>
