@@ -41,7 +41,7 @@ const char* const kAutoWindowHelp =
     "policy auto: rehearsals of its window search after the per-gap climb (0: none; default 256)";
 
 const char* const kAutoLpHelp =
-    "policy auto: rehearsals of its linear program's rounded plan, each a start for its search (0: none, the LP still bounds; default 3)";
+    "policy auto: the fastest candidates its linear program's rounded plans (untimed and timed) are rehearsed on, each plan's fastest a start for its search (0: none, the LP still bounds; default 3)";
 
 // --auto-search / --auto-window: a count >= 0; with a single policy, that policy must be auto (a
 // sweep applies it to its auto runs).
