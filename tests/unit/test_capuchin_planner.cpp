@@ -275,6 +275,11 @@ TEST(CapuchinPlanner, PinnedDecisionsComeFirstAndTheGreedyPlansAroundThem) {
     t.in.pins = {timed};
     const CapuchinPlan st = plan_capuchin(t.in, CapuchinMode::kHybrid);
     EXPECT_EQ(candidate(st, q).trigger_op, std::max(candidate(s, q).release_op + 1, std::min(candidate(s, q).trigger_op, at)));
+    // A shift (the search's "prefetch earlier") counts from the earlier of the two.
+    timed.trigger_shift = 1;
+    t.in.pins = {timed};
+    const CapuchinPlan sh = plan_capuchin(t.in, CapuchinMode::kHybrid);
+    EXPECT_EQ(candidate(sh, q).trigger_op, std::max(candidate(s, q).release_op + 1, std::min(candidate(s, q).trigger_op, at) - 1));
   }
 
   // p_ kept: the greedy may not swap it, so the plan no longer fits (nothing else frees op 6).

@@ -208,11 +208,15 @@ std::vector<std::pair<double, PlanPin>> gap_moves(const Graph& g, const Rehearsa
     moves.push_back({0.5 * x.cost_ms, {x.id, x.back_op, CapuchinDecision::kSwap}});
     if (recomputable(g, x.id)) moves.push_back({0.5 * x.cost_ms, {x.id, x.back_op, CapuchinDecision::kRecompute}});
   } else if (x.decision == CapuchinDecision::kSwap) {
-    int shift = 0;
+    PlanPin earlier{x.id, x.back_op, CapuchinDecision::kSwap};  // from the pin's trigger (an LP-timed one's too)
     for (const auto& p : r.pins)
-      if (p.id == x.id && p.back_op == x.back_op && p.decision == CapuchinDecision::kSwap) shift = p.trigger_shift;
-    moves.push_back({x.cost_ms, {x.id, x.back_op, CapuchinDecision::kSwap, shift + 2}});
-    moves.push_back({0.9 * x.cost_ms, {x.id, x.back_op, CapuchinDecision::kSwap, shift + 8}});
+      if (p.id == x.id && p.back_op == x.back_op && p.decision == CapuchinDecision::kSwap)
+        earlier.trigger_shift = p.trigger_shift, earlier.trigger_op = p.trigger_op;
+    for (const auto& [promise, more] : {std::pair{1.0, 2}, std::pair{0.9, 8}}) {
+      PlanPin m = earlier;
+      m.trigger_shift += more;
+      moves.push_back({promise * x.cost_ms, m});
+    }
     if (recomputable(g, x.id)) moves.push_back({0.5 * x.cost_ms, {x.id, x.back_op, CapuchinDecision::kRecompute}});
   } else if (x.decision == CapuchinDecision::kRecompute) {
     int at = -1;

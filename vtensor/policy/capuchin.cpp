@@ -444,7 +444,8 @@ class Planner {
         if (p.decision == CapuchinDecision::kSwap) {
           SwapEval s = eval_swap(c);
           if (s.ok && (p.trigger_shift > 0 || (p.trigger_op >= 0 && p.trigger_op < s.trigger))) {
-            s.trigger = std::max(s.release + 1, p.trigger_op >= 0 ? std::min(s.trigger, p.trigger_op) : s.trigger - p.trigger_shift);
+            const int latest = p.trigger_op >= 0 ? std::min(s.trigger, p.trigger_op) : s.trigger;
+            s.trigger = std::max(s.release + 1, latest - p.trigger_shift);
             s.in_start = h2d_.earliest_fit(std::max(start_[static_cast<size_t>(s.trigger) + 1], s.out_end), c.swap_ns);
             s.stall = std::max(0.0, s.in_start + c.swap_ns - start_[static_cast<size_t>(c.back_op)]);
           }

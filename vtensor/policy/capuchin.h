@@ -40,7 +40,7 @@ struct PlanPin {
   CapuchinDecision decision = CapuchinDecision::kKeep;
   int trigger_shift = 0;
   int ahead_op = -1;
-  int trigger_op = -1;  // kSwap: its prefetch issued after this op at the latest (-1: the planner's)
+  int trigger_op = -1;  // kSwap: the latest op its prefetch is issued after (-1: the planner's); trigger_shift counts from the earlier of the two
   Codec codec = Codec::kNone;  // kCompress
   size_t capacity = 0;
   double codec_ns = 0;
