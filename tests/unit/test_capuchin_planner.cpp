@@ -157,6 +157,58 @@ TEST(CapuchinPlanner, OneCopyAtATimePerDirection) {
   EXPECT_TRUE(p.fits);
 }
 
+// The copy lane jumps over chains of touching intervals and the trigger walk bisects: both must
+// give what the plain definitions give, on lanes with chains, gaps of every size and removals.
+TEST(CapuchinPlanner, TheLaneAndTheTriggerWalkAnswerAsTheirDefinitions) {
+  unsigned seed = 12345;
+  auto next = [&](unsigned m) { return (seed = seed * 1103515245u + 12345u) / 65536u % m; };
+  auto plain_fit = [](const std::vector<std::pair<double, double>>& busy, double t0, double dur) {
+    double s = t0;
+    for (const auto& iv : busy) {
+      if (iv.second <= s) continue;
+      if (iv.first >= s + dur) break;
+      s = iv.second;
+    }
+    return s;
+  };
+  for (int round = 0; round < 50; ++round) {
+    CopyLane lane;
+    std::vector<std::pair<double, double>> added;
+    for (int k = 0; k < 40; ++k) {  // most copies queue behind the last one, as on a busy link
+      const double dur = 1 + next(20);
+      const double start = next(4) == 0 ? next(1000) : lane.earliest_fit(next(1000), dur);
+      if (plain_fit(lane.busy(), start, dur) != start) continue;  // keep the intervals disjoint
+      lane.add(start, dur);
+      added.emplace_back(start, dur);
+      if (next(8) == 0) {
+        const auto gone = added[next(static_cast<unsigned>(added.size()))];
+        ASSERT_TRUE(lane.remove(gone.first, gone.second));
+        added.erase(std::find(added.begin(), added.end(), gone));
+      }
+      for (int q = 0; q < 20; ++q) {
+        const double t0 = next(1100), dur_q = next(30);
+        ASSERT_EQ(lane.earliest_fit(t0, dur_q), plain_fit(lane.busy(), t0, dur_q)) << "t0 " << t0 << " dur " << dur_q;
+      }
+    }
+    EXPECT_FALSE(lane.remove(-5, 1));
+    // The walk, against the op-by-op loop, on a curve with ops over the budget here and there.
+    const int n = 60;
+    std::vector<double> start(n + 1);
+    for (int i = 0; i <= n; ++i) start[static_cast<size_t>(i)] = 17.0 * i;
+    std::vector<size_t> mem(n);
+    for (auto& m : mem) m = next(10) == 0 ? 200 : 50;
+    for (int q = 0; q < 20; ++q) {
+      const double dur = 1 + next(40);
+      auto end = [&](int p) { return lane.earliest_fit(start[static_cast<size_t>(p) + 1], dur) + dur; };
+      const int from = static_cast<int>(next(n)), lo = static_cast<int>(next(n));
+      const double deadline = next(1100);
+      int p = from;
+      while (end(p) > deadline + 1e-3 && p - 1 >= lo && mem[static_cast<size_t>(p)] <= 100) --p;
+      ASSERT_EQ(walk_back_trigger(from, lo, end, deadline, mem, 100), p) << "from " << from << " lo " << lo;
+    }
+  }
+}
+
 TEST(CapuchinPlanner, RecomputeRanksByMspsAndUpdatesAfterEachChoice) {
   // a = data (op 0); b = f(a) (op 1); c = g(b) (op 2, 5 ns); c is read again at op 8, a and b at op 9.
   TraceBuilder t(10, {0, 10, 20, 25, 35, 45, 55, 65, 75, 85});

@@ -15,27 +15,59 @@ void sort_actions(Plan& plan) {
 int walk_back_trigger(int from, int lo, const std::function<double(int)>& copy_end, double deadline,
                       const std::vector<size_t>& mem, size_t budget) {
   constexpr double kEpsNs = 1e-3;
-  int p = from;
-  while (copy_end(p) > deadline + kEpsNs && p - 1 >= lo && mem[static_cast<size_t>(p)] <= budget) --p;
-  return p;
+  // The walk stops at lo, or at the first op over the budget; between there and `from`, copy_end
+  // does not decrease with the op, so the op it stops at is found by bisection.
+  int floor = from;
+  while (floor > lo && mem[static_cast<size_t>(floor)] <= budget) --floor;
+  auto hidden = [&](int p) { return copy_end(p) <= deadline + kEpsNs; };
+  if (floor >= from || hidden(from)) return from;
+  if (!hidden(floor)) return floor;
+  int ok = floor, late = from;  // hidden(ok), !hidden(late)
+  while (late - ok > 1) {
+    const int mid = ok + (late - ok) / 2;
+    (hidden(mid) ? ok : late) = mid;
+  }
+  return ok;
+}
+
+void CopyLane::index() const {
+  chain_last_.resize(busy_.size());
+  for (size_t i = busy_.size(); i-- > 0;)
+    chain_last_[i] = i + 1 < busy_.size() && busy_[i + 1].first == busy_[i].second ? chain_last_[i + 1] : i;
+  indexed_ = true;
 }
 
 double CopyLane::earliest_fit(double t0, double dur) const {
+  if (!indexed_) index();
   double s = t0;
   // Intervals do not overlap, so their ends are sorted too: skip those that end before t0.
-  auto it = std::upper_bound(busy.begin(), busy.end(), t0,
-                             [](double t, const std::pair<double, double>& iv) { return t < iv.second; });
-  for (; it != busy.end(); ++it) {
-    if (it->second <= s) continue;
-    if (it->first >= s + dur) break;
-    s = it->second;
+  auto i = static_cast<size_t>(std::upper_bound(busy_.begin(), busy_.end(), t0, [](double t, const std::pair<double, double>& iv) {
+                                 return t < iv.second;
+                               }) - busy_.begin());
+  for (; i < busy_.size(); ++i) {
+    if (busy_[i].second <= s) continue;
+    if (busy_[i].first >= s + dur) break;
+    // A copy of positive length cannot start between two intervals that touch: go to the chain's end.
+    if (dur > 0) i = chain_last_[i];
+    s = busy_[i].second;
   }
   return s;
 }
 
 void CopyLane::add(double start, double dur) {
   const std::pair<double, double> iv(start, start + dur);
-  busy.insert(std::upper_bound(busy.begin(), busy.end(), iv), iv);
+  busy_.insert(std::upper_bound(busy_.begin(), busy_.end(), iv), iv);
+  indexed_ = false;
+}
+
+bool CopyLane::remove(double start, double dur) {
+  for (auto it = busy_.begin(); it != busy_.end(); ++it)
+    if (it->first == start && it->second == start + dur) {
+      busy_.erase(it);
+      indexed_ = false;
+      return true;
+    }
+  return false;
 }
 
 std::vector<std::vector<Action>> actions_by_op(const Plan& plan, size_t num_ops) {

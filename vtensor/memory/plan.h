@@ -49,12 +49,23 @@ struct Plan {
 void sort_actions(Plan& plan);
 
 // A planner's model of one copy queue (a direction of the host link, or the codec stream): busy
-// intervals, one copy at a time.
-struct CopyLane {
-  std::vector<std::pair<double, double>> busy;  // sorted by start, disjoint
+// intervals, one copy at a time. A saturated lane is long chains of intervals that touch (each copy
+// placed at the previous one's end); earliest_fit jumps over a chain at once, through an index of
+// chain ends rebuilt on the first query after a change.
+class CopyLane {
+ public:
   // The earliest start at or after t0 where a copy of `dur` fits between the busy intervals.
   double earliest_fit(double t0, double dur) const;
   void add(double start, double dur);
+  // Removes the interval [start, start + dur) added before; false when there is none.
+  bool remove(double start, double dur);
+  const std::vector<std::pair<double, double>>& busy() const { return busy_; }
+
+ private:
+  void index() const;
+  std::vector<std::pair<double, double>> busy_;  // sorted by start, disjoint
+  mutable std::vector<size_t> chain_last_;       // per interval: the last one of its touching chain
+  mutable bool indexed_ = true;
 };
 
 // A planner's predicted memory curve: bytes held after each op. The arithmetic Capuchin's and
@@ -64,7 +75,8 @@ struct CopyLane {
 size_t curve_peak(const std::vector<size_t>& mem);
 // A copy's issue op (a prefetch's in-trigger), walked back from op `from` while the copy issued
 // after op p would end (copy_end(p)) later than `deadline`: not below op `lo`, and not back from an
-// op over the budget (the tensor would be held there). The op it stops at.
+// op over the budget (the tensor would be held there). The op it stops at. copy_end must not
+// decrease with the op (a later issue never ends sooner), which lets the walk bisect.
 int walk_back_trigger(int from, int lo, const std::function<double(int)>& copy_end, double deadline,
                       const std::vector<size_t>& mem, size_t budget);
 double curve_excess(const std::vector<size_t>& mem, size_t budget);

@@ -262,7 +262,7 @@ class Planner {
   bool apply_swap(CapuchinCandidate& c, const SwapEval& s) {
     const std::vector<size_t> mem = mem_;
     const std::vector<int> q = outq_;
-    const std::vector<std::pair<double, double>> h2d = h2d_.busy;
+    const CopyLane h2d = h2d_;
     std::vector<int> releases;
     for (int k : outq_) releases.push_back(out_.candidates[static_cast<size_t>(k)].release_op);
     const double over = excess();
@@ -278,7 +278,7 @@ class Planner {
     const bool queued = queue_swap_outs();
     if (std::find(moved_.begin(), moved_.end(), k) == moved_.end()) moved_.push_back(k);
     if (!queued || excess() >= over || cancels_a_recompute()) {
-      mem_ = mem, outq_ = q, h2d_.busy = h2d;
+      mem_ = mem, outq_ = q, h2d_ = h2d;
       for (size_t i = 0; i < q.size(); ++i) out_.candidates[static_cast<size_t>(q[i])].release_op = releases[i];
       queue_swap_outs();  // the old ends
       c.decision = CapuchinDecision::kKeep;
@@ -397,12 +397,7 @@ class Planner {
     for (size_t k = 0; k < out_.candidates.size(); ++k) {
       auto& c = out_.candidates[k];
       if (c.decision != CapuchinDecision::kSwap || c.swap_stall_ns <= kEpsNs) continue;
-      auto& lane = h2d_.busy;
-      for (auto it = lane.begin(); it != lane.end(); ++it)
-        if (it->first == c.prefetch_start_ns && it->second == c.prefetch_start_ns + c.swap_ns) {
-          lane.erase(it);
-          break;
-        }
+      h2d_.remove(c.prefetch_start_ns, c.swap_ns);
       const double out_end = out_end_[k];
       auto in_start = [&](int p) { return h2d_.earliest_fit(std::max(start_[static_cast<size_t>(p) + 1], out_end), c.swap_ns); };
       int p = c.trigger_op;
