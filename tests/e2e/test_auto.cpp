@@ -164,6 +164,34 @@ TEST(AutoWrap, PersistentSwapsAcrossIterationsAreBitIdentical) {
   }
 }
 
+// The memory manager puts a new plan's wrap-swapped tensors on the host at the end of the
+// iteration that made it (Policy::on_host_at_start), as the later iterations' own swap-outs do:
+// the first guided iteration then starts from the state the later ones start from, where it used
+// to find the weights and momentum still on the device and evict at its peak.
+TEST(AutoWrap, EveryGuidedIterationStartsWithTheWrapSwapsOnTheHost) {
+  for (const std::string model : {"resnet-tiny", "gpt-tiny"})
+    for (const double fraction : {0.5, 0.25}) {
+      SCOPED_TRACE(model + " at " + std::to_string(fraction));
+      const AutoRun base = train(config(model, "none", 0, 2, "p100-16g"));
+      const size_t budget = align_up(static_cast<size_t>(static_cast<double>(max_peak(base)) * fraction));
+      const TrainConfig cfg = config(model, "capuchin-swap", budget, 3, "p100-16g");
+      Trainer t(cfg);
+      auto* c = dynamic_cast<CapuchinPolicy*>(&t.memory().policy());
+      ASSERT_NE(c, nullptr);
+      c->set_wrap_persistent(true);
+      int checked = 0;
+      t.run([&](const IterationStats&) {
+        ASSERT_TRUE(c->guided());
+        ASSERT_FALSE(c->plan().wrap_swaps.empty()) << "no persistent tensor swapped across the boundary";
+        for (const auto& w : c->plan().wrap_swaps) {
+          EXPECT_EQ(t.memory().residency(w.id), Residency::kOnHost) << t.graph().tensor(w.id).name;
+          ++checked;
+        }
+      });
+      EXPECT_GT(checked, 0);
+    }
+}
+
 class AutoSim : public ::testing::TestWithParam<std::string> {};
 
 // On sim the rehearsal models the run's own GPU, so the chosen candidate's rehearsal is the run:
@@ -412,12 +440,12 @@ TEST(AutoSearch, PinsReplayToThePredictedRun) {
 }
 
 // The window search (after the climb) rehearses combinations of two or more gaps' moves; on
-// bert-tiny at 25% on p100-16g one of them wins where every single move had lost. What it
-// chose replays to the predicted run; with --auto-window 0 the plan is where the climb ended.
+// gpt-tiny at 25% on p100-16g one of them wins where every single move had lost. What it
+// chose replays to the predicted run; with --auto-window 0 the plan is where a climb ended.
 TEST(AutoSearch, TheWindowSearchCombinesMovesAndReplays) {
-  const AutoRun base = train(config("bert-tiny", "none", 0, 2, "p100-16g"));
+  const AutoRun base = train(config("gpt-tiny", "none", 0, 2, "p100-16g"));
   const size_t budget = align_up(static_cast<size_t>(static_cast<double>(max_peak(base)) * 0.25));
-  TrainConfig cfg = config("bert-tiny", "auto", budget, 4, "p100-16g");
+  TrainConfig cfg = config("gpt-tiny", "auto", budget, 4, "p100-16g");
   cfg.auto_lp = 0;
   Trainer t(cfg);
   unlimited_planning(t);
@@ -442,7 +470,10 @@ TEST(AutoSearch, TheWindowSearchCombinesMovesAndReplays) {
   unlimited_planning(off);
   const nlohmann::json rep0 = off.run().policy_report;
   EXPECT_EQ(rep0["search"]["window"]["rehearsals"].get<int>(), 0);
-  EXPECT_EQ(rep0["search"]["time_ms"].get<double>(), climbed);
+  // The plan is where a climb ended; the fastest climb may be another start's than the one the
+  // window search improved.
+  EXPECT_EQ(rep0["search"]["time_ms"].get<double>(), rep0["search"]["climbed_time_ms"].get<double>());
+  EXPECT_LE(rep0["search"]["time_ms"].get<double>(), climbed);
 }
 
 // The rehearsal uses the run's allocator and host budget, so on sim the prediction is still the

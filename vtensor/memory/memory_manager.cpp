@@ -143,6 +143,17 @@ void MemoryManager::end_iteration() {
   }
   allocator_->end_iteration();
   policy_->end_iteration(tracker_.current());
+  // The plan's start state; the copies are waited for here, in this iteration's time.
+  bool moved = false;
+  for (TensorId id : policy_->on_host_at_start()) {
+    id = storage_of(id);
+    const State& s = st(id);
+    if (!s.persistent || s.residency != Residency::kResident || s.locks > 0 || !host_.fits(s.bytes)) continue;
+    start_swap_out(id, op_seq_ + 1);
+    moved = true;
+  }
+  while (moved && finish_oldest_swap_out()) {
+  }
 }
 
 // ---------------------------------------------------------------- allocation and the OOM ladder

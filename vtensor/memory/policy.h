@@ -103,6 +103,10 @@ class Policy {
   // An allocation of `bytes` did not fit: which tensors to evict (in order). Empty: give up (OOM).
   virtual std::vector<Victim> choose_victims(size_t bytes, const MemoryView& view) = 0;
   virtual void end_iteration(const AccessTrace& trace) {}
+  // Persistent tensors the plan has on the host when an iteration starts (after end_iteration):
+  // the memory manager copies those still on the device out before the next iteration, so the
+  // first iteration a new plan guides starts from the state the later ones start from.
+  virtual std::vector<TensorId> on_host_at_start() const { return {}; }
   // An access found `id` not resident (`from`: on host, swapping in, dropped) and waited
   // `waited_ms` for its copy back from host or its recomputation: a late or missing prefetch
   // (Capuchin's feedback, vDNN's per-layer stall time).

@@ -124,6 +124,7 @@ class AutoPolicy final : public Policy {
   void end_iteration(const AccessTrace& trace) override;
   void on_restore(TensorId id, int op_index, Residency from, double waited_ms) override;
   void on_swap_out_wait(TensorId id, double waited_ms) override { current().on_swap_out_wait(id, waited_ms); }
+  std::vector<TensorId> on_host_at_start() const override { return current().on_host_at_start(); }
   std::optional<size_t> smallest_working_budget() const override;
   nlohmann::json report() const override;
   std::string summary() const override;

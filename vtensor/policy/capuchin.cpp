@@ -852,6 +852,14 @@ void CapuchinPolicy::on_swap_out_wait(TensorId id, double waited_ms) {
   if (k >= 0) cost_ms_[static_cast<size_t>(k)] += waited_ms;
 }
 
+// The wrap swaps' tensors: copied out after their last use, back before their first.
+std::vector<TensorId> CapuchinPolicy::on_host_at_start() const {
+  std::vector<TensorId> ids;
+  if (guided_)
+    for (const auto& w : plan_.wrap_swaps) ids.push_back(w.id);
+  return ids;
+}
+
 nlohmann::json CapuchinPolicy::report() const {
   using nlohmann::json;
   json tensors = json::array();

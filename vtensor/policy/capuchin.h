@@ -152,6 +152,7 @@ class CapuchinPolicy final : public Policy {
   void end_iteration(const AccessTrace& trace) override;
   void on_restore(TensorId id, int op_index, Residency from, double waited_ms) override;
   void on_swap_out_wait(TensorId id, double waited_ms) override;
+  std::vector<TensorId> on_host_at_start() const override;
   nlohmann::json report() const override;
   std::string summary() const override;
 
