@@ -71,6 +71,10 @@ constexpr const char* kWrap = ",wrap";
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
+// Does the candidate (with or without ",dtr") swap persistent tensors across the boundary?
+bool wraps(const std::string& full) {
+  return ends_with(dtr_fallback(full) ? full.substr(0, full.size() - std::string(kDtrFallback).size()) : full, kWrap);
+}
 std::string with_wrap(const std::string& name) {
   if (!dtr_fallback(name)) return name + kWrap;
   return name.substr(0, name.size() - std::string(kDtrFallback).size()) + kWrap + kDtrFallback;
@@ -485,7 +489,7 @@ void AutoPolicy::choose(const AccessTrace& trace) {
     if (!lp_variants_.empty() && search_rehearsals_ > 0 && lp_rehearsals_count_ > 0) {
       std::vector<const RehearsalResult*> plain, wrapped;
       for (const auto& r : rehearsals_)
-        if (r.trained && !r.gaps.empty()) (ends_with(r.policy, kWrap) ? wrapped : plain).push_back(&r);
+        if (r.trained && !r.gaps.empty()) (wraps(r.policy) ? wrapped : plain).push_back(&r);
       auto faster = [](const RehearsalResult* a, const RehearsalResult* b) { return a->time_ms < b->time_ms; };
       std::stable_sort(plain.begin(), plain.end(), faster);
       std::stable_sort(wrapped.begin(), wrapped.end(), faster);
@@ -517,8 +521,8 @@ void AutoPolicy::choose(const AccessTrace& trace) {
     const RehearsalResult* other = nullptr;
     std::vector<const RehearsalResult*> lp_best(lp_variants_.size(), nullptr);
     for (const auto& r : rehearsals_) {
-      if (r.trained && !ends_with(r.policy, kWrap) && (!best || r.time_ms < best->time_ms)) best = &r;
-      if (r.trained && ends_with(r.policy, kWrap) && (!other || r.time_ms < other->time_ms)) other = &r;
+      if (r.trained && !wraps(r.policy) && (!best || r.time_ms < best->time_ms)) best = &r;
+      if (r.trained && wraps(r.policy) && (!other || r.time_ms < other->time_ms)) other = &r;
     }
     for (size_t j = 0; j < lp_rehearsals_.size(); ++j) {
       const RehearsalResult& r = lp_rehearsals_[j];
