@@ -271,16 +271,17 @@ class Planner {
     c.trigger_op = s.trigger;
     c.release_op = s.release;
     add_mem(s.release + 1, s.trigger, -static_cast<long long>(c.bytes));
-    outq_.insert(std::upper_bound(outq_.begin(), outq_.end(), c.evict_op,
-                                  [&](int e, int j) { return e < out_.candidates[static_cast<size_t>(j)].evict_op; }),
-                 k);
+    const auto at = std::upper_bound(outq_.begin(), outq_.end(), c.evict_op,
+                                     [&](int e, int j) { return e < out_.candidates[static_cast<size_t>(j)].evict_op; });
+    const auto pos = static_cast<size_t>(at - outq_.begin());  // the swap-outs queued before it do not move
+    outq_.insert(at, k);
     h2d_.add(s.in_start, c.swap_ns);
-    const bool queued = queue_swap_outs();
+    const bool queued = queue_swap_outs(pos);
     if (std::find(moved_.begin(), moved_.end(), k) == moved_.end()) moved_.push_back(k);
     if (!queued || excess() >= over || cancels_a_recompute()) {
       mem_ = mem, outq_ = q, h2d_ = h2d;
       for (size_t i = 0; i < q.size(); ++i) out_.candidates[static_cast<size_t>(q[i])].release_op = releases[i];
-      queue_swap_outs();  // the old ends
+      queue_swap_outs(pos);  // the old ends
       c.decision = CapuchinDecision::kKeep;
       c.release_op = -1;
       return false;
@@ -321,13 +322,14 @@ class Planner {
 
   // Runs the chosen swap-outs through the D2H lane in issue order; a swap-out that now ends in a
   // later op frees its block later (the curve holds it until then). False if one would end at or
-  // after its prefetch.
-  bool queue_swap_outs() {
+  // after its prefetch. From queue position `from` on: the ones before it end as they did.
+  bool queue_swap_outs(size_t from) {
     out_end_.resize(out_.candidates.size(), 0);
     moved_.clear();
-    double ready = 0;
+    double ready = from > 0 ? out_end_[static_cast<size_t>(outq_[from - 1])] : 0;
     bool ok = true;
-    for (int k : outq_) {
+    for (size_t i = from; i < outq_.size(); ++i) {
+      const int k = outq_[i];
       auto& c = out_.candidates[static_cast<size_t>(k)];
       ready = std::max(start_[static_cast<size_t>(c.evict_op) + 1], ready) + c.swap_ns;
       out_end_[static_cast<size_t>(k)] = ready;
