@@ -143,16 +143,14 @@ void MemoryManager::end_iteration() {
   }
   allocator_->end_iteration();
   policy_->end_iteration(tracker_.current());
-  // The plan's start state; the copies are waited for here, in this iteration's time.
-  bool moved = false;
+  // The plan's start state; the copies are waited for here, in this iteration's time (every
+  // other swap-out has ended above).
   for (TensorId id : policy_->on_host_at_start()) {
     id = storage_of(id);
     const State& s = st(id);
-    if (!s.persistent || s.residency != Residency::kResident || s.locks > 0 || !host_.fits(s.bytes)) continue;
-    start_swap_out(id, op_seq_ + 1);
-    moved = true;
+    if (s.persistent && s.residency == Residency::kResident && s.locks == 0 && host_.fits(s.bytes)) start_swap_out(id, op_seq_ + 1);
   }
-  while (moved && finish_oldest_swap_out()) {
+  while (finish_oldest_swap_out()) {
   }
 }
 

@@ -71,17 +71,18 @@ constexpr const char* kWrap = ",wrap";
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
-// Does the candidate (with or without ",dtr") swap persistent tensors across the boundary?
-bool wraps(const std::string& full) {
-  return ends_with(dtr_fallback(full) ? full.substr(0, full.size() - std::string(kDtrFallback).size()) : full, kWrap);
+// The candidate's name without its ",dtr" suffix.
+std::string without_dtr(const std::string& full) {
+  return dtr_fallback(full) ? full.substr(0, full.size() - std::string(kDtrFallback).size()) : full;
 }
+// Does the candidate (with or without ",dtr") swap persistent tensors across the boundary?
+bool wraps(const std::string& full) { return ends_with(without_dtr(full), kWrap); }
 std::string with_wrap(const std::string& name) {
-  if (!dtr_fallback(name)) return name + kWrap;
-  return name.substr(0, name.size() - std::string(kDtrFallback).size()) + kWrap + kDtrFallback;
+  return without_dtr(name) + kWrap + (dtr_fallback(name) ? kDtrFallback : "");
 }
 
 std::unique_ptr<Policy> make_candidate(const std::string& full) {
-  std::string name = dtr_fallback(full) ? full.substr(0, full.size() - std::string(kDtrFallback).size()) : full;
+  std::string name = without_dtr(full);
   const bool wrap = ends_with(name, kWrap);
   if (wrap) name.resize(name.size() - std::string(kWrap).size());
   const size_t at = name.find('@');
