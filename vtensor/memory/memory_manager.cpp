@@ -152,6 +152,7 @@ void MemoryManager::end_iteration() {
   }
   while (finish_oldest_swap_out()) {
   }
+  if (policy_->compact_at_iteration_end() && !paged_) compact();
 }
 
 // ---------------------------------------------------------------- allocation and the OOM ladder

@@ -107,6 +107,10 @@ class Policy {
   // the memory manager copies those still on the device out before the next iteration, so the
   // first iteration a new plan guides starts from the state the later ones start from.
   virtual std::vector<TensorId> on_host_at_start() const { return {}; }
+  // Compact the arena when an iteration ends (after those copies): each iteration then starts
+  // with the persistent tensors packed and the free space in one block, so the layout does not
+  // drift from iteration to iteration and the first iterations time what the later ones run.
+  virtual bool compact_at_iteration_end() const { return false; }
   // An access found `id` not resident (`from`: on host, swapping in, dropped) and waited
   // `waited_ms` for its copy back from host or its recomputation: a late or missing prefetch
   // (Capuchin's feedback, vDNN's per-layer stall time).

@@ -26,6 +26,8 @@
 // Deviations from the design: an LP relaxation rounded, then local and windowed
 // enumeration with the rehearsal as its cost model, not an ILP / DP (the cost of a gap's choice
 // depends on the queues and the arena the rest leaves); no arena placement of its own (the planned pool measured slower under it).
+// Every iteration it runs or rehearses ends with the arena compacted (compact_at_iteration_end),
+// so the layout cannot drift over a long run from what the rehearsals timed.
 // Without a Rehearser (set by the Trainer) it runs Capuchin's hybrid.
 // Full notes: docs/design.md.
 #pragma once
@@ -125,6 +127,8 @@ class AutoPolicy final : public Policy {
   void on_restore(TensorId id, int op_index, Residency from, double waited_ms) override;
   void on_swap_out_wait(TensorId id, double waited_ms) override { current().on_swap_out_wait(id, waited_ms); }
   std::vector<TensorId> on_host_at_start() const override { return current().on_host_at_start(); }
+  // Every plan auto runs or rehearses starts its iterations from a packed arena.
+  bool compact_at_iteration_end() const override { return true; }
   std::optional<size_t> smallest_working_budget() const override;
   nlohmann::json report() const override;
   std::string summary() const override;
