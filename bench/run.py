@@ -1708,9 +1708,9 @@ def _steady_run(row, got):
     b = _auto_budget(row, got)
     if b is None:
         return None
-    d = densities({"model": row["name"]})
-    return ["train", *_auto_src(row), "--backend", "sim", "--gpu", row["gpu"], "--policy", "auto", "--budget", f"{b}B",
-            "--iters", "10", "--quiet", *(["--densities", d] if d else [])]
+    d = densities({"model": row["name"]}) if row["cmd"] == "train" else None
+    return [row["cmd"], *_auto_src(row), *(["--backend", "sim"] if row["cmd"] == "train" else []), "--gpu", row["gpu"],
+            "--policy", "auto", "--budget", f"{b}B", "--iters", "10", "--quiet", *(["--densities", d] if d else [])]
 
 
 def _steady_cell(c, what):
@@ -1732,10 +1732,11 @@ def _steady_cell(c, what):
 EXPERIMENTS["auto-steady"] = {
     "kind": "runs", "serial": True,  # auto's planning limit makes its choice depend on the machine's speed
     "about": "auto over 10 iterations: per row `vtensor train --model M --batch B [--seq S] --backend sim --gpu G "
-             "--policy auto --budget B --iters 10 [--densities D]` (B from a sweep of none); the mean time of guided "
+             "--policy auto --budget B --iters 10 [--densities D]`, or `vtensor replay --trace dtr:LOG --gpu G --policy "
+             "auto --budget B --iters 10` (B from a sweep of none); the mean time of guided "
              "iterations 1-3 (what the tables above time) and 4-9 against the unmanaged iteration, the slowest, and "
              "the evictions per iteration",
-    "rows": [r for r in EXPERIMENTS["auto-search-models"]["rows"]],
+    "rows": EXPERIMENTS["auto-search-models"]["rows"] + EXPERIMENTS["auto-search-logs"]["rows"],
     "runs": [("budgets", lambda r, got: ["sweep", *_auto_src(r), "--gpu", r["gpu"], "--policies", "none",
                                          "--budgets", "50%,25%", "--iters", "1"]),
              ("auto", _steady_run)],

@@ -795,7 +795,8 @@ void CapuchinPolicy::end_iteration(const AccessTrace& trace) {
     }
     ++guided_iterations_;
     // Feedback: a prefetch that was late at its back-access starts one op earlier next time.
-    for (size_t k = 0; k < plan_.candidates.size(); ++k) {
+    const bool feedback = feedback_iterations_ < 0 || guided_iterations_ <= feedback_iterations_;
+    for (size_t k = 0; k < plan_.candidates.size() && feedback; ++k) {
       auto& c = plan_.candidates[k];
       if (!late_[k] || c.decision != CapuchinDecision::kSwap || c.trigger_op <= c.release_op + 1) continue;
       // Op trigger_op would now hold the tensor: not into the peak window.

@@ -13,7 +13,8 @@
 // op times laid end to end from the measured kernel times; each access gap is a candidate,
 // parameters included; lazy re-ranking; recompute on access (ahead of it only when pinned: PlanPin); the passive
 // fallback stays on; the plan ignores the host budget; for policy auto only, persistent tensors
-// may also be swapped across the iteration boundary (wrap_persistent). Full notes: docs/design.md.
+// may also be swapped across the iteration boundary (wrap_persistent) and the feedback stops
+// after the guided iterations auto rehearsed (set_feedback_iterations). Full notes: docs/design.md.
 #pragma once
 #include <string>
 #include <vector>
@@ -163,6 +164,9 @@ class CapuchinPolicy final : public Policy {
   void set_pins(std::vector<PlanPin> pins) { pins_ = std::move(pins); }
   // Also swap persistent tensors across the iteration boundary (PlannerInput::wrap_persistent).
   void set_wrap_persistent(bool on) { wrap_persistent_ = on; }
+  // Move late prefetches' triggers only after the first n guided iterations (-1: after every one,
+  // Capuchin's own). Policy auto: those its rehearsal timed, so later iterations run that plan.
+  void set_feedback_iterations(int n) { feedback_iterations_ = n; }
   // Per plan candidate, what its gap cost the last guided iteration (stall on its swap-in or on
   // its swap-out, its recomputation), as on_restore / on_swap_out_wait measured it.
   const std::vector<double>& measured_cost_ms() const { return cost_ms_; }
@@ -190,6 +194,7 @@ class CapuchinPolicy final : public Policy {
   double swap_cost_weight_ = 1.0;
   std::vector<PlanPin> pins_;
   bool wrap_persistent_ = false;
+  int feedback_iterations_ = -1;
 };
 
 }  // namespace vtensor
