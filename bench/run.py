@@ -1569,13 +1569,13 @@ def _auto_budget(row, got):
     return int(hit[0]["budget_bytes"]) if hit else None
 
 
-def _auto_run(row, got):
+def _auto_run(row, got, *extra, iters=2):
     b = _auto_budget(row, got)
     if b is None:
         return None
     d = densities({"model": row["name"]}) if row["cmd"] == "train" else None
     return [row["cmd"], *_auto_src(row), *(["--backend", "sim"] if row["cmd"] == "train" else []), "--gpu", row["gpu"],
-            "--policy", "auto", "--budget", f"{b}B", "--iters", "2", *(["--densities", d] if d else [])]
+            "--policy", "auto", "--budget", f"{b}B", "--iters", str(iters), *(["--densities", d] if d else []), *extra]
 
 
 def _auto(c):
@@ -1704,15 +1704,6 @@ EXPERIMENTS["auto-lp"] = {
 
 # auto over a longer run. The tables above time guided iterations 1-3 (`sweep --iters 4`); a user
 # trains for thousands. The same rows for 10 iterations: 1-3 against 4-9, and the slowest of them.
-def _steady_run(row, got):
-    b = _auto_budget(row, got)
-    if b is None:
-        return None
-    d = densities({"model": row["name"]}) if row["cmd"] == "train" else None
-    return [row["cmd"], *_auto_src(row), *(["--backend", "sim"] if row["cmd"] == "train" else []), "--gpu", row["gpu"],
-            "--policy", "auto", "--budget", f"{b}B", "--iters", "10", "--quiet", *(["--densities", d] if d else [])]
-
-
 def _steady_cell(c, what):
     rep = c.rep.get("auto")
     if not rep:
@@ -1739,7 +1730,7 @@ EXPERIMENTS["auto-steady"] = {
     "rows": EXPERIMENTS["auto-search-models"]["rows"] + EXPERIMENTS["auto-search-logs"]["rows"],
     "runs": [("budgets", lambda r, got: ["sweep", *_auto_src(r), "--gpu", r["gpu"], "--policies", "none",
                                          "--budgets", "50%,25%", "--iters", "1"]),
-             ("auto", _steady_run)],
+             ("auto", lambda r, got: _auto_run(r, got, "--quiet", iters=10))],
     "columns": [("row", lambda c: c.row["name"]), ("GPU", lambda c: c.row["gpu"]), ("budget", lambda c: c.row["budget"]),
                 ("iterations 1-3", lambda c: _steady_cell(c, "first")),
                 ("iterations 4-9", lambda c: _steady_cell(c, "later")),

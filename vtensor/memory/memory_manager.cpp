@@ -152,7 +152,10 @@ void MemoryManager::end_iteration() {
   }
   while (finish_oldest_swap_out()) {
   }
-  if (policy_->compact_at_iteration_end() && !paged_) compact();
+  if (policy_->compact_at_iteration_end() && !paged_) {
+    const uint64_t before = counters_.compactions;
+    if (!compact()) counters_.compactions = before;  // already packed: nothing moved, none counted
+  }
 }
 
 // ---------------------------------------------------------------- allocation and the OOM ladder

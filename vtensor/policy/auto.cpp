@@ -54,15 +54,16 @@ const std::vector<std::string>& compress_names() {
 
 bool is_compress_candidate(const std::string& name) { return name.rfind("compress", 0) == 0; }
 
+// Capuchin's trigger feedback (a late prefetch moves one op earlier) runs after the guided
+// iterations a rehearsal times but its last: the rehearsed iterations less the measured one and
+// the last. Later iterations keep the triggers the rehearsal's last one ran; left running, the
+// feedback kept moving them, each move holding memory the plan had not counted (the U-Net log at
+// 25% on h100-80g: 130 evictions per iteration in 1-3, 232 in 4-9; with the limit, 135).
+constexpr int kFeedbackIterations = kRehearsedIterations - 2;
+
 // "NAME", "NAME@F" (a Capuchin mode or compress policy planning for F of the budget) or
 // "capuchin@F,wW" (the hybrid weighing a swap's stall W times against recompute time): the
 // policy, or null when the name is not a candidate.
-// Capuchin's trigger feedback (a late prefetch moves one op earlier) runs after the guided
-// iterations a rehearsal times but its last: RehearsalSetup::iterations (4) less the measured one
-// and the last. Later iterations keep the triggers the rehearsal's last one ran; left running,
-// the feedback kept moving them, each move holding memory the plan had not counted (the U-Net
-// log at 25% on h100-80g: 130 evictions per iteration in 1-3, 232 in 4-9; with the limit, 135).
-constexpr int kFeedbackIterations = 2;
 constexpr const char* kDtrFallback = ",dtr";
 
 // "...,dtr": guided iterations evict as DTR does where the plan does not cover the budget.

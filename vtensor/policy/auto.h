@@ -47,6 +47,10 @@
 
 namespace vtensor {
 
+// The iterations a rehearsal runs by default: the measured one and three guided ones (as the
+// benchmarks run).
+constexpr int kRehearsedIterations = 4;
+
 // What a rehearsal of one candidate needs from the run.
 struct RehearsalSetup {
   const Graph* graph = nullptr;
@@ -56,7 +60,7 @@ struct RehearsalSetup {
   double link_ms_per_byte = 0;     // measured host link (0: the GPU's)
   std::string allocator = "caching";  // the run's device allocator (its default planner)
   size_t host_budget = 0;          // the run's --host-budget (0: unlimited)
-  int iterations = 4;              // the measured one and guided ones (as the benchmarks run)
+  int iterations = kRehearsedIterations;  // the measured one and the guided ones
   double time_limit_ms = 0;        // wall time the rehearsal may take (0: no limit)
   std::vector<PlanPin> pins;       // the search's fixed decisions (Capuchin-based candidates)
   // Non-zero counts of the compressible outputs (the run's --densities on sim, or those auto's
