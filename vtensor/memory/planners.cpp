@@ -12,28 +12,98 @@ namespace {
 
 bool overlap_in_time(const BlockLifetime& a, const BlockLifetime& b) { return a.start < b.end && b.start < a.end; }
 
+// Who a block must avoid: the blocks alive at some instant with it, except the fixed blocks alive
+// with every planned block (persistent tensors), whose ranges are merged once into `floor`. The
+// free gaps a placement sees are those of the union of both, so this only saves work: the same
+// gaps, the same plans.
+struct Neighbours {
+  std::vector<std::vector<size_t>> alive_with;
+  std::vector<std::pair<size_t, size_t>> floor;  // merged (offset, end), ascending
+};
+
+// One sweep in start order: a block that ended by the current start overlaps neither it nor any
+// later one, so only the blocks still alive are tested (O(n log n + pairs), not every pair).
+Neighbours neighbours(const std::vector<BlockLifetime>& blocks) {
+  Neighbours nb;
+  nb.alive_with.resize(blocks.size());
+  int64_t min_end = std::numeric_limits<int64_t>::max(), max_start = std::numeric_limits<int64_t>::min();
+  for (const auto& b : blocks)
+    if (b.fixed_offset < 0) min_end = std::min(min_end, b.end), max_start = std::max(max_start, b.start);
+  std::vector<bool> on_floor(blocks.size(), false);
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const auto& b = blocks[i];
+    if (b.fixed_offset < 0 || !(b.start < min_end && max_start < b.end)) continue;
+    on_floor[i] = true;
+    nb.floor.emplace_back(static_cast<size_t>(b.fixed_offset), static_cast<size_t>(b.fixed_offset) + b.size);
+  }
+  std::sort(nb.floor.begin(), nb.floor.end());
+  std::vector<std::pair<size_t, size_t>> merged;
+  for (const auto& [a, e] : nb.floor) {
+    if (!merged.empty() && a <= merged.back().second) merged.back().second = std::max(merged.back().second, e);
+    else merged.emplace_back(a, e);
+  }
+  nb.floor = std::move(merged);
+  std::vector<size_t> by_start;
+  for (size_t i = 0; i < blocks.size(); ++i)
+    if (!on_floor[i]) by_start.push_back(i);
+  std::stable_sort(by_start.begin(), by_start.end(),
+                   [&](size_t a, size_t b) { return blocks[a].start < blocks[b].start; });
+  std::vector<size_t> alive;
+  for (size_t i : by_start) {
+    alive.erase(std::remove_if(alive.begin(), alive.end(), [&](size_t j) { return blocks[j].end <= blocks[i].start; }),
+                alive.end());
+    for (size_t j : alive)
+      if (overlap_in_time(blocks[i], blocks[j])) {
+        nb.alive_with[i].push_back(j);
+        nb.alive_with[j].push_back(i);
+      }
+    alive.push_back(i);
+  }
+  return nb;
+}
+
+// (offset, end) of what block i must avoid that starts below `below`, ascending: the floor and
+// its placed neighbours.
+void busy_ranges(const std::vector<BlockLifetime>& blocks, const Neighbours& nb, const PlanResult& r,
+                 const std::vector<bool>& placed, size_t i, size_t below, std::vector<std::pair<size_t, size_t>>& busy) {
+  busy.clear();
+  for (const auto& f : nb.floor)
+    if (f.first < below) busy.push_back(f);
+  for (size_t j : nb.alive_with[i])
+    if (placed[j] && r.offsets[j] < below) busy.emplace_back(r.offsets[j], r.offsets[j] + blocks[j].size);
+  std::sort(busy.begin(), busy.end());
+}
+
 // Lowers every planned block, lowest first, to the lowest offset where it overlaps no block alive
 // with it, until none moves: offsets only go down, so the arena never grows. Greedy placement
 // leaves holes under blocks placed above a gap that later blocks did not fill.
-void settle(const std::vector<BlockLifetime>& blocks, PlanResult& r) {
+void settle(const std::vector<BlockLifetime>& blocks, const Neighbours& nb, PlanResult& r) {
   std::vector<size_t> order;
   for (size_t i = 0; i < blocks.size(); ++i)
     if (blocks[i].fixed_offset < 0) order.push_back(i);
+  const std::vector<bool> all(blocks.size(), true);
+  // A block is looked at again only when a block alive with it moved since it was last looked at:
+  // its lowest place depends on nothing else.
+  std::vector<bool> dirty(blocks.size(), true);
   std::vector<std::pair<size_t, size_t>> busy;
   for (bool moved = true; moved;) {
     moved = false;
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return r.offsets[a] < r.offsets[b]; });
     for (size_t i : order) {
-      busy.clear();
-      for (size_t j = 0; j < blocks.size(); ++j)
-        if (j != i && overlap_in_time(blocks[i], blocks[j])) busy.emplace_back(r.offsets[j], r.offsets[j] + blocks[j].size);
-      std::sort(busy.begin(), busy.end());
+      if (!dirty[i]) continue;
+      dirty[i] = false;
+      // Only what starts below the block can open a lower place: above it, the block's own
+      // range is free, so the walk would stop there anyway.
+      busy_ranges(blocks, nb, r, all, i, r.offsets[i], busy);
       size_t cursor = 0;
       for (const auto& [off, end] : busy) {
         if (off >= cursor + blocks[i].size) break;
         cursor = std::max(cursor, end);
       }
       if (cursor < r.offsets[i]) {
+        // What the move frees lies at or above the old offset: only blocks above may use it.
+        for (size_t j : nb.alive_with[i])
+          if (r.offsets[j] > r.offsets[i]) dirty[j] = true;
         r.offsets[i] = cursor;
         moved = true;
       }
@@ -51,21 +121,19 @@ PlanResult place_best_fit(const std::vector<BlockLifetime>& blocks, const std::v
   PlanResult r;
   r.planner = name;
   r.offsets.assign(blocks.size(), kUnplaced);
-  std::vector<size_t> placed;
+  const Neighbours nb = neighbours(blocks);
+  std::vector<bool> placed(blocks.size(), false);
   for (size_t i = 0; i < blocks.size(); ++i) {
     if (blocks[i].fixed_offset < 0) continue;
     r.offsets[i] = static_cast<size_t>(blocks[i].fixed_offset);
     r.arena = std::max(r.arena, r.offsets[i] + blocks[i].size);
-    placed.push_back(i);
+    placed[i] = true;
   }
   std::vector<std::pair<size_t, size_t>> busy;  // (offset, end) of time-overlapping placed blocks
   for (size_t i : order) {
     if (blocks[i].fixed_offset >= 0) continue;
     const BlockLifetime& b = blocks[i];
-    busy.clear();
-    for (size_t j : placed)
-      if (overlap_in_time(b, blocks[j])) busy.emplace_back(r.offsets[j], r.offsets[j] + blocks[j].size);
-    std::sort(busy.begin(), busy.end());
+    busy_ranges(blocks, nb, r, placed, i, std::numeric_limits<size_t>::max(), busy);
     size_t best = kUnplaced, best_gap = kUnplaced, cursor = 0;
     for (const auto& [off, end] : busy) {
       if (off > cursor) {
@@ -79,9 +147,9 @@ PlanResult place_best_fit(const std::vector<BlockLifetime>& blocks, const std::v
     }
     r.offsets[i] = best != kUnplaced ? best : cursor;
     r.arena = std::max(r.arena, r.offsets[i] + b.size);
-    placed.push_back(i);
+    placed[i] = true;
   }
-  settle(blocks, r);
+  settle(blocks, nb, r);
   return r;
 }
 

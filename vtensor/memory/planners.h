@@ -13,7 +13,10 @@
 // (best-fit can leave a block in a high, tight gap above a lower one that a later block never
 // used; on vgg-tiny at batch 8 greedy-size went from 3.7% to 1.8% above the lower bound).
 // The lower bound on any plan's arena is the largest sum of live bytes at one instant.
-// Planners are O(n^2) in blocks: enough for graphs of a few thousand tensors, run once.
+// Each block is placed against the blocks alive with it (found by one sweep over start times)
+// and the merged ranges of the fixed blocks alive with every other: O(n log n + p log p) per pass
+// for p pairs alive together, about 5 ms for the 1,300 blocks of a GPT-2 small iteration (a
+// planned pool replans inside policy auto's rehearsals, so this is on its search's clock).
 #pragma once
 #include <cstddef>
 #include <cstdint>
