@@ -65,7 +65,7 @@ void Arena::begin_iteration(int iteration) {
 
 void Arena::end_iteration() {
   std::lock_guard<std::mutex> g(mu_);
-  alloc_->end_iteration();
+  alloc_->end_iteration(true);
 }
 
 std::string Arena::report() const {

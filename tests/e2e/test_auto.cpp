@@ -552,6 +552,24 @@ TEST(AutoSearch, TheWindowSearchCombinesMovesAndReplays) {
   EXPECT_LE(rep0["search"]["time_ms"].get<double>(), climbed);
 }
 
+// Under auto the planned pool plans from the first guided iteration (the measured one runs
+// another schedule), keeps the plan through auto's packing at each iteration's end, and serves
+// the later iterations from it without a fallback (bert-tiny at 50%, where the plan fits).
+TEST(AutoSimRun, ThePlannedPoolKeepsItsPlanThroughAutosPacking) {
+  const AutoRun base = train(config("bert-tiny", "none", 0, 2, "p100-16g"));
+  TrainConfig cfg = config("bert-tiny", "auto", align_up(max_peak(base) / 2), 5, "p100-16g");
+  cfg.allocator = "planned";
+  Trainer t(cfg);
+  const nlohmann::json a = t.run().allocator_report;
+  ASSERT_TRUE(a.contains("plan")) << a.dump();
+  EXPECT_TRUE(a["plan"].value("fits_budget", false)) << a.dump();
+  EXPECT_EQ(a["plans_given_up"].get<uint64_t>(), 0u) << a.dump();
+  EXPECT_EQ(a["replans"].get<uint64_t>(), 0u) << a.dump();
+  EXPECT_EQ(a["fallback_requests"].get<uint64_t>(), 0u) << a.dump();
+  EXPECT_EQ(a["iterations_planned"].get<uint64_t>(), 3u) << "iterations 3-5: planned after guided iteration 1";
+  EXPECT_GT(a["planned_requests"].get<uint64_t>(), 0u);
+}
+
 // The rehearsal uses the run's allocator and host budget, so on sim the prediction is still the
 // run with --allocator planned and --host-budget.
 TEST(AutoSimRun, PredictionHoldsWithThePlannedPoolAndAHostBudget) {

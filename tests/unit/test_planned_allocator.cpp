@@ -92,6 +92,85 @@ TEST(Planners, NoPlannedBlockCanMoveDown) {
   }
 }
 
+// The planners find each block's neighbours by a sweep and merge the fixed blocks alive with
+// every other into one floor; placing against every pair instead must give the same plans.
+PlanResult pairwise_plan(const std::vector<BlockLifetime>& b, const std::vector<size_t>& order) {
+  auto overlap = [&](size_t i, size_t j) { return b[i].start < b[j].end && b[j].start < b[i].end; };
+  auto busy_of = [&](size_t i, const std::vector<size_t>& off, const std::vector<bool>& placed) {
+    std::vector<std::pair<size_t, size_t>> busy;
+    for (size_t j = 0; j < b.size(); ++j)
+      if (j != i && placed[j] && overlap(i, j)) busy.emplace_back(off[j], off[j] + b[j].size);
+    std::sort(busy.begin(), busy.end());
+    return busy;
+  };
+  PlanResult r;
+  r.offsets.assign(b.size(), 0);
+  std::vector<bool> placed(b.size(), false);
+  for (size_t i = 0; i < b.size(); ++i)
+    if (b[i].fixed_offset >= 0) r.offsets[i] = static_cast<size_t>(b[i].fixed_offset), placed[i] = true;
+  for (size_t i : order) {
+    if (b[i].fixed_offset >= 0) continue;
+    size_t best = SIZE_MAX, best_gap = SIZE_MAX, cursor = 0;
+    for (const auto& [off, end] : busy_of(i, r.offsets, placed)) {
+      if (off > cursor && off - cursor >= b[i].size && off - cursor < best_gap) best = cursor, best_gap = off - cursor;
+      cursor = std::max(cursor, end);
+    }
+    r.offsets[i] = best != SIZE_MAX ? best : cursor;
+    placed[i] = true;
+  }
+  std::vector<size_t> settle;
+  for (size_t i = 0; i < b.size(); ++i)
+    if (b[i].fixed_offset < 0) settle.push_back(i);
+  for (bool moved = true; moved;) {
+    moved = false;
+    std::stable_sort(settle.begin(), settle.end(), [&](size_t x, size_t y) { return r.offsets[x] < r.offsets[y]; });
+    for (size_t i : settle) {
+      size_t cursor = 0;
+      for (const auto& [off, end] : busy_of(i, r.offsets, placed)) {
+        if (off >= cursor + b[i].size) break;
+        cursor = std::max(cursor, end);
+      }
+      if (cursor < r.offsets[i]) r.offsets[i] = cursor, moved = true;
+    }
+  }
+  for (size_t i = 0; i < b.size(); ++i) r.arena = std::max(r.arena, r.offsets[i] + b[i].size);
+  return r;
+}
+
+TEST(Planners, GreedySizeIsThePairwisePlacement) {
+  std::mt19937_64 rng(17);
+  std::uniform_int_distribution<int> units(1, 64), when(0, 300), len(0, 80), coin(0, 9);
+  for (int round = 0; round < 40; ++round) {
+    std::vector<BlockLifetime> b;
+    size_t fixed_top = 0;
+    for (int i = 0; i < 20 + round * 5; ++i) {
+      const size_t size = static_cast<size_t>(units(rng)) * kA;
+      const int c = coin(rng);
+      if (c == 0) {  // alive throughout: on the floor
+        b.push_back({size, -1, 10000, static_cast<int64_t>(fixed_top)});
+        fixed_top += size + (round % 3 == 0 ? kA : 0);  // with holes between them on some rounds
+      } else if (c == 1) {  // fixed, but alive for part of the time only: not on the floor
+        const int64_t s = when(rng);
+        b.push_back({size, s, s + 1 + len(rng), static_cast<int64_t>(fixed_top)});
+        fixed_top += size;
+      } else {  // zero-length lifetimes included
+        const int64_t s = when(rng);
+        b.push_back({size, s, s + len(rng)});
+      }
+    }
+    std::vector<size_t> order(b.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
+      if (b[x].size != b[y].size) return b[x].size > b[y].size;
+      if (b[x].start != b[y].start) return b[x].start < b[y].start;
+      return b[x].end - b[x].start > b[y].end - b[y].start;
+    });
+    const PlanResult want = pairwise_plan(b, order), got = plan_greedy_size(b);
+    EXPECT_EQ(got.offsets, want.offsets) << "round " << round;
+    EXPECT_EQ(got.arena, want.arena) << "round " << round;
+  }
+}
+
 TEST(Planners, BestIsTheSmallestOfTheOthers) {
   std::mt19937_64 rng(11);
   for (int round = 0; round < 20; ++round) {
@@ -157,7 +236,7 @@ std::vector<size_t> run_iteration(PlannedAllocator& a, int it, const std::vector
       live.erase(off[op.index]);
     }
   }
-  a.end_iteration();
+  a.end_iteration(true);
   return off;
 }
 
@@ -291,13 +370,98 @@ TEST(PlannedAllocator, CompactionGivesThePlanUpAndKeepsLiveBlocks) {
       a.free(y);
       a.free(z);
     }
-    a.end_iteration();
+    a.end_iteration(true);
   };
   once(0, false);
   once(1, true);
   EXPECT_TRUE(a.has_plan()) << "made again at the iteration's end";
   EXPECT_EQ(a.stats().allocated, 0u);
   EXPECT_EQ(a.report()["plans_given_up"].get<uint64_t>(), 1u);
+}
+
+// A policy's measuring iteration (end_iteration(false)) is not planned from: the plan comes
+// from the first iteration that repeats.
+TEST(PlannedAllocator, NoPlanFromAnIterationThatDoesNotRepeat) {
+  PlannedAllocator a(64 * kA);
+  auto once = [&](int it, bool repeats) {
+    a.begin_iteration(it);
+    const size_t x = a.allocate(8 * kA, 1).value();
+    const size_t y = a.allocate(4 * kA, 2).value();
+    a.free(x);
+    a.free(y);
+    a.end_iteration(repeats);
+  };
+  once(0, false);
+  EXPECT_FALSE(a.has_plan());
+  once(1, true);
+  EXPECT_TRUE(a.has_plan());
+  once(2, true);
+  EXPECT_EQ(a.planned_requests(), 2u);
+  EXPECT_EQ(a.report()["replans"].get<uint64_t>(), 0u) << "the first plan is not a replan";
+}
+
+// The recorded iteration freed A before B took its place; the next one asks for B first, is
+// refused (the OOM ladder then waits for A's swap-out to end, as the recorded one did) and gets
+// B's planned place once A is gone: a wait, not a request served off the plan.
+TEST(PlannedAllocator, AWaitInTheOomLadderIsNotAFallback) {
+  PlannedAllocator a(4 * kA);
+  a.begin_iteration(0);
+  const size_t x = a.allocate(4 * kA, 1).value();
+  a.free(x);
+  a.free(a.allocate(4 * kA, 2).value());
+  a.end_iteration(true);
+  ASSERT_TRUE(a.has_plan());
+  a.begin_iteration(1);
+  const size_t x1 = a.allocate(4 * kA, 1).value();
+  EXPECT_FALSE(a.allocate(4 * kA, 2).has_value()) << "no room until A is freed";
+  a.free(x1);
+  const auto y1 = a.allocate(4 * kA, 2);
+  ASSERT_TRUE(y1.has_value());
+  a.free(*y1);
+  a.end_iteration(true);
+  EXPECT_EQ(a.planned_requests(), 2u);
+  EXPECT_EQ(a.fallback_requests(), 0u);
+  EXPECT_TRUE(a.has_plan());
+  EXPECT_EQ(a.report()["replans"].get<uint64_t>(), 0u);
+}
+
+// Packing between iterations (policy auto compacts the arena at each iteration's end, with no
+// planned block live): the plan holds when nothing moves, and is made again from the packed
+// layout when something did, without being counted as given up.
+TEST(PlannedAllocator, PackingBetweenIterationsKeepsThePlan) {
+  PlannedAllocator a(64 * kA);
+  const size_t p = a.allocate(2 * kA, 100).value();  // persistent, below q
+  const size_t q = a.allocate(2 * kA, 101).value();
+  ASSERT_LT(p, q);
+  auto once = [&](int it, bool free_p) {
+    a.begin_iteration(it);
+    const size_t x = a.allocate(8 * kA, 1).value();
+    const size_t y = a.allocate(4 * kA, 2).value();
+    a.free(x);
+    a.free(y);
+    if (free_p) a.free(p);  // leaves a hole under q
+    auto moves = a.compact([](size_t) { return true; });
+    a.end_iteration(true);
+    return moves;
+  };
+  EXPECT_TRUE(once(0, false).empty());
+  ASSERT_TRUE(a.has_plan());
+  EXPECT_TRUE(once(1, false).empty()) << "already packed";
+  EXPECT_TRUE(a.has_plan());
+  EXPECT_EQ(a.planned_requests(), 2u);
+  const auto moves = once(2, true);
+  ASSERT_EQ(moves.size(), 1u);
+  EXPECT_EQ(moves[0].first, q);
+  EXPECT_TRUE(a.has_plan()) << "planned again around the packed blocks";
+  const auto r = a.report();
+  EXPECT_EQ(r["plans_given_up"].get<uint64_t>(), 0u);
+  EXPECT_EQ(r["replans_after_packing"].get<uint64_t>(), 1u);
+  EXPECT_EQ(r["replans"].get<uint64_t>(), 0u);
+  a.begin_iteration(3);
+  const size_t x = a.allocate(8 * kA, 1).value();
+  EXPECT_GE(x, 2 * kA) << "the plan avoids q where it now is";
+  a.free(x);
+  a.end_iteration(true);
 }
 
 }  // namespace

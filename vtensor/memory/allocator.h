@@ -62,8 +62,9 @@ class DeviceAllocator {
   // Allocators that cannot compact return no moves.
   virtual std::vector<std::pair<size_t, size_t>> compact(const std::function<bool(size_t)>& movable) { return {}; }
   // Iteration boundaries (the planned pool records one iteration and plans the next ones).
+  // repeats: the next iteration runs the ended one's schedule (Policy::iteration_repeats).
   virtual void begin_iteration(int iteration) {}
-  virtual void end_iteration() {}
+  virtual void end_iteration(bool repeats) {}
   // Allocator-specific figures for the run's report; null when nothing.
   virtual nlohmann::json report() const { return nullptr; }
 

@@ -166,7 +166,7 @@ std::vector<std::pair<size_t, size_t>> CachingAllocator::live_blocks() const {
   return out;
 }
 
-void CachingAllocator::end_iteration() {
+void CachingAllocator::end_iteration(bool) {
   last_arena_ = stats_.peak_reserved;
   last_lower_bound_ = stats_.peak_allocated;
   last_fragmentation_ = stats_.fragmentation();

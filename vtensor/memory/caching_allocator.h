@@ -36,7 +36,7 @@ class CachingAllocator final : public DeviceAllocator {
   // (offset, size) of every live block, ascending.
   std::vector<std::pair<size_t, size_t>> live_blocks() const;
   // Per iteration: arena (peak reserved) against the lower bound (peak live bytes).
-  void end_iteration() override;
+  void end_iteration(bool repeats) override;
   nlohmann::json report() const override;
 
   // Throws std::logic_error describing the first violated structural or statistical invariant.

@@ -141,7 +141,6 @@ void MemoryManager::end_iteration() {
     if (!s.persistent && s.residency != Residency::kUnallocated)
       throw std::logic_error("tensor " + t.name + " still " + to_string(s.residency) + " at the end of an iteration");
   }
-  allocator_->end_iteration();
   policy_->end_iteration(tracker_.current());
   // The plan's start state; the copies are waited for here, in this iteration's time (every
   // other swap-out has ended above).
@@ -156,6 +155,7 @@ void MemoryManager::end_iteration() {
     const uint64_t before = counters_.compactions;
     if (!compact()) counters_.compactions = before;  // already packed: nothing moved, none counted
   }
+  allocator_->end_iteration(policy_->iteration_repeats());
 }
 
 // ---------------------------------------------------------------- allocation and the OOM ladder

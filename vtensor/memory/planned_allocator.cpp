@@ -69,10 +69,6 @@ std::optional<size_t> PlannedAllocator::allocate(size_t bytes, int64_t tag) {
     in_region = true;
     ++planned_requests_;
   } else {
-    if (region_reserved_ && in_iteration_ && (k >= plan_.size() || plan_[k].kind != Slot::kCrossing)) {
-      ++fallback_requests_;
-      ++iteration_fallbacks_;
-    }
     off = caching_.allocate(size, tag);
     if (!off && region_reserved_) {
       off = fit_in_region(size);
@@ -83,6 +79,12 @@ std::optional<size_t> PlannedAllocator::allocate(size_t bytes, int64_t tag) {
     ++stats_.num_ooms;
     record(AllocEvent::Kind::kOom, 0, bytes, tag);
     return std::nullopt;
+  }
+  // Served off the plan. A request that failed here, waited in the OOM ladder for a swap-out to
+  // end, and then got its planned place is not a fallback: the recorded iteration waited too.
+  if (!in_region && region_reserved_ && in_iteration_ && (k >= plan_.size() || plan_[k].kind != Slot::kCrossing)) {
+    ++fallback_requests_;
+    ++iteration_fallbacks_;
   }
   if (in_region) region_live_.emplace(*off, size);
   if (in_iteration_) {
@@ -126,10 +128,32 @@ size_t PlannedAllocator::block_size(size_t offset) const {
 }
 
 std::vector<std::pair<size_t, size_t>> PlannedAllocator::compact(const std::function<bool(size_t)>& movable) {
-  // The OOM ladder compacts when the free bytes would do but are scattered: give the plan up
-  // for now (its live blocks become caching blocks where they are) so the arena can be packed.
-  dissolve_plan();
-  auto moves = caching_.compact(movable);
+  std::vector<std::pair<size_t, size_t>> moves;
+  if (region_reserved_ && region_live_.empty()) {
+    // No planned block is live (between iterations: policy auto packs the arena there): pack
+    // what lies outside the plan. When nothing moves the plan still holds; otherwise it is made
+    // again from where the blocks now are, at the iteration's end (not a plan given up).
+    const auto footprint = footprint_;
+    release_footprint();
+    moves = caching_.compact(movable);
+    if (moves.empty()) {
+      for (const auto& [off, len] : footprint)
+        if (!caching_.reserve(off, len)) throw std::logic_error("planned allocator: footprint lost at " + std::to_string(off));
+      footprint_ = footprint;
+      for (const auto& f : footprint_) footprint_bytes_ += f.second;
+      region_reserved_ = true;
+    } else {
+      have_plan_ = false;
+      plan_.clear();
+      moved_under_plan_ = true;
+      ++replans_after_packing_;
+    }
+  } else {
+    // The OOM ladder compacts when the free bytes would do but are scattered: give the plan up
+    // for now (its live blocks become caching blocks where they are) so the arena can be packed.
+    dissolve_plan();
+    moves = caching_.compact(movable);
+  }
   std::unordered_map<size_t, size_t> moved;
   for (const auto& [from, to] : moves) {
     if (auto it = live_records_.find(from); it != live_records_.end()) {
@@ -154,7 +178,7 @@ void PlannedAllocator::begin_iteration(int iteration) {
   if (region_reserved_) ++iterations_planned_;
 }
 
-void PlannedAllocator::end_iteration() {
+void PlannedAllocator::end_iteration(bool repeats) {
   if (!in_iteration_) return;
   in_iteration_ = false;
   ++iterations_;
@@ -172,12 +196,16 @@ void PlannedAllocator::end_iteration() {
     recorded_arena_ = last_arena_;
     recorded_lower_bound_ = lower_bound_;
   }
-  // Plan after the first iteration; plan again after one that did not follow the plan. Live
+  // Plan after the first iteration that repeats (a policy's measuring iteration does not); plan
+  // again after one that did not follow the plan, or when packing moved blocks under it. Live
   // blocks inside the footprint would lose their protection when it is released: wait then.
-  const bool want = iterations_ == 1 || !have_plan_ || iteration_fallbacks_ > 0;
-  if (want && iterations_ > 1 && replans_ >= static_cast<uint64_t>(kMaxReplans)) return;
-  if (want && region_live_.empty()) {
-    if (iterations_ > 1) ++replans_;
+  const bool want = !have_plan_ || iteration_fallbacks_ > 0;
+  if (!want || !repeats) return;
+  if (plans_tried_ > 0 && !moved_under_plan_ && replans_ >= static_cast<uint64_t>(kMaxReplans)) return;
+  if (region_live_.empty()) {
+    if (plans_tried_ > 0 && !moved_under_plan_) ++replans_;
+    moved_under_plan_ = false;
+    ++plans_tried_;
     make_plan();
   }
 }
@@ -289,6 +317,7 @@ nlohmann::json PlannedAllocator::report() const {
       {"iterations_planned", iterations_planned_},
       {"replans", replans_},
       {"plans_given_up", dissolved_},
+      {"replans_after_packing", replans_after_packing_},
       {"caching",
        {{"arena_bytes", recorded_arena_},
         {"lower_bound_bytes", recorded_lower_bound_},

@@ -4,13 +4,16 @@
 // once overlap, and later iterations are served from the plan.
 //   Recording: an inner CachingAllocator serves the iteration while requests are recorded;
 //   blocks alive across the boundary stay where they are and are obstacles for the plan, whose
-//   footprint is reserved so that a fallback never lands on a planned block.
+//   footprint is reserved so that a fallback never lands on a planned block. Only an iteration
+//   the policy repeats is planned from (not a measuring one its plan then replaces).
 //   Serving: a tensor's n-th request gets its planned offset when the size matches and the range
 //   is free (O(1) lookup, O(log n) check); anything else falls back to the caching allocator and
 //   is counted; an iteration with fallbacks is planned again (at most kMaxReplans times).
 // Deviations: the paper plans once with no fallback; ours keeps the caching allocator so new
 // shapes and policies stay correct, serves a plan larger than the budget only below it, and
-// gives the plan up for the iteration when compaction is needed. Full notes: docs/design.md.
+// gives the plan up for the iteration when compaction is needed with planned blocks live;
+// packing between iterations (policy auto) keeps it, or plans again where blocks moved.
+// Full notes: docs/design.md.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -36,7 +39,7 @@ class PlannedAllocator final : public DeviceAllocator {
   void reset_peak() override;
   std::vector<std::pair<size_t, size_t>> compact(const std::function<bool(size_t)>& movable) override;
   void begin_iteration(int iteration) override;
-  void end_iteration() override;
+  void end_iteration(bool repeats) override;
   nlohmann::json report() const override;
 
   bool has_plan() const { return have_plan_; }
@@ -90,7 +93,9 @@ class PlannedAllocator final : public DeviceAllocator {
   std::unordered_map<int64_t, size_t> seen_;                 // tag -> requests so far this iteration
 
   // Figures.
+  bool moved_under_plan_ = false;  // packing between iterations moved blocks the plan avoided
   uint64_t planned_requests_ = 0, fallback_requests_ = 0, replans_ = 0, iterations_planned_ = 0, dissolved_ = 0;
+  uint64_t plans_tried_ = 0, replans_after_packing_ = 0;
   size_t lower_bound_ = 0, last_arena_ = 0, recorded_arena_ = 0, recorded_lower_bound_ = 0;
   int iterations_ = 0;
 };

@@ -111,6 +111,10 @@ class Policy {
   // with the persistent tensors packed and the free space in one block, so the layout does not
   // drift from iteration to iteration and the first iterations time what the later ones run.
   virtual bool compact_at_iteration_end() const { return false; }
+  // Whether the iteration that just ended (asked after end_iteration) ran the schedule the next
+  // one runs: false after a measuring iteration a plan replaces. The planned pool plans only
+  // from one that did.
+  virtual bool iteration_repeats() const { return true; }
   // An access found `id` not resident (`from`: on host, swapping in, dropped) and waited
   // `waited_ms` for its copy back from host or its recomputation: a late or missing prefetch
   // (Capuchin's feedback, vDNN's per-layer stall time).

@@ -400,6 +400,7 @@ void AutoPolicy::on_restore(TensorId id, int op_index, Residency from, double wa
 std::optional<size_t> AutoPolicy::smallest_working_budget() const { return current().smallest_working_budget(); }
 
 void AutoPolicy::end_iteration(const AccessTrace& trace) {
+  measured_last_ = !active_;
   if (active_) {
     active_->end_iteration(trace);
     return;

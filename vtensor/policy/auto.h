@@ -133,6 +133,8 @@ class AutoPolicy final : public Policy {
   std::vector<TensorId> on_host_at_start() const override { return current().on_host_at_start(); }
   // Every plan auto runs or rehearses starts its iterations from a packed arena.
   bool compact_at_iteration_end() const override { return true; }
+  // The measured iteration does not repeat; after it, the chosen policy says.
+  bool iteration_repeats() const override { return !measured_last_ && current().iteration_repeats(); }
   std::optional<size_t> smallest_working_budget() const override;
   nlohmann::json report() const override;
   std::string summary() const override;
@@ -186,6 +188,7 @@ class AutoPolicy final : public Policy {
   const MemoryView* view_ = nullptr;
   std::unique_ptr<Policy> measuring_;  // Capuchin's hybrid, passive until it plans
   std::unique_ptr<Policy> active_;     // the chosen planner's policy, once chosen
+  bool measured_last_ = false;         // the last iteration was the measured one
   std::unique_ptr<Policy> fallback_;   // "...,dtr": evicts in guided iterations instead of LRU swapping
   std::string chosen_;
   std::vector<RehearsalResult> rehearsals_;

@@ -788,11 +788,13 @@ void CapuchinPolicy::index_plan() { at_op_ = actions_by_op(plan_.plan, view_ ? v
 void CapuchinPolicy::end_iteration(const AccessTrace& trace) {
   if (!view_) throw std::logic_error("capuchin: end_iteration before attach");
   const auto seq = use_sequence(trace);
+  repeats_ = false;
   if (guided_) {
     if (seq != measured_sequence_) {  // new shapes or a new graph: measure again
       guided_ = false;
       return;
     }
+    repeats_ = true;
     ++guided_iterations_;
     // Feedback: a prefetch that was late at its back-access starts one op earlier next time.
     const bool feedback = feedback_iterations_ < 0 || guided_iterations_ <= feedback_iterations_;

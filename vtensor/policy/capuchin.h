@@ -154,6 +154,7 @@ class CapuchinPolicy final : public Policy {
   void on_restore(TensorId id, int op_index, Residency from, double waited_ms) override;
   void on_swap_out_wait(TensorId id, double waited_ms) override;
   std::vector<TensorId> on_host_at_start() const override;
+  bool iteration_repeats() const override { return repeats_; }
   nlohmann::json report() const override;
   std::string summary() const override;
 
@@ -181,6 +182,7 @@ class CapuchinPolicy final : public Policy {
   CapuchinMode mode_;
   const MemoryView* view_ = nullptr;
   bool guided_ = false;
+  bool repeats_ = false;  // the last iteration was guided by the plan the next one runs
   CapuchinPlan plan_;
   std::vector<std::vector<Action>> at_op_;
   std::vector<std::pair<TensorId, int>> measured_sequence_;  // (tensor, op) of every access

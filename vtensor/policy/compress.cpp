@@ -339,11 +339,13 @@ void CompressPolicy::index_plan() { at_op_ = actions_by_op(plan_.plan, view_->gr
 void CompressPolicy::end_iteration(const AccessTrace& trace) {
   if (!view_) throw std::logic_error("compress: end_iteration before attach");
   const auto seq = use_sequence(trace);
+  repeats_ = false;
   if (guided_) {
     if (seq != measured_sequence_) {  // new shapes or a new graph: measure again
       guided_ = false;
       return;
     }
+    repeats_ = true;
     // Feedback: a decompression late at its back-access starts one op earlier next time, where
     // the tensor back still fits under the budget.
     for (size_t k = 0; k < plan_.candidates.size(); ++k) {

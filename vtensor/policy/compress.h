@@ -114,6 +114,7 @@ class CompressPolicy final : public Policy {
   std::vector<Victim> choose_victims(size_t bytes, const MemoryView& view) override;
   void end_iteration(const AccessTrace& trace) override;
   void on_restore(TensorId id, int op_index, Residency from, double waited_ms) override;
+  bool iteration_repeats() const override { return repeats_; }
   nlohmann::json report() const override;
   std::string summary() const override;
 
@@ -127,6 +128,7 @@ class CompressPolicy final : public Policy {
   CompressionOptions options_;
   const MemoryView* view_ = nullptr;
   bool guided_ = false;
+  bool repeats_ = false;  // the last iteration was guided by the plan the next one runs
   int measurements_ = 0, trigger_moves_ = 0;
   CompressPlan plan_;
   std::vector<std::optional<size_t>> nonzeros_;

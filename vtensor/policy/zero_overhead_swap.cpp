@@ -289,6 +289,7 @@ void ZeroOverheadSwapPolicy::plan(size_t target_budget) {
 
 void ZeroOverheadSwapPolicy::end_iteration(const AccessTrace& trace) {
   if (view_ == nullptr) return;
+  repeats_ = planned_;
   if (!planned_) {
     ms_per_byte_ = view_->copy_ms_per_byte();
     latency_ms_ = view_->copy_latency_ms();
@@ -301,6 +302,7 @@ void ZeroOverheadSwapPolicy::end_iteration(const AccessTrace& trace) {
     const size_t cut = std::clamp(unusable_, target_budget_ / 20, target_budget_ / 10);
     plan(target_budget_ - cut);
     ++replans_;
+    repeats_ = false;
   }
   iteration_evictions_ = 0;
   unusable_ = 0;

@@ -63,6 +63,7 @@ class ZeroOverheadSwapPolicy final : public Policy {
   std::vector<Action> after_op(int op_index) override;
   std::vector<Victim> choose_victims(size_t bytes, const MemoryView& view) override;
   void end_iteration(const AccessTrace& trace) override;
+  bool iteration_repeats() const override { return repeats_; }
   nlohmann::json report() const override;
   std::string summary() const override;
 
@@ -71,6 +72,7 @@ class ZeroOverheadSwapPolicy final : public Policy {
   const MemoryView* view_ = nullptr;
   int iteration_ = 0;
   bool planned_ = false;
+  bool repeats_ = false;  // the last iteration ran the plan the next one runs
   double ms_per_byte_ = 0, latency_ms_ = 0;
   ZeroOverheadSwapPlan plan_;
   void plan(size_t target_budget);
