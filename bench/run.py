@@ -1702,6 +1702,30 @@ EXPERIMENTS["auto-lp"] = {
                 ("25%: without → with the LP starts", lambda c: f"{_lp_cell(c, 'off', '25%')} → {_lp_cell(c, 'lp', '25%')}")]}
 
 
+# auto on the planned pool (--allocator planned: every rehearsal and the run place their blocks
+# by the planner, from the first guided iteration) against the caching allocator (default), the
+# same sweep otherwise; with the planning limit, the planned pool's rehearsals cost more.
+def _allocator_sweep(row, allocator):
+    return _lp_sweep(row, False) + ["--allocator", allocator]
+
+
+def _planned_cell(c, budget):
+    return f"{_lp_cell(c, 'caching', budget)} → {_lp_cell(c, 'planned', budget)}"
+
+
+EXPERIMENTS["auto-planned"] = {
+    "kind": "runs", "serial": True,  # auto's planning limit makes its choice depend on the machine's speed
+    "about": "auto against none on the caching allocator (default) and on the planned pool: `vtensor sweep --model M "
+             "--batch B [--seq S] --backend sim --gpu G --iters 4 --policies none,auto --budgets 50%,25% "
+             "[--densities bench/densities/M.json] --allocator caching|planned`",
+    "rows": [{**m, "gpu": g} for g in ("p100-16g", "h100-80g") for m in PAPER_MODELS],
+    "runs": [("caching", lambda r, got: _allocator_sweep(r, "caching")),
+             ("planned", lambda r, got: _allocator_sweep(r, "planned"))],
+    "columns": [("model", lambda c: c.row["model"]), ("GPU", lambda c: c.row["gpu"]),
+                ("50%: caching → planned", lambda c: _planned_cell(c, "50%")),
+                ("25%: caching → planned", lambda c: _planned_cell(c, "25%"))]}
+
+
 # auto over a longer run. The tables above time guided iterations 1-3 (`sweep --iters 4`); a user
 # trains for thousands. The same rows for 10 iterations: 1-3 against 4-9, and the slowest of them.
 def _steady_cell(c, what):
