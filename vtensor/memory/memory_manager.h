@@ -219,6 +219,7 @@ class MemoryManager final : public MemoryView {
     int lineage_refs = 0;    // dropped tensors that need this one to be recomputed
     bool released = false;   // last use passed; freed when lineage_refs reaches 0
     bool persistent = false;
+    uint64_t placed_seq = 0;  // persistent: when it last got a new block (0: not this iteration)
     uint64_t last_access = 0;
     int last_access_op = -1;
     uint64_t release_seq = 0;  // swap-out, compression: completed at the end of the op with this op_seq_
@@ -264,6 +265,7 @@ class MemoryManager final : public MemoryView {
   void evict(const Victim& v);
   void sample_timeline(int op_index);
   bool compact();
+  bool pack_start_state();  // compact, then the persistent tensors placed this iteration on top
 
   Backend& backend_;
   const Graph& graph_;
@@ -283,6 +285,7 @@ class MemoryManager final : public MemoryView {
   MemoryCounters counters_;
   uint64_t clock_ = 0;
   uint64_t op_seq_ = 0;  // ops completed since construction
+  uint64_t placements_ = 0;  // persistent tensors given a new block since construction
   int iteration_ = 0;
   bool timeline_enabled_ = false;
   size_t op_scratch_ = 0;          // scratch bytes allocated since the last timeline point

@@ -111,6 +111,10 @@ class Policy {
   // with the persistent tensors packed and the free space in one block, so the layout does not
   // drift from iteration to iteration and the first iterations time what the later ones run.
   virtual bool compact_at_iteration_end() const { return false; }
+  // After that compaction, move the persistent tensors that got a new block this iteration above
+  // the others, in the order they got it: a start state the same every iteration (the packed one
+  // keeps the blocks' relative order, which a tensor brought back into another hole changes).
+  virtual bool reorder_at_iteration_end() const { return false; }
   // Whether the iteration that just ended (asked after end_iteration) ran the schedule the next
   // one runs: false after a measuring iteration a plan replaces. The planned pool plans only
   // from one that did.

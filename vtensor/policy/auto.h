@@ -26,8 +26,11 @@
 // Deviations from the design: an LP relaxation rounded, then local and windowed
 // enumeration with the rehearsal as its cost model, not an ILP / DP (the cost of a gap's choice
 // depends on the queues and the arena the rest leaves); no arena placement of its own (the planned pool measured slower under it).
-// Every iteration it runs or rehearses ends with the arena compacted (compact_at_iteration_end),
-// so the layout cannot drift over a long run from what the rehearsals timed.
+// Every iteration it runs or rehearses ends with the arena compacted (compact_at_iteration_end).
+// Packing keeps the blocks' order, which tensors brought back into other holes can make drift
+// past the iterations the search rehearses: the chosen plan is rehearsed for 10 iterations as
+// packed and with the persistent tensors placed anew moved on top in placement order
+// (reorder_at_iteration_end), and the faster start state runs.
 // Without a Rehearser (set by the Trainer) it runs Capuchin's hybrid.
 // Full notes: docs/design.md.
 #pragma once
@@ -50,6 +53,9 @@ namespace vtensor {
 // The iterations a rehearsal runs by default: the measured one and three guided ones (as the
 // benchmarks run).
 constexpr int kRehearsedIterations = 4;
+// The iterations the chosen plan is rehearsed for with each start state: a drift that only shows
+// after the fourth iteration decides too.
+constexpr int kLongRunIterations = 10;
 
 // What a rehearsal of one candidate needs from the run.
 struct RehearsalSetup {
@@ -63,6 +69,7 @@ struct RehearsalSetup {
   int iterations = kRehearsedIterations;  // the measured one and the guided ones
   double time_limit_ms = 0;        // wall time the rehearsal may take (0: no limit)
   std::vector<PlanPin> pins;       // the search's fixed decisions (Capuchin-based candidates)
+  bool reorder = false;            // the start state: reordered (Policy::reorder_at_iteration_end)
   // Non-zero counts of the compressible outputs (the run's --densities on sim, or those auto's
   // measured iteration counted): what sizes the compression candidates' tensors. Null: the
   // compression candidates are not rehearsed.
@@ -133,6 +140,9 @@ class AutoPolicy final : public Policy {
   std::vector<TensorId> on_host_at_start() const override { return current().on_host_at_start(); }
   // Every plan auto runs or rehearses starts its iterations from a packed arena.
   bool compact_at_iteration_end() const override { return true; }
+  bool reorder_at_iteration_end() const override { return reorder_; }
+  // The start state a rehearsal runs (the run's is chosen after the search).
+  void set_reorder(bool on) { reorder_ = on; }
   // The measured iteration does not repeat; after it, the chosen policy says.
   bool iteration_repeats() const override { return !measured_last_ && current().iteration_repeats(); }
   std::optional<size_t> smallest_working_budget() const override;
@@ -175,6 +185,7 @@ class AutoPolicy final : public Policy {
   Policy& current() { return active_ ? *active_ : *measuring_; }
   const Policy& current() const { return active_ ? *active_ : *measuring_; }
   void choose(const AccessTrace& trace);
+  void choose_start_state(const RehearsalSetup& setup);
   void search(const RehearsalSetup& setup, const RehearsalResult& base, std::chrono::steady_clock::time_point t0);
   using CompressMove = std::function<std::optional<PlanPin>(const RehearsedGap&)>;
   void window_search(const RehearsalSetup& setup, RehearsalResult& best, const CompressMove& compress,
@@ -189,6 +200,9 @@ class AutoPolicy final : public Policy {
   std::unique_ptr<Policy> measuring_;  // Capuchin's hybrid, passive until it plans
   std::unique_ptr<Policy> active_;     // the chosen planner's policy, once chosen
   bool measured_last_ = false;         // the last iteration was the measured one
+  bool reorder_ = false;               // the start state (reorder_at_iteration_end)
+  double packed_long_ms_ = 0, reordered_long_ms_ = 0;  // the plan over kLongRunIterations, each way
+  double searched_ms_ = 0;  // the search's end (packed start), before the start state is chosen
   std::unique_ptr<Policy> fallback_;   // "...,dtr": evicts in guided iterations instead of LRU swapping
   std::string chosen_;
   std::vector<RehearsalResult> rehearsals_;

@@ -23,6 +23,7 @@ RehearsalResult rehearse(const std::string& candidate, const RehearsalSetup& set
     auto backend = make_sim_backend(opts);
     if (setup.densities) backend->set_densities(setup.densities);
     auto policy = std::make_unique<AutoPolicy>(candidate, setup.pins);
+    policy->set_reorder(setup.reorder);
     const AutoPolicy* ap = policy.get();
     r.pins = setup.pins;
     if (setup.time_limit_ms > 0)
