@@ -557,7 +557,9 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       for (const RehearsalResult* r : lp_best)
         if (r) starts.push_back(r);
       std::stable_sort(starts.begin(), starts.end(), [](const RehearsalResult* a, const RehearsalResult* b) { return a->time_ms < b->time_ms; });
-      const double limit = time_limit_ms_ + kSearchTimeMs;
+      // The start state's rehearsals (choose_start_state) come out of the search's time.
+      start_state_reserve_ms_ = kStartStateRehearsals * best->wall_ms;
+      const double limit = search_limit_ms();
       for (size_t i = 0; i < starts.size() && search_rehearsals_ > 0; ++i) {
         const RehearsalResult* next = starts[i];
         const double spent = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -637,7 +639,7 @@ void AutoPolicy::search(const RehearsalSetup& setup, const RehearsalResult& base
   // Moves that did not win, by gap and decision: one that lost kMaxLosses times is not tried again
   // (from a neighbouring plan it mostly loses again; the budget goes to the untried).
   std::map<std::string, int> lost;
-  const double limit = std::min(time_limit_ms_ + kSearchTimeMs, search_until_ms_);
+  const double limit = std::min(search_limit_ms(), search_until_ms_);
   int done = 0;
   auto spent = [&] { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(); };
   // Compression moves need the densities the rehearsal sizes them with, and the codecs' rate.
@@ -725,7 +727,7 @@ void AutoPolicy::search(const RehearsalSetup& setup, const RehearsalResult& base
 void AutoPolicy::window_search(const RehearsalSetup& setup, RehearsalResult& best, const CompressMove& compress,
                                std::vector<std::string>& tried, std::chrono::steady_clock::time_point t0) {
   const Graph& g = *setup.graph;
-  const double limit = std::min(time_limit_ms_ + kSearchTimeMs, search_until_ms_);
+  const double limit = std::min(search_limit_ms(), search_until_ms_);
   auto spent = [&] { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(); };
   int done = 0;
   size_t anchor = 0;

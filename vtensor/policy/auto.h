@@ -56,6 +56,9 @@ constexpr int kRehearsedIterations = 4;
 // The iterations the chosen plan is rehearsed for with each start state: a drift that only shows
 // after the fourth iteration decides too.
 constexpr int kLongRunIterations = 10;
+// What those rehearsals cost, in rehearsals of kRehearsedIterations: two long ones and the
+// prediction's again (with margin), kept out of the search's time.
+constexpr double kStartStateRehearsals = 7;
 
 // What a rehearsal of one candidate needs from the run.
 struct RehearsalSetup {
@@ -203,6 +206,9 @@ class AutoPolicy final : public Policy {
   bool reorder_ = false;               // the start state (reorder_at_iteration_end)
   double packed_long_ms_ = 0, reordered_long_ms_ = 0;  // the plan over kLongRunIterations, each way
   double searched_ms_ = 0;  // the search's end (packed start), before the start state is chosen
+  double start_state_reserve_ms_ = 0;  // wall time kept for choose_start_state's rehearsals
+  // Where the search stops: the candidates' limit and kSearchTimeMs, less that reserve.
+  double search_limit_ms() const { return time_limit_ms_ + kSearchTimeMs - start_state_reserve_ms_; }
   std::unique_ptr<Policy> fallback_;   // "...,dtr": evicts in guided iterations instead of LRU swapping
   std::string chosen_;
   std::vector<RehearsalResult> rehearsals_;
