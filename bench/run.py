@@ -1275,14 +1275,28 @@ EXPERIMENTS["lossy-drift"] = {
 # the caching allocator's throughput (google benchmark) and vDNN's planned memory per rung.
 
 EXPERIMENTS["allocator-bench"] = {
-    "kind": "runs", "needs": ["vtensor_bench_allocator"], "about": "build/bench/vtensor_bench_allocator --benchmark_format=csv: the caching allocator under a "
+    "kind": "runs", "needs": ["vtensor_bench_allocator"], "about": "build/bench/vtensor_bench_allocator --benchmark_filter=BM_Caching --benchmark_format=csv: the caching allocator under a "
                              "training-like pattern of allocations and frees (random sizes, a fixed number of live blocks)",
     "rows": [{}],
-    "runs": [("bench", lambda r, got: ["bench:vtensor_bench_allocator", "--benchmark_format=csv"])],
+    "runs": [("bench", lambda r, got: ["bench:vtensor_bench_allocator", "--benchmark_filter=BM_Caching",
+                                       "--benchmark_format=csv"])],
     "each": lambda c: c.rep["bench"],
     "columns": [("live blocks", lambda c: c.item["name"].rsplit("/", 1)[1]),
                 ("alloc-or-free, wall", lambda c: float(c.item["real_time"]), "{:.0f} ns"),
                 ("alloc-or-free, cpu", lambda c: float(c.item["cpu_time"]), "{:.0f} ns")]}
+
+EXPERIMENTS["planner-bench"] = {
+    "kind": "runs", "needs": ["vtensor_bench_allocator"],
+    "about": "build/bench/vtensor_bench_allocator --benchmark_filter=BM_Plan --benchmark_format=csv: greedy-size "
+             "(the planned pool's default planner) on a training-like iteration of N blocks (a quarter persistent "
+             "and fixed, half activations alive until their backward, a quarter temporaries)",
+    "rows": [{}],
+    "runs": [("bench", lambda r, got: ["bench:vtensor_bench_allocator", "--benchmark_filter=BM_Plan",
+                                       "--benchmark_format=csv"])],
+    "each": lambda c: c.rep["bench"],
+    "columns": [("blocks", lambda c: c.item["name"].rsplit("/", 1)[1]),
+                ("plan, wall", lambda c: float(c.item["real_time"]), "{:.2f} ms"),
+                ("plan, cpu", lambda c: float(c.item["cpu_time"]), "{:.2f} ms")]}
 
 EXPERIMENTS["vdnn-plan"] = {
     "kind": "runs", "needs": ["vtensor_vdnn_plan"], "about": "build/bench/vtensor_vdnn_plan vgg16:256 resnet50:128 --inplace-relu-grad vgg16:256 "
@@ -1599,13 +1613,16 @@ def _auto(c):
     if lp_start:  # the search started from the LP's rounded plan (timed: its prefetch times) pinned on that candidate
         cand = search["candidate_time_ms"]
     stall, rec = r.get("predicted_stall_ms", 0), r.get("predicted_recompute_ms", 0)
-    climbed = search.get("climbed_time_ms", ms)
+    searched = search.get("time_ms", ms)  # the search's end; the run's start state may differ
+    climbed = search.get("climbed_time_ms", searched)
     window = search.get("window", {}).get("rehearsals", 0)
+    reordered = (r.get("start_state") or {}).get("reordered", False)
     return {"best": f"{best} {plain[best]:.1f} ms" if best else "none trains",
             "choice": f"{lp_start}{r['chosen']} {cand:.1f} ms",
-            "searched": f"{climbed:.1f} → {ms:.1f} ms ({len(r.get('pins', []))} pinned)",
+            "searched": f"{climbed:.1f} → {searched:.1f} ms ({len(r.get('pins', []))} pinned)"
+                        + (f"; reordered start {ms:.1f} ms" if reordered else ""),
             "gain": f"{(1 - cand / plain[best]) * 100:.1f}% + {(1 - climbed / cand) * 100:.1f}% + "
-                    f"{(1 - ms / climbed) * 100:.1f}%" if best else "",
+                    f"{(1 - searched / climbed) * 100:.1f}%" if best else "",
             "parts": f"{unmanaged:.1f} + {stall:.1f} + {rec:.1f} + {ms - unmanaged - stall - rec:.1f}",
             "swapped": f"{r.get('predicted_swapped_out_bytes', 0) / 2**30:.2f}",
             "planning": f"{r['planning_ms'] / 1e3:.2f}",
@@ -1741,6 +1758,11 @@ def _steady_cell(c, what):
         return f"{sum(t[3:]) / len(t[3:]) / u:.3f}×"
     if what == "slowest":
         return f"{max(t) / u:.3f}× (iteration {t.index(max(t)) + 1})"
+    if what == "start":  # auto's start state, and the chosen plan's rehearsals of both over 10 iterations
+        ss = (rep.get("policy_report") or {}).get("start_state")
+        if not ss:
+            return ""
+        return f"{'reordered' if ss['reordered'] else 'packed'} ({ss['packed_ms'] / u:.3f}× / {ss['reordered_ms'] / u:.3f}×)"
     return f"{sum(ev[:3]) / 3:.0f} / {sum(ev[3:]) / len(ev[3:]):.0f}"
 
 
@@ -1749,8 +1771,9 @@ EXPERIMENTS["auto-steady"] = {
     "about": "auto over 10 iterations: per row `vtensor train --model M --batch B [--seq S] --backend sim --gpu G "
              "--policy auto --budget B --iters 10 [--densities D]`, or `vtensor replay --trace dtr:LOG --gpu G --policy "
              "auto --budget B --iters 10` (B from a sweep of none); the mean time of guided "
-             "iterations 1-3 (what the tables above time) and 4-9 against the unmanaged iteration, the slowest, and "
-             "the evictions per iteration",
+             "iterations 1-3 (what the tables above time) and 4-9 against the unmanaged iteration, the slowest, "
+             "the evictions per iteration, and the start state auto ran (the chosen plan rehearsed over iterations 1-9 "
+             "packed / reordered, the report's start_state)",
     "rows": EXPERIMENTS["auto-search-models"]["rows"] + EXPERIMENTS["auto-search-logs"]["rows"],
     "runs": [("budgets", lambda r, got: ["sweep", *_auto_src(r), "--gpu", r["gpu"], "--policies", "none",
                                          "--budgets", "50%,25%", "--iters", "1"]),
@@ -1759,7 +1782,8 @@ EXPERIMENTS["auto-steady"] = {
                 ("iterations 1-3", lambda c: _steady_cell(c, "first")),
                 ("iterations 4-9", lambda c: _steady_cell(c, "later")),
                 ("slowest", lambda c: _steady_cell(c, "slowest")),
-                ("evictions per iteration: 1-3 / 4-9", lambda c: _steady_cell(c, "ev"))]}
+                ("evictions per iteration: 1-3 / 4-9", lambda c: _steady_cell(c, "ev")),
+                ("start state (1-9: packed / reordered)", lambda c: _steady_cell(c, "start"))]}
 
 
 def render(name, exp, rows):
