@@ -15,8 +15,8 @@
 // The lower bound on any plan's arena is the largest sum of live bytes at one instant.
 // Each block is placed against the blocks alive with it (found by one sweep over start times)
 // and the merged ranges of the fixed blocks alive with every other: O(n log n + p log p) per pass
-// for p pairs alive together, about 5 ms for the 1,300 blocks of a GPT-2 small iteration (a
-// planned pool replans inside policy auto's rehearsals, so this is on its search's clock).
+// for p pairs alive together (bench/run.py planner-bench; a planned pool replans inside policy
+// auto's rehearsals, so this is on its search's clock).
 #pragma once
 #include <cstddef>
 #include <cstdint>
