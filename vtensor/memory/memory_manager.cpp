@@ -903,6 +903,7 @@ bool MemoryManager::pack_start_state() {
     old.push_back(s.offset);
     s.offset = *to;
     counters_.compacted_bytes += s.bytes;
+    counters_.reordered_bytes += s.bytes;
   }
   for (size_t off : old) allocator_->free(off);
   compact();
@@ -987,6 +988,7 @@ MemoryCounters& MemoryCounters::operator-=(const MemoryCounters& b) {
   evictions -= b.evictions;
   compactions -= b.compactions;
   compacted_bytes -= b.compacted_bytes;
+  reordered_bytes -= b.reordered_bytes;
   host_skipped_swaps -= b.host_skipped_swaps;
   compressed_bytes -= b.compressed_bytes;
   compressed_to_bytes -= b.compressed_to_bytes;

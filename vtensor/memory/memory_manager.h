@@ -59,6 +59,7 @@ struct MemoryCounters {
   double recompute_ms = 0, stall_ms = 0;  // compute time spent recomputing / waiting for copies
   uint64_t evictions = 0;                 // victims taken by the OOM ladder
   uint64_t compactions = 0, compacted_bytes = 0;  // defragmentation moves
+  uint64_t reordered_bytes = 0;  // of those, placed tensors moved above the packed ones (pack_start_state)
   uint64_t host_skipped_swaps = 0;  // swap-outs not taken for lack of host budget (planned or eviction)
   // Compression: bytes before / after of the compressions completed, and how they went.
   uint64_t compressed_bytes = 0, compressed_to_bytes = 0;
