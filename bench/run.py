@@ -1274,29 +1274,27 @@ EXPERIMENTS["lossy-drift"] = {
 # The C++ benchmarks that measure what the CLI cannot (built with -DVTENSOR_BUILD_BENCH=ON):
 # the caching allocator's throughput (google benchmark) and vDNN's planned memory per rung.
 
-EXPERIMENTS["allocator-bench"] = {
-    "kind": "runs", "needs": ["vtensor_bench_allocator"], "about": "build/bench/vtensor_bench_allocator --benchmark_filter=BM_Caching --benchmark_format=csv: the caching allocator under a "
-                             "training-like pattern of allocations and frees (random sizes, a fixed number of live blocks)",
-    "rows": [{}],
-    "runs": [("bench", lambda r, got: ["bench:vtensor_bench_allocator", "--benchmark_filter=BM_Caching",
-                                       "--benchmark_format=csv"])],
-    "each": lambda c: c.rep["bench"],
-    "columns": [("live blocks", lambda c: c.item["name"].rsplit("/", 1)[1]),
-                ("alloc-or-free, wall", lambda c: float(c.item["real_time"]), "{:.0f} ns"),
-                ("alloc-or-free, cpu", lambda c: float(c.item["cpu_time"]), "{:.0f} ns")]}
+def gbench_experiment(filt, about, first, label, fmt):
+    """A google benchmark of vtensor_bench_allocator (--benchmark_filter=filt): a row per benchmark argument."""
+    return {
+        "kind": "runs", "needs": ["vtensor_bench_allocator"],
+        "about": f"build/bench/vtensor_bench_allocator --benchmark_filter={filt} --benchmark_format=csv: {about}",
+        "rows": [{}],
+        "runs": [("bench", lambda r, got: ["bench:vtensor_bench_allocator", f"--benchmark_filter={filt}",
+                                           "--benchmark_format=csv"])],
+        "each": lambda c: c.rep["bench"],
+        "columns": [(first, lambda c: c.item["name"].rsplit("/", 1)[1]),
+                    (f"{label}, wall", lambda c: float(c.item["real_time"]), fmt),
+                    (f"{label}, cpu", lambda c: float(c.item["cpu_time"]), fmt)]}
 
-EXPERIMENTS["planner-bench"] = {
-    "kind": "runs", "needs": ["vtensor_bench_allocator"],
-    "about": "build/bench/vtensor_bench_allocator --benchmark_filter=BM_Plan --benchmark_format=csv: greedy-size "
-             "(the planned pool's default planner) on a training-like iteration of N blocks (a quarter persistent "
-             "and fixed, half activations alive until their backward, a quarter temporaries)",
-    "rows": [{}],
-    "runs": [("bench", lambda r, got: ["bench:vtensor_bench_allocator", "--benchmark_filter=BM_Plan",
-                                       "--benchmark_format=csv"])],
-    "each": lambda c: c.rep["bench"],
-    "columns": [("blocks", lambda c: c.item["name"].rsplit("/", 1)[1]),
-                ("plan, wall", lambda c: float(c.item["real_time"]), "{:.2f} ms"),
-                ("plan, cpu", lambda c: float(c.item["cpu_time"]), "{:.2f} ms")]}
+
+EXPERIMENTS["allocator-bench"] = gbench_experiment(
+    "BM_Caching", "the caching allocator under a training-like pattern of allocations and frees (random sizes, a fixed "
+    "number of live blocks)", "live blocks", "alloc-or-free", "{:.0f} ns")
+EXPERIMENTS["planner-bench"] = gbench_experiment(
+    "BM_Plan", "greedy-size (the planned pool's default planner) on a training-like iteration of N blocks (a quarter "
+    "persistent and fixed, half activations alive until their backward, a quarter temporaries)", "blocks", "plan",
+    "{:.2f} ms")
 
 EXPERIMENTS["vdnn-plan"] = {
     "kind": "runs", "needs": ["vtensor_vdnn_plan"], "about": "build/bench/vtensor_vdnn_plan vgg16:256 resnet50:128 --inplace-relu-grad vgg16:256 "
