@@ -561,6 +561,29 @@ TEST_P(CudaTraining, LruAtHalfThePeakMatchesNoneBitForBit) {
         << "parameter " << i;
 }
 
+// A convolution whose fast algorithm's workspace finds no room runs with the lean algorithm
+// instead of failing (Executor::allocate_workspace): VGG-16 (batch 64) under lru at half the
+// unmanaged peak, non-deterministic, where the first layers' fast workspaces (784 MiB on an H100)
+// do not fit beside their inputs and outputs. Before the fallback this run ended in
+// OutOfMemoryError; vgg-tiny at 62% finds room for every fast workspace, so it cannot show it.
+// (With --deterministic both choices are the lean one, so the fallback never changes the bits.)
+TEST(CudaTrainingLean, LeanConvolutionWhenTheFastWorkspaceFindsNoRoom) {
+  VT_REQUIRE_GPU();
+  const int iters = 2;
+  const TrainRun base = train("vgg16", "cuda", "none", size_t{20} << 30, iters, /*deterministic=*/false);
+  size_t peak = 0;
+  for (const auto& s : base.iters) peak = std::max(peak, s.peak_allocated);
+  const size_t budget = align_up(peak / 2);
+  const TrainRun lru = train("vgg16", "cuda", "lru", budget, iters, /*deterministic=*/false);
+  uint64_t fallbacks = 0;
+  for (size_t i = 0; i < base.iters.size(); ++i) {
+    EXPECT_LE(lru.iters[i].peak_allocated, budget);
+    EXPECT_NEAR(lru.iters[i].loss, base.iters[i].loss, 2e-3 * std::max(1.f, std::fabs(base.iters[i].loss)));
+    fallbacks += lru.iters[i].counters.lean_conv_fallbacks;
+  }
+  EXPECT_GT(fallbacks, 0u) << "at half the peak some fast workspace must have found no room";
+}
+
 // Unified memory on cuda (never run in the session that wrote it: no GPU there): um-prefetch at
 // half the unmanaged peak, bit-identical to none, and the device memory the process uses, sampled
 // at each iteration's end, within the budget plus what cuBLAS / cuDNN keep.

@@ -989,6 +989,7 @@ MemoryCounters& MemoryCounters::operator-=(const MemoryCounters& b) {
   compactions -= b.compactions;
   compacted_bytes -= b.compacted_bytes;
   reordered_bytes -= b.reordered_bytes;
+  lean_conv_fallbacks -= b.lean_conv_fallbacks;
   host_skipped_swaps -= b.host_skipped_swaps;
   compressed_bytes -= b.compressed_bytes;
   compressed_to_bytes -= b.compressed_to_bytes;

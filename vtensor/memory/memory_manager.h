@@ -60,6 +60,7 @@ struct MemoryCounters {
   uint64_t evictions = 0;                 // victims taken by the OOM ladder
   uint64_t compactions = 0, compacted_bytes = 0;  // defragmentation moves
   uint64_t reordered_bytes = 0;  // of those, placed tensors moved above the packed ones (pack_start_state)
+  uint64_t lean_conv_fallbacks = 0;  // convolutions run with the lean algorithm: no room for the fast one's workspace
   uint64_t host_skipped_swaps = 0;  // swap-outs not taken for lack of host budget (planned or eviction)
   // Compression: bytes before / after of the compressions completed, and how they went.
   uint64_t compressed_bytes = 0, compressed_to_bytes = 0;
@@ -153,6 +154,7 @@ class MemoryManager final : public MemoryView {
   void check_invariants() const;
   // The executor recomputed `id` (a dropped output): its inputs no longer need to stay alive for it.
   void recomputed(TensorId id) { add_lineage_refs(id, -1); }
+  void note_lean_conv_fallback() { ++counters_.lean_conv_fallbacks; }
   void note_recompute(double ms) {
     ++counters_.recomputed_ops;
     counters_.recompute_ms += ms;

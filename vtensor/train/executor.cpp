@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "vtensor/core/errors.h"
+
 namespace vtensor {
 
 Executor::Executor(const Graph& g, Backend& backend, MemoryManager& mm) : g_(g), backend_(backend), mm_(mm) {
@@ -53,6 +55,21 @@ IterationStats Executor::run_iteration(int iteration) {
   return s;
 }
 
+void* Executor::allocate_workspace(const Op& op, ConvAlgo& algo, size_t& bytes) {
+  bytes = backend_.workspace_bytes(g_, op, algo);
+  if (!bytes) return nullptr;
+  try {
+    return mm_.allocate_scratch(bytes, "workspace");
+  } catch (const OutOfMemoryError&) {
+    const size_t lean = algo == ConvAlgo::kFast ? backend_.workspace_bytes(g_, op, ConvAlgo::kLean) : bytes;
+    if (lean >= bytes) throw;
+    algo = ConvAlgo::kLean;
+    bytes = lean;
+    mm_.note_lean_conv_fallback();
+    return lean ? mm_.allocate_scratch(lean, "workspace") : nullptr;
+  }
+}
+
 void Executor::run_op(int op_index) {
   const Op& op = g_.op(op_index);
   KernelArgs args;
@@ -72,8 +89,9 @@ void Executor::run_op(int op_index) {
     mm_.lock(out);
   }
   args.conv_algo = mm_.conv_algo(op.index);
-  if (const size_t ws = mm_.workspace_bytes(op)) args.workspace = mm_.allocate_scratch(ws, "workspace");
-  mm_.fault_pages(op_index, args.workspace, args.workspace ? mm_.workspace_bytes(op) : 0);  // unified memory
+  size_t ws_bytes = 0;
+  args.workspace = allocate_workspace(op, args.conv_algo, ws_bytes);
+  mm_.fault_pages(op_index, args.workspace, args.workspace ? ws_bytes : 0);  // unified memory
   // Only now: an allocation above may have compacted the arena and moved tensors.
   for (TensorId in : op.inputs) args.inputs.push_back(mm_.device_ptr(in));
   for (TensorId out : op.outputs) args.outputs.push_back(mm_.device_ptr(out));
@@ -112,7 +130,8 @@ void Executor::recompute(TensorId id) {
     }
   }
   args.conv_algo = mm_.conv_algo(op.index);
-  if (const size_t ws = mm_.workspace_bytes(op)) args.workspace = mm_.allocate_scratch(ws, "workspace");
+  size_t ws_bytes = 0;
+  args.workspace = allocate_workspace(op, args.conv_algo, ws_bytes);
   for (TensorId in : op.inputs) args.inputs.push_back(mm_.device_ptr(in));
   for (size_t i = 0; i < op.outputs.size(); ++i)
     args.outputs.push_back(scratch[i] ? static_cast<float*>(scratch[i]) : mm_.device_ptr(op.outputs[i]));

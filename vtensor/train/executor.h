@@ -33,6 +33,9 @@ class Executor {
  private:
   void run_op(int op_index);
   void recompute(TensorId id);
+  // The op's workspace for `algo`; a convolution whose fast workspace finds no room runs with the
+  // lean algorithm (smaller workspace) instead of failing: `algo` and `bytes` say what was taken.
+  void* allocate_workspace(const Op& op, ConvAlgo& algo, size_t& bytes);
 
   const Graph& g_;
   Backend& backend_;

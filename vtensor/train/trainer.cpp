@@ -311,6 +311,7 @@ std::string report_json(const TrainResult& r) {
                      {"on_demand_decompressions", s.counters.on_demand_decompressions},
                      {"compress_overflows", s.counters.compress_overflows},
                      {"compress_skipped", s.counters.compress_skipped},
+                     {"lean_conv_fallbacks", s.counters.lean_conv_fallbacks},
                      {"compress_ms", s.counters.compress_ms},
                      {"decompress_ms", s.counters.decompress_ms}});
     if (s.paged) iters.back()["unified_memory"] = paging_json(s.paging);

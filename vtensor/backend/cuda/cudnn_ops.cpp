@@ -73,7 +73,9 @@ ConvPlans::Plan& ConvPlans::plan(const ConvShape& s) {
 
 void ConvPlans::choose(Plan& p, OpKind kind, ConvAlgo algo) {
   const int i = idx(algo);
-  const bool lean = algo == ConvAlgo::kLean;
+  // Deterministic runs take the lean choice for kFast too: one algorithm per convolution whatever
+  // the budget, so a policy that falls back to lean for want of workspace never changes the bits.
+  const bool lean = algo == ConvAlgo::kLean || deterministic_;
   if (kind == OpKind::kConv2d) {
     if (p.fwd[i] >= 0) return;
     int n = 0;
