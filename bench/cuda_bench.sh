@@ -3,32 +3,49 @@
 #   1. build with CUDA (sm_90 unless VTENSOR_CUDA_ARCHS says otherwise) and run the cuda tests;
 #   2. swap bandwidth of the backend's swap path against a plain cudaMemcpyAsync of pinned memory;
 #   3. ResNet-50, VGG-16 and GPT-2 small under policy none in vtensor and in PyTorch eager (fp32);
-#   4. lru at 50% of the unmanaged peak bit-identical to none (deterministic cuDNN algorithms).
-# Results go to $OUT_DIR (default bench-out/): CSV and JSON, and the vtensor reports.
-set -euo pipefail
+#   4. lru at 50% of the unmanaged peak bit-identical to none (deterministic cuDNN algorithms);
+#   5. lru, capuchin, dtr and auto at 50% and 25% of the unmanaged peak on ResNet-50, VGG-16, GPT-2 small
+#      and BERT-base, against none (bench/cuda_policies.py).
+# Results go to $OUT_DIR (default bench-out/): CSV and JSON, and the vtensor reports. Every step runs
+# even when one before it failed; the script exits non-zero if any did (bench-out/steps.txt lists them).
+# VTENSOR_PREBUILT=1 skips the build and uses build/ as it is (built elsewhere with the same CUDA);
+# STEP_TIMEOUT=SECONDS stops a step that runs longer (exit 124 in steps.txt).
+set -uo pipefail
 OUT_DIR=${OUT_DIR:-bench-out}
 ARCHS=${VTENSOR_CUDA_ARCHS:-90}
 ITERS=${ITERS:-10}
 mkdir -p "$OUT_DIR"
+: > "$OUT_DIR/steps.txt"
+failed=0
+step() {  # step NAME COMMAND...: run, time, record the exit status
+  local name=$1 t0=$SECONDS rc
+  shift
+  echo "== $name"
+  if [ -n "${STEP_TIMEOUT:-}" ]; then timeout "$STEP_TIMEOUT" "$@"; else "$@"; fi
+  rc=$?
+  echo "$name rc=$rc $((SECONDS - t0))s" | tee -a "$OUT_DIR/steps.txt"
+  [ "$rc" -eq 0 ] || failed=1
+}
 
-cmake -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DVTENSOR_CUDA_ARCHS="$ARCHS" -DVTENSOR_BUILD_BENCH=ON
-cmake --build build -j"$(nproc)" --target vtensor vtensor_cuda_tests vtensor_swap_bandwidth
+if [ "${VTENSOR_PREBUILT:-0}" != 1 ]; then
+  cmake -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DVTENSOR_CUDA_ARCHS="$ARCHS" -DVTENSOR_BUILD_BENCH=ON || exit 1
+  cmake --build build -j"$(nproc)" --target vtensor vtensor_cuda_tests vtensor_swap_bandwidth || exit 1
+fi
 
-ctest --test-dir build -L cuda --output-on-failure | tee "$OUT_DIR/cuda_tests.txt"
-
-./build/bench/vtensor_swap_bandwidth 20 | tee "$OUT_DIR/swap_bandwidth.csv"
-
-python3 bench/cuda_vs_pytorch.py --vtensor build/vtensor --iters "$ITERS" --out "$OUT_DIR/cuda_vs_pytorch"
-
+step cuda-tests bash -c "set -o pipefail; ctest --test-dir build -L cuda --output-on-failure 2>&1 | tee '$OUT_DIR/cuda_tests.txt'"
+step swap-bandwidth bash -c "set -o pipefail; ./build/bench/vtensor_swap_bandwidth 20 | tee '$OUT_DIR/swap_bandwidth.csv'"
+step cuda-vs-pytorch python3 bench/cuda_vs_pytorch.py --vtensor build/vtensor --iters "$ITERS" --out "$OUT_DIR/cuda_vs_pytorch"
 # lru at half the unmanaged peak against none, deterministic algorithms, same seeds.
-for model in resnet50 vgg16; do
-  ./build/vtensor train --model "$model" --backend cuda --policy none --deterministic --iters 4 --quiet \
-    --report "$OUT_DIR/identity_${model}_none.json"
-  budget=$(python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(r['summary']['peak_allocated_bytes']//2)" \
-    "$OUT_DIR/identity_${model}_none.json")
-  ./build/vtensor train --model "$model" --backend cuda --policy lru --deterministic --iters 4 --quiet \
-    --budget "$budget" --report "$OUT_DIR/identity_${model}_lru.json"
-  python3 - "$OUT_DIR/identity_${model}_none.json" "$OUT_DIR/identity_${model}_lru.json" <<'PY'
+lru_identity() {
+  local rc=0 model budget
+  for model in resnet50 vgg16; do
+    ./build/vtensor train --model "$model" --backend cuda --policy none --deterministic --iters 4 --quiet \
+      --report "$OUT_DIR/identity_${model}_none.json" || { rc=1; continue; }
+    budget=$(python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(r['summary']['peak_allocated_bytes']//2)" \
+      "$OUT_DIR/identity_${model}_none.json")
+    ./build/vtensor train --model "$model" --backend cuda --policy lru --deterministic --iters 4 --quiet \
+      --budget "$budget" --report "$OUT_DIR/identity_${model}_lru.json" || { rc=1; continue; }
+    python3 - "$OUT_DIR/identity_${model}_none.json" "$OUT_DIR/identity_${model}_lru.json" <<'PY' || rc=1
 import json, sys
 a, b = (json.load(open(p)) for p in sys.argv[1:3])
 la, lb = [i["loss"] for i in a["iterations"]], [i["loss"] for i in b["iterations"]]
@@ -38,4 +55,11 @@ print(f"{a['config']['model']}: none {la}\n  lru at {b['config']['budget_bytes']
       f"lru {b['summary']['mean_iteration_ms']:.1f} ms")
 sys.exit(0 if same else 1)
 PY
-done | tee "$OUT_DIR/lru_identity.txt"
+  done
+  return $rc
+}
+step lru-identity bash -c "set -o pipefail; $(declare -f lru_identity); OUT_DIR='$OUT_DIR' lru_identity 2>&1 | tee '$OUT_DIR/lru_identity.txt'"
+step policies python3 bench/cuda_policies.py --vtensor build/vtensor --models resnet50,vgg16,gpt2-small,bert-base \
+  --fractions 0.5,0.25 --out "$OUT_DIR/cuda_policies"
+cat "$OUT_DIR/steps.txt"
+exit $failed
