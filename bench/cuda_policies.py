@@ -26,7 +26,7 @@ LOSSLESS = ["lru", "vdnn-conv", "capuchin", "dtr", "checkpoint", "zero-overhead-
 
 
 def train(binary, backend, model, batch, policy, iters, budget, report, timeout, deterministic):
-    cmd = [binary, "train", "--model", model, "--backend", backend, "--policy", policy, "--iters", str(iters),
+    cmd = [binary, "train", "--model", model, *backend, "--policy", policy, "--iters", str(iters),
            "--quiet", "--report", report]
     if deterministic:
         cmd.append("--deterministic")
@@ -51,7 +51,9 @@ def train(binary, backend, model, batch, policy, iters, budget, report, timeout,
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--vtensor", default="build/vtensor")
-    ap.add_argument("--backend", default="cuda", help="cuda (cpu: to try the script on tiny models)")
+    ap.add_argument("--backend", default="cuda",
+                    help="cuda; sim with --gpu: the same rows predicted; cpu: to try the script on tiny models")
+    ap.add_argument("--gpu", help="--backend sim: the GPU to model (h100-80g for the H100)")
     ap.add_argument("--models", default="resnet50,gpt2-small", help="comma-separated vtensor models")
     ap.add_argument("--batch", action="append", default=[], help="model=batch (default: the model's preset)")
     ap.add_argument("--policies", default="lru,capuchin,dtr,auto", help=f"comma-separated, from {', '.join(LOSSLESS)}")
@@ -73,6 +75,9 @@ def main():
         sys.exit(f"--fractions {a.fractions}: expected comma-separated numbers in (0, 1]")
     if any(not 0 < f <= 1 for f in fractions):
         sys.exit(f"--fractions {a.fractions}: each must be in (0, 1]")
+    backend = ["--backend", a.backend] + (["--gpu", a.gpu] if a.gpu else [])
+    if a.backend == "sim" and not a.gpu:
+        sys.exit("--backend sim needs --gpu (e.g. h100-80g)")
     if a.skip >= a.iters:
         sys.exit(f"--skip {a.skip} leaves no iteration of --iters {a.iters}")
     batches = {}
@@ -90,7 +95,7 @@ def main():
     rows = []
     for m in a.models.split(","):
         batch = batches.get(m, 0)
-        cmd, base, status, _ = train(a.vtensor, a.backend, m, batch, "none", a.iters, 0,
+        cmd, base, status, _ = train(a.vtensor, backend, m, batch, "none", a.iters, 0,
                                      os.path.join(out_dir, f"policy_{m}_none.json"), a.timeout, a.deterministic)
         if base is None:
             rows.append({"model": m, "policy": "none", "fraction": 1.0, "status": status, "cmd": " ".join(cmd)})
@@ -102,7 +107,7 @@ def main():
         for f in fractions:
             for p in policies:
                 budget = int(none_peak * f)
-                cmd, r, status, _ = train(a.vtensor, a.backend, m, batch, p, a.iters, budget,
+                cmd, r, status, _ = train(a.vtensor, backend, m, batch, p, a.iters, budget,
                                           os.path.join(out_dir, f"policy_{m}_{p}_{int(f * 100)}.json"), a.timeout,
                                           a.deterministic)
                 runs.append((p, f, cmd, r, status))
