@@ -584,6 +584,47 @@ TEST(CudaTrainingLean, LeanConvolutionWhenTheFastWorkspaceFindsNoRoom) {
   EXPECT_GT(fallbacks, 0u) << "at half the peak some fast workspace must have found no room";
 }
 
+// A measured iteration's op times on cuda come from the device (CUPTI, op_timer.h), not from the
+// host clock around an asynchronous launch. ResNet-50 (batch 32) under capuchin at half the peak:
+// the measured iteration's op times add up to about a steady iteration of none, whose GPU is busy
+// throughout. On the first H100 run the host launch times of that iteration (cuDNN's algorithm
+// queries and lazy kernel loading included) summed to 111.5 ms against a 46 ms iteration.
+TEST(CudaTrainingTiming, MeasuredOpTimesAreTheDevices) {
+  VT_REQUIRE_GPU();
+  const TrainRun base = train("resnet50", "cuda", "none", size_t{20} << 30, 3, /*deterministic=*/false);
+  const double steady = std::min(base.iters[1].time_ms, base.iters[2].time_ms);
+  size_t peak = 0;
+  for (const auto& s : base.iters) peak = std::max(peak, s.peak_allocated);
+  TrainConfig cfg;
+  cfg.model.name = "resnet50";
+  cfg.backend = "cuda";
+  cfg.policy = "capuchin";
+  cfg.budget = align_up(peak / 2);
+  cfg.iters = 2;
+  Trainer t(cfg);
+  std::vector<double> op_ms;
+  bool measured_on_device = false, guided_on_device = true;
+  t.run([&](const IterationStats& s) {
+    if (s.iteration == 0) {
+      op_ms = t.memory().tracker().current().op_ms;
+      measured_on_device = s.op_times_on_device;
+    } else {
+      guided_on_device = s.op_times_on_device;
+    }
+  });
+  ASSERT_TRUE(measured_on_device) << "the measured iteration's op times must come from the device";
+  EXPECT_FALSE(guided_on_device) << "a guided iteration is not timed on the device";
+  double sum = 0;
+  size_t timed = 0;
+  for (double ms : op_ms) {
+    sum += ms;
+    timed += ms > 0;
+  }
+  EXPECT_GT(sum, 0.6 * steady) << "none's steady iteration: " << steady << " ms";
+  EXPECT_LT(sum, 1.25 * steady) << "none's steady iteration: " << steady << " ms";
+  EXPECT_GT(timed, op_ms.size() / 2) << "most ops enqueue device work";
+}
+
 // Unified memory on cuda: um-prefetch at 75% of the unmanaged peak, bit-identical to none, and the
 // device memory the process uses, sampled at each iteration's end, within the budget plus what the
 // same run under none uses beyond its own peak allocated bytes (cuBLAS / cuDNN handles, their

@@ -121,6 +121,14 @@ class Backend {
 
   // Time on this backend's clock (wall clock, CUDA events, or the simulator's virtual clock).
   virtual double now_ms() = 0;
+  // Device time per op, for a policy's measured iteration. Between begin_op_timing() and
+  // end_op_timing(), the device work each launch() enqueues (not a recomputation's) is timed on
+  // the device; end_op_timing() waits for it and returns per op index its summed time in ms (0:
+  // the op enqueued nothing). Where the host clock around launch() already is the kernel's time
+  // (cpu: kernels run on the host) or the clock is the model's (sim), begin_op_timing() is false
+  // and end_op_timing() empty: the executor's clock readings stand. cuda: CUPTI (op_timer.h).
+  virtual bool begin_op_timing() { return false; }
+  virtual std::vector<double> end_op_timing(size_t num_ops) { return {}; }
 
   // --- unified memory (the paged residency, vtensor/memory/paged_memory.h) ---
   // A managed address range of `range_bytes` in pages of `page_bytes`, each backed by one of

@@ -28,6 +28,7 @@ void AccessTracker::begin_iteration(int iteration, double now_ms) {
   trace_.iteration = iteration;
   trace_.accesses.clear();
   trace_.op_ms.clear();
+  trace_.op_ms_on_device = false;
   start_ms_ = now_ms;
 }
 
@@ -62,7 +63,8 @@ void AccessTracker::write_jsonl(const std::string& path, const Graph& g, const s
                      {"outputs", op.outputs}, {"inplace", op.inplace}, {"workspace", op.workspace_bytes},
                      {"flops", op.flops}, {"backward", op.backward}, {"optimizer", op.optimizer}});
     nlohmann::json op_times = nlohmann::json::array();
-    for (const auto& tr : traces) op_times.push_back({{"iter", tr.iteration}, {"ms", tr.op_ms}});
+    for (const auto& tr : traces)
+      op_times.push_back({{"iter", tr.iteration}, {"ms", tr.op_ms}, {"on_device", tr.op_ms_on_device}});
     out << nlohmann::json{{"type", "graph"}, {"format", "vtensor-trace"}, {"version", 2}, {"num_ops", g.num_ops()},
                           {"tensors", tensors}, {"ops", ops}, {"op_times", op_times}}
                .dump()

@@ -25,6 +25,7 @@ struct AccessTrace {
   std::vector<TensorAccess> accesses;
   double swap_ns_per_byte = 0;  // measured host<->device copy time per byte; 0: unknown
   std::vector<double> op_ms;  // per op index: its kernel's time on the backend's clock (replay needs it)
+  bool op_ms_on_device = false;  // op_ms are the device's times (Backend::end_op_timing), not clock readings
 };
 
 // A tensor's reads and writes, the accesses a measured plan is made from (not allocations or frees).
@@ -40,6 +41,11 @@ class AccessTracker {
   void begin_iteration(int iteration, double now_ms);
   void record(TensorId id, int op_index, AccessKind kind, double now_ms);
   void record_op(int op_index, double ms);
+  // Replaces the iteration's op times with the device's (one per op).
+  void set_device_op_times(std::vector<double> ms) {
+    trace_.op_ms = std::move(ms);
+    trace_.op_ms_on_device = true;
+  }
   const AccessTrace& current() const { return trace_; }
   void set_swap_ns_per_byte(double v) { trace_.swap_ns_per_byte = v; }
 

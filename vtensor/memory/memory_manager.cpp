@@ -128,6 +128,10 @@ void MemoryManager::begin_iteration(int iteration) {
     s.stat = {};
   }
   policy_->begin_iteration(iteration);
+  // A measured iteration's op times from the device where the backend has them (cuda): the
+  // clock around an asynchronous launch is not the kernel's time.
+  if (device_op_timing_) backend_.end_op_timing(0);  // an iteration that failed left it on
+  device_op_timing_ = policy_->measuring() && backend_.begin_op_timing();
   conv_algos_ = policy_->conv_algorithms();
 }
 
@@ -140,6 +144,11 @@ void MemoryManager::end_iteration() {
     const State& s = st(t.id);
     if (!s.persistent && s.residency != Residency::kUnallocated)
       throw std::logic_error("tensor " + t.name + " still " + to_string(s.residency) + " at the end of an iteration");
+  }
+  if (device_op_timing_) {
+    device_op_timing_ = false;
+    std::vector<double> ms = backend_.end_op_timing(graph_.num_ops());
+    if (ms.size() == graph_.num_ops()) tracker_.set_device_op_times(std::move(ms));
   }
   policy_->end_iteration(tracker_.current());
   // The plan's start state; the copies are waited for here, in this iteration's time (every

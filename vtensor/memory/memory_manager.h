@@ -296,6 +296,7 @@ class MemoryManager final : public MemoryView {
   uint64_t timeline_prev_faults_ = 0, timeline_prev_prefetches_ = 0;  // paging counters at it
   std::vector<TimelinePoint> timeline_;
   std::vector<ConvAlgo> conv_algos_;  // the policy's choice for this iteration
+  bool device_op_timing_ = false;     // this iteration's ops are timed on the device (measuring policy)
   void calibrate_copies() const;
   void init_paging(PagePolicy& pp);  // managed range, caching allocator over it
   char* arena() const { return paged_ ? paged_->base() : static_cast<char*>(backend_.arena_base()); }

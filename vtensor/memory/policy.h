@@ -119,6 +119,9 @@ class Policy {
   // one runs: false after a measuring iteration a plan replaces. The planned pool plans only
   // from one that did.
   virtual bool iteration_repeats() const { return true; }
+  // The coming iteration is measured: its trace's op times make the plan the next ones follow.
+  // Asked after begin_iteration; backends that time ops on the device (cuda) then do.
+  virtual bool measuring() const { return false; }
   // An access found `id` not resident (`from`: on host, swapping in, dropped) and waited
   // `waited_ms` for its copy back from host or its recomputation: a late or missing prefetch
   // (Capuchin's feedback, vDNN's per-layer stall time).

@@ -148,6 +148,7 @@ class AutoPolicy final : public Policy {
   void set_reorder(bool on) { reorder_ = on; }
   // The measured iteration does not repeat; after it, the chosen policy says.
   bool iteration_repeats() const override { return !measured_last_ && current().iteration_repeats(); }
+  bool measuring() const override { return !active_ || active_->measuring(); }
   std::optional<size_t> smallest_working_budget() const override;
   nlohmann::json report() const override;
   std::string summary() const override;

@@ -155,6 +155,7 @@ class CapuchinPolicy final : public Policy {
   void on_swap_out_wait(TensorId id, double waited_ms) override;
   std::vector<TensorId> on_host_at_start() const override;
   bool iteration_repeats() const override { return repeats_; }
+  bool measuring() const override { return !guided_; }
   nlohmann::json report() const override;
   std::string summary() const override;
 

@@ -115,6 +115,7 @@ class CompressPolicy final : public Policy {
   void end_iteration(const AccessTrace& trace) override;
   void on_restore(TensorId id, int op_index, Residency from, double waited_ms) override;
   bool iteration_repeats() const override { return repeats_; }
+  bool measuring() const override { return !guided_; }
   nlohmann::json report() const override;
   std::string summary() const override;
 

@@ -64,6 +64,7 @@ class ZeroOverheadSwapPolicy final : public Policy {
   std::vector<Victim> choose_victims(size_t bytes, const MemoryView& view) override;
   void end_iteration(const AccessTrace& trace) override;
   bool iteration_repeats() const override { return repeats_; }
+  bool measuring() const override { return !planned_; }
   nlohmann::json report() const override;
   std::string summary() const override;
 

@@ -47,6 +47,7 @@ IterationStats Executor::run_iteration(int iteration) {
   s.peak_host = mm_.host_pool().peak_held();
   s.host_limited = mm_.host_pool().limited();
   s.counters = mm_.counters();
+  s.op_times_on_device = mm_.tracker().current().op_ms_on_device;
   if (const PagedMemory* pm = mm_.paged()) {
     s.paged = true;
     s.paging = pm->counters();

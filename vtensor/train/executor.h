@@ -23,6 +23,7 @@ struct IterationStats {
   bool paged = false;       // unified memory (policies um, um-prefetch)
   PagingCounters paging;
   size_t page_bytes = 0;    // unified memory: the page the counters count in
+  bool op_times_on_device = false;  // the trace's op times came from the device (a measured iteration on cuda)
 };
 
 class Executor {

@@ -312,6 +312,7 @@ std::string report_json(const TrainResult& r) {
                      {"compress_overflows", s.counters.compress_overflows},
                      {"compress_skipped", s.counters.compress_skipped},
                      {"lean_conv_fallbacks", s.counters.lean_conv_fallbacks},
+                     {"op_times_on_device", s.op_times_on_device},
                      {"compress_ms", s.counters.compress_ms},
                      {"decompress_ms", s.counters.decompress_ms}});
     if (s.paged) iters.back()["unified_memory"] = paging_json(s.paging);

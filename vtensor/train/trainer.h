@@ -86,7 +86,7 @@ class Trainer {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<MemoryManager> mm_;
   std::unique_ptr<Executor> exec_;
-  std::vector<AccessTrace> traces_;
+  std::vector<AccessTrace> traces_;  // each iteration's, kept when trace_path is set
   int iteration_ = 0;
 };
 

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
 #include <vector>
 
@@ -299,7 +301,42 @@ size_t CudaBackend::workspace_bytes(const Graph& g, const Op& op, ConvAlgo algo)
   return conv_->workspace_bytes(op.kind, conv_shape(*x, *w, op), algo);
 }
 
+bool CudaBackend::begin_op_timing() {
+  if (op_timer_.start()) return true;
+  static std::once_flag warned;
+  std::call_once(warned, [&] {
+    std::fprintf(stderr, "vtensor: cuda: no per-op device times (%s); a measured iteration's op times are host launch times\n",
+                 op_timer_.why().c_str());
+  });
+  return false;
+}
+
+std::vector<double> CudaBackend::end_op_timing(size_t num_ops) {
+  if (!op_timer_.active()) return {};
+  synchronize();
+  std::vector<double> ms = op_timer_.stop(num_ops);
+  if (num_ops && ms.empty()) {
+    static std::once_flag warned;
+    std::call_once(warned, [&] {
+      std::fprintf(stderr, "vtensor: cuda: no per-op device times (%s); the measured iteration keeps host launch times\n",
+                   op_timer_.why().c_str());
+    });
+  }
+  return ms;
+}
+
 void CudaBackend::launch(const Graph& g, const Op& op, const KernelArgs& a) {
+  // What this launch enqueues counts as the op's time in a measured iteration (not a recomputation).
+  struct Attribution {
+    cuda::OpTimer& t;
+    bool on;
+    Attribution(cuda::OpTimer& timer, int op_index, bool recompute) : t(timer), on(timer.active() && !recompute) {
+      if (on) t.push(op_index);
+    }
+    ~Attribution() {
+      if (on) t.pop();
+    }
+  } attribution(op_timer_, op.index, a.recompute);
   auto in_shape = [&](size_t i) -> const Shape& { return g.tensor(op.inputs[i]).shape; };
   auto out_shape = [&](size_t i) -> const Shape& { return g.tensor(op.outputs[i]).shape; };
   auto numel = [&](const Shape& s) { return static_cast<size_t>(s.numel()); };

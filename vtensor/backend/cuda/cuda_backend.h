@@ -8,8 +8,9 @@
 // need, a staging buffer for overlapping moves in compaction.
 // Host-side waits: stream_wait(kCompute, e) blocks the host until e completes (as on the cpu),
 // so a host buffer released after a swap-in is never still being read by the copy engine.
-// Timing: now_ms is the host's steady clock; per-op times are launch times unless
-// VTENSOR_CUDA_SYNC_TIMING=1, which synchronizes the compute stream at each reading.
+// Timing: now_ms is the host's steady clock (VTENSOR_CUDA_SYNC_TIMING=1 synchronizes the compute
+// stream at each reading); a measured iteration's per-op times are device times from CUPTI
+// (begin_op_timing, op_timer.h), where CUPTI can trace, else host launch times.
 #pragma once
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -19,6 +20,7 @@
 
 #include "vtensor/backend/backend.h"
 #include "vtensor/backend/cuda/cudnn_ops.h"
+#include "vtensor/backend/cuda/op_timer.h"
 
 namespace vtensor {
 
@@ -48,6 +50,8 @@ class CudaBackend final : public Backend {
   void launch(const Graph& g, const Op& op, const KernelArgs& args) override;
   void init_tensor(const TensorInfo& t, void* dev, uint64_t seed) override;
   double now_ms() override;
+  bool begin_op_timing() override;
+  std::vector<double> end_op_timing(size_t num_ops) override;
   size_t workspace_bytes(const Graph& g, const Op& op, ConvAlgo algo) override;
   // Unified memory (cuda_managed.cpp): cudaMallocManaged range, moves by cudaMemPrefetchAsync,
   // invalidated pages discarded; the arena is given back first so the frames fit.
@@ -75,6 +79,7 @@ class CudaBackend final : public Backend {
   void* cublas_ws_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;
   std::unique_ptr<cuda::ConvPlans> conv_;
+  cuda::OpTimer op_timer_;
   void* staging_ = nullptr;
   unsigned long long* codec_dev_ = nullptr;   // kCodecSlots device counters, allocated on first use
   unsigned long long* codec_host_ = nullptr;  // kCodecSlots pinned slots
