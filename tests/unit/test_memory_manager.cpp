@@ -20,6 +20,7 @@
 #include "vtensor/models/models.h"
 #include "vtensor/memory/plan.h"
 #include "vtensor/memory/policy.h"
+#include "vtensor/policy/registry.h"
 #include "vtensor/train/executor.h"
 #include "vtensor/train/trainer.h"
 
@@ -959,6 +960,82 @@ TEST(ScriptedPolicy, CompressionOverflowKeepsTheTensor) {
   for (const auto& s : got.stats) {
     EXPECT_EQ(s.counters.compressions, 0u);
     EXPECT_EQ(s.counters.compress_overflows, plan.actions.size());
+  }
+}
+
+// A cpu backend that says it times ops on the device, as cuda does with CUPTI: each op's "device
+// time" is 1 + op index / 1000 ms, so the trace shows whether the manager took them.
+class DeviceTimedCpu final : public Backend {
+ public:
+  explicit DeviceTimedCpu(size_t budget) : cpu_(make_cpu_backend({.arena_bytes = budget})) {}
+  int begun = 0, ended = 0;
+  bool begin_op_timing() override {
+    ++begun;
+    return true;
+  }
+  std::vector<double> end_op_timing(size_t num_ops) override {
+    ++ended;
+    std::vector<double> ms(num_ops);
+    for (size_t k = 0; k < num_ops; ++k) ms[k] = 1.0 + static_cast<double>(k) / 1000.0;
+    return ms;
+  }
+  std::string name() const override { return "device-timed cpu"; }
+  std::string device_description() const override { return cpu_->device_description(); }
+  void* arena_base() override { return cpu_->arena_base(); }
+  size_t arena_bytes() const override { return cpu_->arena_bytes(); }
+  void* host_alloc(size_t bytes) override { return cpu_->host_alloc(bytes); }
+  void host_free(void* p, size_t bytes) override { cpu_->host_free(p, bytes); }
+  void copy_async(Stream s, void* dst, const void* src, size_t bytes) override { cpu_->copy_async(s, dst, src, bytes); }
+  void copy_to_host(void* dst, const void* src, size_t bytes) override { cpu_->copy_to_host(dst, src, bytes); }
+  void copy_to_device(void* dst, const void* src, size_t bytes) override { cpu_->copy_to_device(dst, src, bytes); }
+  void move_device(void* dst, const void* src, size_t bytes) override { cpu_->move_device(dst, src, bytes); }
+  Event record(Stream s) override { return cpu_->record(s); }
+  void stream_wait(Stream s, const Event& e) override { cpu_->stream_wait(s, e); }
+  void synchronize() override { cpu_->synchronize(); }
+  void launch(const Graph& g, const Op& op, const KernelArgs& args) override { cpu_->launch(g, op, args); }
+  size_t workspace_bytes(const Graph& g, const Op& op, ConvAlgo algo) override { return cpu_->workspace_bytes(g, op, algo); }
+  std::optional<size_t> count_nonzeros(const TensorInfo& t, const void* dev) override { return cpu_->count_nonzeros(t, dev); }
+  void compress_async(Stream s, Codec c, const TensorInfo& t, const void* src, void* dst, size_t capacity, void* ws,
+                      size_t ws_bytes, CodecResult* r) override {
+    cpu_->compress_async(s, c, t, src, dst, capacity, ws, ws_bytes, r);
+  }
+  void decompress_async(Stream s, Codec c, const TensorInfo& t, const void* src, size_t src_bytes, void* dst,
+                        CodecResult* r) override {
+    cpu_->decompress_async(s, c, t, src, src_bytes, dst, r);
+  }
+  void init_tensor(const TensorInfo& t, void* dev, uint64_t seed) override { cpu_->init_tensor(t, dev, seed); }
+  double now_ms() override { return cpu_->now_ms(); }
+
+ private:
+  std::unique_ptr<Backend> cpu_;
+};
+
+// A measured iteration (Policy::measuring) takes its op times from a backend that times ops on the
+// device; a guided iteration and a policy that never measures do not ask for them.
+TEST(DeviceOpTimes, TheMeasuredIterationTakesTheDevicesOpTimes) {
+  for (const std::string name : {"capuchin", "none"}) {
+    SCOPED_TRACE(name);
+    Graph g = build_model(tiny("resnet-tiny", 8));
+    build_backward(g, OptimizerConfig{});
+    const size_t budget = size_t{64} << 20;
+    DeviceTimedCpu backend(budget);
+    MemoryManager mm(backend, g, make_allocator("caching", budget), make_policy(name));
+    Executor exec(g, backend, mm);
+    mm.init_persistent(1);
+    for (int it = 0; it < 3; ++it) {
+      const IterationStats s = exec.run_iteration(it);
+      const AccessTrace& tr = mm.tracker().current();
+      const bool measured = name == "capuchin" && it == 0;
+      EXPECT_EQ(s.op_times_on_device, measured) << "iteration " << it;
+      EXPECT_EQ(tr.op_ms_on_device, measured) << "iteration " << it;
+      ASSERT_EQ(tr.op_ms.size(), g.num_ops());
+      if (measured)
+        for (size_t k = 0; k < g.num_ops(); ++k) EXPECT_DOUBLE_EQ(tr.op_ms[k], 1.0 + static_cast<double>(k) / 1000.0);
+      else
+        EXPECT_NE(tr.op_ms[g.num_ops() - 1], 1.0 + static_cast<double>(g.num_ops() - 1) / 1000.0);
+    }
+    EXPECT_EQ(backend.begun, name == "capuchin" ? 1 : 0);
+    EXPECT_EQ(backend.ended, backend.begun);
   }
 }
 
