@@ -32,9 +32,10 @@ struct Records {
   std::unordered_map<uint32_t, uint64_t> op_of;  // correlation id -> op index + 1
   uint64_t dropped = 0;
 };
+// Never destroyed: CUPTI may complete a buffer while the process exits.
 Records& records() {
-  static Records r;
-  return r;
+  static Records* r = new Records;
+  return *r;
 }
 
 void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
