@@ -5,7 +5,7 @@ For each model: trains under `none` (--deterministic), takes its peak allocated 
 each policy at each fraction of that peak with the same seeds. One row per run: status (ok, or the
 error's last line), median iteration time over the iterations after the first --skip (policies that
 measure use the first ones), overhead against `none`, peak allocated / reserved, swapped and recomputed
-work, and with --deterministic whether the losses are bit-identical to `none`'s (every policy here is
+work, whether the measured iteration's op times came from the device and (auto) the compute they sum to, and with --deterministic whether the losses are bit-identical to `none`'s (every policy here is
 lossless). Without it (the default, what a user runs) cuDNN takes its fastest algorithms, and a
 convolution whose fast workspace finds no room under the budget runs its lean algorithm.
 
@@ -125,6 +125,12 @@ def main():
                     "recompute_ms": round(statistics.mean(i["recompute_ms"] for i in its), 3),
                     "swapped_out_mib": round(statistics.mean(i["swapped_out_bytes"] for i in its) / 2**20, 1),
                     "lean_conv_fallbacks": sum(i.get("lean_conv_fallbacks", 0) for i in its),
+                    # What the plan was made from: were the measured iteration's op times the
+                    # device's, and (auto) the compute they add up to, against none's iteration.
+                    "op_times_on_device": any(i.get("op_times_on_device", False) for i in r["iterations"]),
+                    "planned_compute_ms": (round(r["policy_report"]["bound"]["compute_ms"], 3)
+                                           if isinstance(r.get("policy_report"), dict)
+                                           and isinstance(r["policy_report"].get("bound"), dict) else None),
                     "losses_identical": ([i["loss"] for i in r["iterations"]] == none_losses) if a.deterministic else None,
                 })
             row["cmd"] = " ".join(cmd)
