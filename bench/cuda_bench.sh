@@ -5,7 +5,8 @@
 #   3. ResNet-50, VGG-16 and GPT-2 small under policy none in vtensor and in PyTorch eager (fp32);
 #   4. lru at 50% of the unmanaged peak bit-identical to none (deterministic cuDNN algorithms);
 #   5. lru, capuchin, dtr and auto at 50% and 25% of the unmanaged peak on ResNet-50, VGG-16, GPT-2 small
-#      and BERT-base, against none (bench/cuda_policies.py).
+#      and BERT-base, against none (bench/cuda_policies.py);
+#   6. the sim's per-op prediction against the device's op times, per op kind (bench/sim_vs_device.py).
 # Results go to $OUT_DIR (default bench-out/): CSV and JSON, and the vtensor reports. Every step runs
 # even when one before it failed; the script exits non-zero if any did (bench-out/steps.txt lists them).
 # VTENSOR_PREBUILT=1 skips the build and uses build/ as it is (built elsewhere with the same CUDA);
@@ -61,5 +62,18 @@ PY
 step lru-identity bash -c "set -o pipefail; $(declare -f lru_identity); OUT_DIR='$OUT_DIR' lru_identity 2>&1 | tee '$OUT_DIR/lru_identity.txt'"
 step policies python3 bench/cuda_policies.py --vtensor build/vtensor --models resnet50,vgg16,gpt2-small,bert-base \
   --fractions 0.5,0.25 --out "$OUT_DIR/cuda_policies"
+# The sim's per-op prediction against the device's op times (CUPTI, a measured iteration under
+# capuchin), per op kind: what calibrating the h100-80g spec starts from.
+sim_vs_device() {
+  local rc=0 model
+  for model in resnet50 vgg16 gpt2-small bert-base; do
+    ./build/vtensor train --model "$model" --backend cuda --policy capuchin --iters 2 --quiet \
+      --trace "$OUT_DIR/trace_${model}.jsonl" || { rc=1; continue; }
+    python3 bench/sim_vs_device.py --vtensor build/vtensor --trace "$OUT_DIR/trace_${model}.jsonl" --model "$model" \
+      --gpu h100-80g --out "$OUT_DIR/sim_vs_device_${model}.csv" || rc=1
+  done
+  return $rc
+}
+step sim-vs-device bash -c "set -o pipefail; $(declare -f sim_vs_device); OUT_DIR='$OUT_DIR' sim_vs_device 2>&1 | tee '$OUT_DIR/sim_vs_device.txt'"
 cat "$OUT_DIR/steps.txt"
 exit $failed

@@ -97,6 +97,48 @@ COMMAND = re.compile(r"bench/run\.py|build/vtensor|build/bench/|vtensor (train|r
 REFERENCE = "<!-- table: reference, not a measurement -->"
 
 
+class SimVsDevice(unittest.TestCase):
+    """bench/sim_vs_device.py on a cpu trace (its op times are the host's, so --any-clock): one row
+    per op kind and one for all, the all row the sum of the others, the model's non-view ops all
+    counted; without --any-clock it refuses a trace with no device-timed iteration, and it refuses a
+    trace of another model."""
+
+    def test_per_kind_rows_and_refusals(self):
+        binary = os.environ.get("VTENSOR_BINARY", os.path.join(ROOT, "build", "vtensor"))
+        script = [sys.executable, os.path.join(ROOT, "bench", "sim_vs_device.py"), "--vtensor", binary]
+        with tempfile.TemporaryDirectory() as tmp:
+            trace = os.path.join(tmp, "t.jsonl")
+            p = subprocess.run([binary, "train", "--model", "resnet-tiny", "--backend", "cpu", "--policy", "capuchin",
+                                "--iters", "2", "--quiet", "--trace", trace], capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            out = os.path.join(tmp, "svd.csv")
+            p = subprocess.run([*script, "--trace", trace, "--model", "resnet-tiny", "--out", out],
+                               capture_output=True, text=True)
+            self.assertNotEqual(p.returncode, 0)
+            self.assertIn("no iteration's op times came from the device", p.stderr)
+            self.assertFalse(os.path.exists(out))
+            p = subprocess.run([*script, "--trace", trace, "--model", "gpt-tiny", "--any-clock", "--out", out],
+                               capture_output=True, text=True)
+            self.assertNotEqual(p.returncode, 0)
+            self.assertIn("not the same model", p.stderr)
+            p = subprocess.run([*script, "--trace", trace, "--model", "resnet-tiny", "--any-clock", "--out", out],
+                               capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            with open(out) as f:
+                rows = list(csv.DictReader(f))
+            kinds = [r for r in rows if r["kind"] != "all"]
+            total = [r for r in rows if r["kind"] == "all"]
+            self.assertEqual(len(total), 1)
+            self.assertIn("conv2d", [r["kind"] for r in kinds])
+            self.assertEqual(int(total[0]["ops"]), sum(int(r["ops"]) for r in kinds))
+            self.assertAlmostEqual(float(total[0]["measured_ms"]), sum(float(r["measured_ms"]) for r in kinds), places=2)
+            with open(trace) as f:
+                header = json.loads(f.readline())
+            self.assertGreaterEqual(int(total[0]["ops"]), header["num_ops"] - 5)  # views aside
+            for r in kinds:
+                self.assertGreater(float(r["predicted_ms"]), 0)
+
+
 class Docs(unittest.TestCase):
     def test_every_table_is_generated_or_names_its_command(self):
         """Every table of docs/*.md sits between the markers of an experiment `bench/run.py list` knows,
