@@ -508,7 +508,8 @@ int vtensor::run_cli(int argc, char** argv, CliMode mode) {
   train->add_option("--weight-decay", cfg.optimizer.weight_decay, "weight decay (L2 for sgd and adam, decoupled for adamw)");
   train->add_option("--report", report, "write a JSON report to this file");
   train->add_option("--trace", cfg.trace_path, "write the access trace (JSON lines) to this file");
-  train->add_flag("--deterministic", cfg.deterministic, "cuda: deterministic cuDNN algorithms only (bit-identical reruns)");
+  train->add_flag("--deterministic", cfg.deterministic,
+                  "cuda: deterministic cuDNN algorithms only, the lean one per convolution (bit-identical reruns at any budget)");
   train->add_flag("--timeline", cfg.timeline, "put the last iteration's per-op memory timeline in the report");
   std::string html;
   train->add_option("--html", html, "write the last iteration's memory timeline as an HTML page (implies --timeline)");
