@@ -104,16 +104,16 @@ bool OpTimer::start() {
     r.op_of.clear();
     r.dropped = 0;
   }
-  for (CUpti_ActivityKind k : kApiKinds)
-    if (CUptiResult e = cuptiActivityEnable(k); e != CUPTI_SUCCESS) {
-      why_ = "cuptiActivityEnable: " + result_string(e);
-      return false;
-    }
-  for (CUpti_ActivityKind k : kWorkKinds)
-    if (CUptiResult e = cuptiActivityEnable(k); e != CUPTI_SUCCESS) {
-      why_ = "cuptiActivityEnable: " + result_string(e);
-      for (CUpti_ActivityKind a : kApiKinds) cuptiActivityDisable(a);
-      return false;
+  // All or nothing: a kind that cannot be enabled leaves none enabled.
+  std::vector<CUpti_ActivityKind> enabled;
+  for (const auto* kinds : {&kApiKinds, &kWorkKinds})
+    for (CUpti_ActivityKind k : *kinds) {
+      if (CUptiResult e = cuptiActivityEnable(k); e != CUPTI_SUCCESS) {
+        why_ = "cuptiActivityEnable(" + std::to_string(static_cast<int>(k)) + "): " + result_string(e);
+        for (CUpti_ActivityKind a : enabled) cuptiActivityDisable(a);
+        return false;
+      }
+      enabled.push_back(k);
     }
   active_ = true;
   return true;
