@@ -308,11 +308,6 @@ TEST(PlannedAllocator, FreeOfUnknownOffsetThrows) {
   EXPECT_EQ(make_allocator("planned", 1 << 20, "best")->name(), "planned");
 }
 
-}  // namespace
-}  // namespace vtensor
-
-namespace vtensor {
-namespace {
 
 TEST(CachingAllocatorReserve, TakesAnExactRangeInsideOneFreeBlock) {
   CachingAllocator a(16 * kA);
@@ -338,11 +333,6 @@ TEST(CachingAllocatorReserve, TakesAnExactRangeInsideOneFreeBlock) {
   EXPECT_EQ(a.stats().largest_free_block, 14 * kA);
 }
 
-}  // namespace
-}  // namespace vtensor
-
-namespace vtensor {
-namespace {
 
 TEST(PlannedAllocator, CompactionGivesThePlanUpAndKeepsLiveBlocks) {
   PlannedAllocator a(64 * kA);

@@ -38,6 +38,13 @@ Records& records() {
   return *r;
 }
 
+// A kernel, memcpy or memset record: its correlation id and its time on the device.
+template <typename Record>
+void add_work(Records& r, const CUpti_Activity* rec) {
+  const auto* w = reinterpret_cast<const Record*>(rec);
+  r.work.push_back({w->correlationId, w->end - w->start});
+}
+
 void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
   *buffer = static_cast<uint8_t*>(std::aligned_alloc(kAlign, kBufferBytes));
   *size = *buffer ? kBufferBytes : 0;
@@ -51,21 +58,15 @@ void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t* buffer, 
   while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
     switch (rec->kind) {
       case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
-      case CUPTI_ACTIVITY_KIND_KERNEL: {
-        const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
-        r.work.push_back({k->correlationId, k->end - k->start});
+      case CUPTI_ACTIVITY_KIND_KERNEL:
+        add_work<CUpti_ActivityKernel10>(r, rec);
         break;
-      }
-      case CUPTI_ACTIVITY_KIND_MEMCPY: {
-        const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(rec);
-        r.work.push_back({m->correlationId, m->end - m->start});
+      case CUPTI_ACTIVITY_KIND_MEMCPY:
+        add_work<CUpti_ActivityMemcpy6>(r, rec);
         break;
-      }
-      case CUPTI_ACTIVITY_KIND_MEMSET: {
-        const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(rec);
-        r.work.push_back({m->correlationId, m->end - m->start});
+      case CUPTI_ACTIVITY_KIND_MEMSET:
+        add_work<CUpti_ActivityMemset4>(r, rec);
         break;
-      }
       case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: {
         const auto* e = reinterpret_cast<const CUpti_ActivityExternalCorrelation*>(rec);
         if (e->externalKind == kOpKind) r.op_of[e->correlationId] = e->externalId;
