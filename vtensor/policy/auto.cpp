@@ -134,6 +134,11 @@ constexpr double kMinGain = 1e-5;
 constexpr double kMinCostMs = 1e-3;
 constexpr int kMaxLosses = 4;
 constexpr int kCompressRehearsals = 128;
+// The climb's headroom moves (AutoPolicy::search): the plan fraction changed by these, at most
+// this many times per climb.
+const std::vector<double> kHeadroomSteps = {-0.04, -0.02, 0.02, 0.04};
+const std::vector<double> kStartHeadroomSteps = {-0.03, -0.02, -0.01, 0.01, 0.02, 0.03};
+constexpr int kHeadroomRounds = 3;
 // The fastest Capuchin candidates rehearsed again with wrap swaps (",wrap").
 constexpr size_t kWrapCandidates = 8;
 // The window search (AutoPolicy::window_search): gaps per window, combinations rehearsed per
@@ -187,6 +192,38 @@ std::string pins_key(const std::vector<PlanPin>& pins) {
   std::string k;
   for (const auto& p : pins) k += to_string(p) + " ";
   return k;
+}
+
+// A plan's key among those the search tried: its candidate and its pins.
+std::string plan_key(const std::string& policy, const std::vector<PlanPin>& pins) { return policy + " | " + pins_key(pins); }
+
+// The Capuchin candidate `full` planned for fraction f of the budget instead ("capuchin@0.85,w4,wrap,dtr"
+// with f 0.87: "capuchin@0.87,w4,wrap,dtr"); nullopt for a candidate with no plan fraction or an f
+// outside (0, 1].
+std::optional<std::string> with_fraction(const std::string& full, double f) {
+  if (!(f > 0 && f <= 1)) return std::nullopt;
+  std::string name = without_dtr(full);
+  const bool wrap = ends_with(name, kWrap);
+  if (wrap) name.resize(name.size() - std::string(kWrap).size());
+  const size_t at = name.find('@');
+  const std::string base = name.substr(0, at);
+  if (base != "capuchin" && base != "capuchin-recompute" && base != "capuchin-swap") return std::nullopt;
+  std::string rest;  // what follows the fraction (",wW")
+  if (at != std::string::npos) {
+    const size_t comma = name.find(',', at);
+    if (comma != std::string::npos) rest = name.substr(comma);
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "@%g", std::round(f * 100) / 100);
+  std::string out = base + buf + rest + (wrap ? kWrap : "") + (dtr_fallback(full) ? kDtrFallback : "");
+  if (!make_candidate(out)) return std::nullopt;
+  return out;
+}
+
+// The fraction of the budget a candidate plans for (1 without "@F").
+double plan_fraction(const std::string& full) {
+  const size_t at = full.find('@');
+  return at == std::string::npos ? 1.0 : std::strtod(full.c_str() + at + 1, nullptr);
 }
 
 // The neighbours of a rehearsed plan, most promising first: a gap that cost time is given another
@@ -556,6 +593,29 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       if (other) starts.push_back(other);
       for (const RehearsalResult* r : lp_best)
         if (r) starts.push_back(r);
+      // The two candidates' headroom refined: each planned for a little more or less of the
+      // budget; the fastest, where it beats its candidate, is one more start (not instead: the
+      // climb's end depends on its start more than on the start's own time).
+      headroom_rehearsals_.clear();
+      for (const RehearsalResult* r : {best, other}) {
+        if (!r || r->gaps.empty()) continue;
+        std::vector<std::string> names;
+        for (const double d : kStartHeadroomSteps)
+          if (auto f = with_fraction(r->policy, plan_fraction(r->policy) + d)) names.push_back(*f);
+        std::vector<RehearsalResult> res(names.size());
+        run_parallel(names.size(), [&](size_t i) {
+          RehearsalSetup si = s;
+          si.pins = r->pins;
+          const double spent = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+          si.time_limit_ms = std::max(1.0, search_limit_ms() - spent);
+          res[i] = rehearser_(names[i], si);
+        });
+        const RehearsalResult* fastest = nullptr;
+        for (const auto& x : res)
+          if (x.trained && !x.gaps.empty() && x.time_ms < r->time_ms && (!fastest || x.time_ms < fastest->time_ms)) fastest = &x;
+        if (fastest) headroom_rehearsals_.push_back(*fastest);
+      }
+      for (const auto& x : headroom_rehearsals_) starts.push_back(&x);
       std::stable_sort(starts.begin(), starts.end(), [](const RehearsalResult* a, const RehearsalResult* b) { return a->time_ms < b->time_ms; });
       // The start state's rehearsals (choose_start_state) come out of the search's time.
       start_state_reserve_ms_ = kStartStateRehearsals * best->wall_ms;
@@ -576,6 +636,8 @@ void AutoPolicy::choose(const AccessTrace& trace) {
           start_ms_ = next->time_ms, start_ = "candidate";
           for (size_t v = 0; v < lp_best.size(); ++v)
             if (next == lp_best[v]) start_ = lp_variant_label(lp_variants_[v]);
+          for (const auto& h : headroom_rehearsals_)
+            if (next == &h) start_ = "headroom";
         }
       }
       search_until_ms_ = std::numeric_limits<double>::infinity();
@@ -635,7 +697,7 @@ void AutoPolicy::choose_start_state(const RehearsalSetup& setup) {
 // time limit.
 void AutoPolicy::search(const RehearsalSetup& setup, const RehearsalResult& base, std::chrono::steady_clock::time_point t0) {
   RehearsalResult best = base;
-  std::vector<std::string> tried{pins_key(best.pins)};
+  std::vector<std::string> tried{plan_key(best.policy, best.pins)};
   // Moves that did not win, by gap and decision: one that lost kMaxLosses times is not tried again
   // (from a neighbouring plan it mostly loses again; the budget goes to the untried).
   std::map<std::string, int> lost;
@@ -673,20 +735,30 @@ void AutoPolicy::search(const RehearsalSetup& setup, const RehearsalResult& base
   const bool compressing = static_cast<bool>(compress);
   const CompressMove none;
   int cap = search_rehearsals_;
+  int headroom_rounds = 0;
   for (int phase = 0; phase < (compressing ? 2 : 1); ++phase, cap = done + kCompressRehearsals)
-  while (done < cap && spent() < limit) {
+  while (spent() < limit) {
     std::vector<std::vector<PlanPin>> batch;
-    std::vector<std::string> moves;
-    for (const PlanPin& m : neighbours(*setup.graph, best, phase == 0 ? none : compress)) {
-      const std::string move = to_string(m);
-      if (lost[move] >= kMaxLosses) continue;
-      auto pins = with_pin(best.pins, m);
-      const std::string key = pins_key(pins);
-      if (std::find(tried.begin(), tried.end(), key) != tried.end()) continue;
+    std::vector<std::string> moves, policies;
+    auto add = [&](const std::string& policy, std::vector<PlanPin> pins, const std::string& move) {
+      if (lost[move] >= kMaxLosses) return false;
+      const std::string key = plan_key(policy, pins);
+      if (std::find(tried.begin(), tried.end(), key) != tried.end()) return false;
       tried.push_back(key);
       moves.push_back(move);
+      policies.push_back(policy);
       batch.push_back(std::move(pins));
-      if (batch.size() == kSearchBatch || done + static_cast<int>(batch.size()) >= cap) break;
+      return batch.size() == kSearchBatch || done + static_cast<int>(batch.size()) >= cap;
+    };
+    if (done < cap)
+      for (const PlanPin& m : neighbours(*setup.graph, best, phase == 0 ? none : compress))
+        if (add(best.policy, with_pin(best.pins, m), to_string(m))) break;
+    // Where no single gap's move is left (or the rehearsals are spent), the plan's headroom: the
+    // same pins, the greedy planning the rest for a little more or less of the budget.
+    if (batch.empty() && phase == 0 && headroom_rounds < kHeadroomRounds) {
+      ++headroom_rounds;
+      for (const double d : kHeadroomSteps)
+        if (auto f = with_fraction(best.policy, plan_fraction(best.policy) + d)) add(*f, best.pins, "headroom " + f->substr(f->find('@')));
     }
     if (batch.empty()) break;
     std::vector<RehearsalResult> res(batch.size());
@@ -694,7 +766,7 @@ void AutoPolicy::search(const RehearsalSetup& setup, const RehearsalResult& base
       RehearsalSetup si = setup;
       si.pins = batch[i];
       si.time_limit_ms = std::max(1.0, limit - spent());
-      res[i] = rehearser_(best.policy, si);
+      res[i] = rehearser_(policies[i], si);
     });
     done += static_cast<int>(batch.size());
     int better = -1;
@@ -773,7 +845,7 @@ void AutoPolicy::window_search(const RehearsalSetup& setup, RehearsalResult& bes
           ++changed;
         }
       if (changed < 2) continue;  // one gap's moves alone: the climb's
-      const std::string key = pins_key(pins);
+      const std::string key = plan_key(best.policy, pins);
       if (std::find(tried.begin(), tried.end(), key) != tried.end()) continue;
       tried.push_back(key);
       batch.push_back(std::move(pins));
@@ -859,6 +931,9 @@ nlohmann::json AutoPolicy::report() const {
     // The window search's share: where the climb ended, and the windows after it.
     out["search"]["climbed_time_ms"] = climbed_ms_ > 0 ? climbed_ms_ : out["search"]["time_ms"].get<double>();
     out["search"]["window"] = {{"windows", windows_}, {"rehearsals", window_tried_}};
+    json headroom = json::array();  // the refined-headroom starts: the fastest of each candidate's
+    for (const auto& h : headroom_rehearsals_) headroom.push_back({{"policy", h.policy}, {"time_ms", h.time_ms}});
+    out["search"]["headroom_starts"] = headroom;
   }
   if (packed_long_ms_ > 0)  // the start state: each over kLongRunIterations (mean of the guided ones)
     out["start_state"] = {{"reordered", reorder_}, {"iterations", kLongRunIterations},

@@ -11,11 +11,13 @@
 //   Out of memory discards a candidate; the lowest mean guided time wins (limit 8 s). The 8
 //   fastest swapping Capuchin plans are rehearsed again with persistent tensors (weights,
 //   momentum) also swapped across the iteration boundary (",wrap"; Capuchin's own stay within one).
-//   Per-gap search: from the fastest plan without wrap swaps, then the fastest with them, from
-//   each rehearsal (what each gap it swaps or recomputes cost),
+//   Per-gap search: from the fastest plan without wrap swaps, then the fastest with them (and
+//   each of the two planned for +-0.01..0.03 of the budget more, where that rehearses faster),
+//   from each rehearsal (what each gap it swaps or recomputes cost),
 //   hill climbing over PlanPins (capuchin.h): a stalling swap prefetched earlier or recomputed, a
 //   recomputation swapped, kept, or run ahead of its access before a stall; each neighbour is
-//   rehearsed with the greedy planning the rest, the fastest of each round of 4 kept if it wins.
+//   rehearsed with the greedy planning the rest, the fastest of each round of 4 kept if it wins;
+//   where no gap's move is left, the plan's fraction of the budget +-0.02 / 0.04 (3 times at most).
 //   At most 256 rehearsals; then, with densities, 128 more that may also compress a gap
 //   (FreeLunch's codec, a buffer for that gap only). Then a window search: every combination of
 //   2+ gaps' moves over the costliest gap and those overlapping it (exhaustive, at most 256).
@@ -215,6 +217,7 @@ class AutoPolicy final : public Policy {
   std::vector<RehearsalResult> rehearsals_;
   std::vector<RehearsalResult> searched_;
   std::vector<std::string> searched_moves_;
+  std::vector<RehearsalResult> headroom_rehearsals_;  // the refined-headroom starts (search's)
   std::vector<PlanPin> pins_;
   RehearsalResult chosen_result_;
   double element_ns_per_byte_ = 0;  // the codecs' rate, from the measured ReLU ops
