@@ -138,6 +138,8 @@ constexpr int kCompressRehearsals = 128;
 // this many times per climb.
 const std::vector<double> kHeadroomSteps = {-0.04, -0.02, 0.02, 0.04};
 const std::vector<double> kStartHeadroomSteps = {-0.03, -0.02, -0.01, 0.01, 0.02, 0.03};
+// The same for the hybrid's swap-stall weight: multiplied by these.
+const std::vector<double> kStartWeightFactors = {0.5, 2};
 constexpr int kHeadroomRounds = 3;
 // The fastest Capuchin candidates rehearsed again with wrap swaps (",wrap").
 constexpr size_t kWrapCandidates = 8;
@@ -224,6 +226,28 @@ std::optional<std::string> with_fraction(const std::string& full, double f) {
 double plan_fraction(const std::string& full) {
   const size_t at = full.find('@');
   return at == std::string::npos ? 1.0 : std::strtod(full.c_str() + at + 1, nullptr);
+}
+
+// The hybrid `full` with its swap stall weighed w times against recompute time instead
+// ("capuchin@0.97,w16" with w 32: "capuchin@0.97,w32"); nullopt for another candidate.
+std::optional<std::string> with_weight(const std::string& full, double w) {
+  std::string name = without_dtr(full);
+  const bool wrap = ends_with(name, kWrap);
+  if (wrap) name.resize(name.size() - std::string(kWrap).size());
+  const size_t at = name.find('@');
+  if (name.substr(0, at) != "capuchin" || !(w > 0)) return std::nullopt;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "capuchin@%g,w%g", plan_fraction(full), w);
+  std::string out = std::string(buf) + (wrap ? kWrap : "") + (dtr_fallback(full) ? kDtrFallback : "");
+  if (!make_candidate(out)) return std::nullopt;
+  return out;
+}
+
+// The hybrid's swap-stall weight (1 without ",wW").
+double swap_weight(const std::string& full) {
+  const size_t at = full.find(",w");
+  return at == std::string::npos || full.compare(at, std::string(kWrap).size(), kWrap) == 0
+             ? 1.0 : std::strtod(full.c_str() + at + 2, nullptr);
 }
 
 // The neighbours of a rehearsed plan, most promising first: a gap that cost time is given another
@@ -585,7 +609,7 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       chosen_ = best->policy;
       chosen_result_ = *best;
       pins_ = best->pins;
-      start_ms_ = best->time_ms, start_ = "candidate";
+      start_ms_ = best->time_ms, start_ = "candidate", start_policy_ = best->policy;
       // Each start is climbed with an equal share of what the planning limit leaves (a share one
       // leaves unused goes to the next), fastest start first; the fastest end is kept.
       std::vector<const RehearsalResult*> starts;
@@ -602,6 +626,8 @@ void AutoPolicy::choose(const AccessTrace& trace) {
         std::vector<std::string> names;
         for (const double d : kStartHeadroomSteps)
           if (auto f = with_fraction(r->policy, plan_fraction(r->policy) + d)) names.push_back(*f);
+        for (const double m : kStartWeightFactors)
+          if (auto f = with_weight(r->policy, swap_weight(r->policy) * m)) names.push_back(*f);
         std::vector<RehearsalResult> res(names.size());
         run_parallel(names.size(), [&](size_t i) {
           RehearsalSetup si = s;
@@ -633,7 +659,7 @@ void AutoPolicy::choose(const AccessTrace& trace) {
         if (!(chosen_result_.trained && chosen_result_.time_ms < first.time_ms))
           chosen_result_ = first, pins_ = first_pins, climbed_ms_ = first_climbed;
         else {
-          start_ms_ = next->time_ms, start_ = "candidate";
+          start_ms_ = next->time_ms, start_ = "candidate", start_policy_ = next->policy;
           for (size_t v = 0; v < lp_best.size(); ++v)
             if (next == lp_best[v]) start_ = lp_variant_label(lp_variants_[v]);
           for (const auto& h : headroom_rehearsals_)
@@ -925,7 +951,7 @@ nlohmann::json AutoPolicy::report() const {
     for (size_t i = 0; i < searched_.size() && i < searched_moves_.size(); ++i)
       tried.push_back({searched_moves_[i], searched_[i].trained ? json(searched_[i].time_ms) : json(nullptr)});
     out["search"] = {{"rehearsals", searched_.size()}, {"trained", trained}, {"rehearsal_wall_ms", wall},
-                     {"candidate_time_ms", base}, {"start", start_}, {"pins", pins_.size()},
+                     {"candidate_time_ms", base}, {"start", start_}, {"start_policy", start_policy_}, {"pins", pins_.size()},
                      {"time_ms", searched_ms_ > 0 ? searched_ms_ : chosen_result_.trained ? chosen_result_.time_ms : base},
                      {"tried", tried}};
     // The window search's share: where the climb ended, and the windows after it.

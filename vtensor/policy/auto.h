@@ -12,7 +12,8 @@
 //   fastest swapping Capuchin plans are rehearsed again with persistent tensors (weights,
 //   momentum) also swapped across the iteration boundary (",wrap"; Capuchin's own stay within one).
 //   Per-gap search: from the fastest plan without wrap swaps, then the fastest with them (and
-//   each of the two planned for +-0.01..0.03 of the budget more, where that rehearses faster),
+//   each of the two planned for +-0.01..0.03 of the budget more, or the hybrid's swap weight
+//   halved or doubled, where that rehearses faster),
 //   from each rehearsal (what each gap it swaps or recomputes cost),
 //   hill climbing over PlanPins (capuchin.h): a stalling swap prefetched earlier or recomputed, a
 //   recomputation swapped, kept, or run ahead of its access before a stall; each neighbour is
@@ -235,6 +236,7 @@ class AutoPolicy final : public Policy {
   std::vector<LpVariant> lp_variants_;  // its rounded plans (distinct)
   std::vector<size_t> lp_variant_of_;   // per LP rehearsal, its variant
   double start_ms_ = 0;    // the rehearsal the kept search started from
+  std::string start_policy_;  // its candidate (the plan's may differ: the climb's headroom moves)
   std::string start_ = "candidate";  // and which: "candidate", "lp", "lp-timed" (the LP's timed pins)
   double search_until_ms_ = std::numeric_limits<double>::infinity();  // this start's share of the limit
   std::vector<RehearsalResult> lp_rehearsals_;
