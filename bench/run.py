@@ -1602,21 +1602,24 @@ def _auto(c):
     best = min(plain, key=plain.get) if plain else None
     skipped = sum(1 for x in r["candidates"] if "time limit" in x.get("error", ""))
     unmanaged = float(c.rep["budgets"][0]["unmanaged_ms"])
-    cand = trained.get(r["chosen"])
+    search = r.get("search", {})
+    start = search.get("start_policy") or r["chosen"]  # the candidate the kept climb started from
+    cand = trained.get(start)
+    # the search started from the LP's rounded plan (timed: its prefetch times) pinned on that
+    # candidate, or from the candidate planned for another fraction of the budget / swap weight
+    lp_start = {"lp": "LP on ", "lp-timed": "LP timed on ", "headroom": "headroom "}.get(search.get("start"), "")
+    if lp_start:
+        cand = search["candidate_time_ms"]
     if cand is None or "predicted_time_ms" not in r:
         return None
     ms = r["predicted_time_ms"]
-    search = r.get("search", {})
-    lp_start = {"lp": "LP on ", "lp-timed": "LP timed on "}.get(search.get("start"), "")
-    if lp_start:  # the search started from the LP's rounded plan (timed: its prefetch times) pinned on that candidate
-        cand = search["candidate_time_ms"]
     stall, rec = r.get("predicted_stall_ms", 0), r.get("predicted_recompute_ms", 0)
     searched = search.get("time_ms", ms)  # the search's end; the run's start state may differ
     climbed = search.get("climbed_time_ms", searched)
     window = search.get("window", {}).get("rehearsals", 0)
     reordered = (r.get("start_state") or {}).get("reordered", False)
     return {"best": f"{best} {plain[best]:.1f} ms" if best else "none trains",
-            "choice": f"{lp_start}{r['chosen']} {cand:.1f} ms",
+            "choice": f"{lp_start}{start} {cand:.1f} ms" + (f" (plan: {r['chosen']})" if r["chosen"] != start else ""),
             "searched": f"{climbed:.1f} → {searched:.1f} ms ({len(r.get('pins', []))} pinned)"
                         + (f"; reordered start {ms:.1f} ms" if reordered else ""),
             "gain": f"{(1 - cand / plain[best]) * 100:.1f}% + {(1 - climbed / cand) * 100:.1f}% + "
@@ -1663,7 +1666,9 @@ def auto_search(rows, what):
                  "(candidates rehearsed / cut by the time limit / the climb's + the window's rehearsals), and "
                  "the report's lower bounds on any swap / recompute plan over the unmanaged time: bound.h's per op, "
                  "and the linear program's over the whole iteration (lp.h; its solve time). 'LP on X': the search "
-                 "started from the LP's rounded plan pinned on candidate X ('LP timed on X': with the LP's prefetch times)",
+                 "started from the LP's rounded plan pinned on candidate X ('LP timed on X': with the LP's prefetch times); "
+                 "'headroom X': from X, a candidate planned for another fraction of the budget or swap weight; "
+                 "'(plan: Y)': the climb's headroom moves ended at Y",
         "rows": rows,
         "runs": [("budgets", lambda r, got: ["sweep", *_auto_src(r), "--gpu", r["gpu"], "--policies", "none",
                                              "--budgets", "50%,25%", "--iters", "1"]),
