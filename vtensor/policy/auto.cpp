@@ -199,55 +199,37 @@ std::string pins_key(const std::vector<PlanPin>& pins) {
 // A plan's key among those the search tried: its candidate and its pins.
 std::string plan_key(const std::string& policy, const std::vector<PlanPin>& pins) { return policy + " | " + pins_key(pins); }
 
-// The Capuchin candidate `full` planned for fraction f of the budget instead ("capuchin@0.85,w4,wrap,dtr"
-// with f 0.87: "capuchin@0.87,w4,wrap,dtr"); nullopt for a candidate with no plan fraction or an f
-// outside (0, 1].
-std::optional<std::string> with_fraction(const std::string& full, double f) {
-  if (!(f > 0 && f <= 1)) return std::nullopt;
-  std::string name = without_dtr(full);
-  const bool wrap = ends_with(name, kWrap);
-  if (wrap) name.resize(name.size() - std::string(kWrap).size());
-  const size_t at = name.find('@');
-  const std::string base = name.substr(0, at);
-  if (base != "capuchin" && base != "capuchin-recompute" && base != "capuchin-swap") return std::nullopt;
-  std::string rest;  // what follows the fraction (",wW")
-  if (at != std::string::npos) {
-    const size_t comma = name.find(',', at);
-    if (comma != std::string::npos) rest = name.substr(comma);
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "@%g", std::round(f * 100) / 100);
-  std::string out = base + buf + rest + (wrap ? kWrap : "") + (dtr_fallback(full) ? kDtrFallback : "");
-  if (!make_candidate(out)) return std::nullopt;
-  return out;
-}
-
 // The fraction of the budget a candidate plans for (1 without "@F").
 double plan_fraction(const std::string& full) {
   const size_t at = full.find('@');
   return at == std::string::npos ? 1.0 : std::strtod(full.c_str() + at + 1, nullptr);
 }
 
-// The hybrid `full` with its swap stall weighed w times against recompute time instead
-// ("capuchin@0.97,w16" with w 32: "capuchin@0.97,w32"); nullopt for another candidate.
-std::optional<std::string> with_weight(const std::string& full, double w) {
-  std::string name = without_dtr(full);
-  const bool wrap = ends_with(name, kWrap);
-  if (wrap) name.resize(name.size() - std::string(kWrap).size());
-  const size_t at = name.find('@');
-  if (name.substr(0, at) != "capuchin" || !(w > 0)) return std::nullopt;
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "capuchin@%g,w%g", plan_fraction(full), w);
-  std::string out = std::string(buf) + (wrap ? kWrap : "") + (dtr_fallback(full) ? kDtrFallback : "");
-  if (!make_candidate(out)) return std::nullopt;
-  return out;
-}
-
-// The hybrid's swap-stall weight (1 without ",wW").
+// The hybrid's swap-stall weight (1 without ",wW"; ",wrap" is not one).
 double swap_weight(const std::string& full) {
   const size_t at = full.find(",w");
   return at == std::string::npos || full.compare(at, std::string(kWrap).size(), kWrap) == 0
              ? 1.0 : std::strtod(full.c_str() + at + 2, nullptr);
+}
+
+// The Capuchin candidate `full` planning for fraction f of the budget with swap weight w, its
+// ",wrap" and ",dtr" kept ("capuchin@0.85,w4,wrap,dtr" with 0.87 and 4: "capuchin@0.87,w4,wrap,dtr");
+// nullopt where that is not a candidate (a weight on another mode than the hybrid, f outside (0, 1]).
+std::optional<std::string> respelled(const std::string& full, double f, double w) {
+  std::string name = without_dtr(full);
+  const bool wrap = ends_with(name, kWrap);
+  const std::string base = name.substr(0, name.find_first_of("@,"));
+  if (base.rfind("capuchin", 0) != 0 || !(f > 0 && f <= 1) || !(w > 0)) return std::nullopt;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, w == 1 ? "@%g" : "@%g,w%g", std::round(f * 100) / 100, w);
+  std::string out = base + buf + (wrap ? kWrap : "") + (dtr_fallback(full) ? kDtrFallback : "");
+  if (!make_candidate(out)) return std::nullopt;
+  return out;
+}
+std::optional<std::string> with_fraction(const std::string& full, double f) { return respelled(full, f, swap_weight(full)); }
+std::optional<std::string> with_weight(const std::string& full, double w) {
+  return full.rfind("capuchin@", 0) == 0 || full.rfind("capuchin,", 0) == 0 || full == "capuchin"
+             ? respelled(full, plan_fraction(full), w) : std::nullopt;
 }
 
 // The neighbours of a rehearsed plan, most promising first: a gap that cost time is given another
@@ -617,6 +599,8 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       if (other) starts.push_back(other);
       for (const RehearsalResult* r : lp_best)
         if (r) starts.push_back(r);
+      // The start state's rehearsals (choose_start_state) come out of the search's time.
+      start_state_reserve_ms_ = kStartStateRehearsals * best->wall_ms;
       // The two candidates' headroom refined: each planned for a little more or less of the
       // budget; the fastest, where it beats its candidate, is one more start (not instead: the
       // climb's end depends on its start more than on the start's own time).
@@ -643,8 +627,6 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       }
       for (const auto& x : headroom_rehearsals_) starts.push_back(&x);
       std::stable_sort(starts.begin(), starts.end(), [](const RehearsalResult* a, const RehearsalResult* b) { return a->time_ms < b->time_ms; });
-      // The start state's rehearsals (choose_start_state) come out of the search's time.
-      start_state_reserve_ms_ = kStartStateRehearsals * best->wall_ms;
       const double limit = search_limit_ms();
       for (size_t i = 0; i < starts.size() && search_rehearsals_ > 0; ++i) {
         const RehearsalResult* next = starts[i];
