@@ -10,17 +10,23 @@
 # Results go to $OUT_DIR (default bench-out/): CSV and JSON, and the vtensor reports. Every step runs
 # even when one before it failed; the script exits non-zero if any did (bench-out/steps.txt lists them).
 # VTENSOR_PREBUILT=1 skips the build and uses build/ as it is (built elsewhere with the same CUDA);
-# STEP_TIMEOUT=SECONDS stops a step that runs longer (exit 124 in steps.txt).
+# STEP_TIMEOUT=SECONDS stops a step that runs longer (exit 124 in steps.txt); STEPS=a,b runs only the
+# steps named (cuda-tests, swap-bandwidth, cuda-vs-pytorch, lru-identity, policies, sim-vs-device).
 set -uo pipefail
 OUT_DIR=${OUT_DIR:-bench-out}
 ARCHS=${VTENSOR_CUDA_ARCHS:-90}
 ITERS=${ITERS:-10}
+ALL_STEPS=cuda-tests,swap-bandwidth,cuda-vs-pytorch,lru-identity,policies,sim-vs-device
+for s in ${STEPS//,/ }; do
+  case ",$ALL_STEPS," in *",$s,"*) ;; *) echo "cuda_bench: STEPS: unknown step '$s'; accepted: $ALL_STEPS" >&2; exit 2 ;; esac
+done
 mkdir -p "$OUT_DIR"
 : > "$OUT_DIR/steps.txt"
 failed=0
 step() {  # step NAME COMMAND...: run, time, record the exit status
   local name=$1 t0=$SECONDS rc
   shift
+  case ",${STEPS:-$name}," in *",$name,"*) ;; *) return 0 ;; esac
   echo "== $name"
   if [ -n "${STEP_TIMEOUT:-}" ]; then timeout "$STEP_TIMEOUT" "$@"; else "$@"; fi
   rc=$?

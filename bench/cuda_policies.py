@@ -146,7 +146,12 @@ def main():
         w.writeheader()
         w.writerows(rows)
     print(f"wrote {a.out}.csv and {a.out}.json")
-    bad = [r for r in rows if r["status"] != "ok" or r.get("losses_identical") is False]
+    # Out of device memory at a budget is a result (the row's status says what did not fit); any other
+    # error, or losses that differ from none's, fails the run.
+    bad = [r for r in rows if (r["status"] != "ok" and "out of device memory" not in r["status"])
+           or r.get("losses_identical") is False]
+    for r in bad:
+        print(f"failed: {r['model']} {r['policy']} at {r['fraction']}: {r['status']}", file=sys.stderr)
     sys.exit(1 if bad else 0)
 
 
