@@ -312,15 +312,18 @@ float* MemoryManager::access(TensorId id, AccessKind kind, int op_index) {
   return device_ptr(id);
 }
 
-void MemoryManager::wait_copy(State& s) {
+void MemoryManager::wait_copy(State& s, bool swap_copy) {
   if (!s.event) return;
   if (!s.event->query()) {
     const double t0 = backend_.now_ms();
-    backend_.stream_wait(Stream::kCompute, s.event);
+    if (swap_copy) backend_.compute_wait(s.event);
+    else backend_.stream_wait(Stream::kCompute, s.event);
     counters_.stall_ms += backend_.now_ms() - t0;
   }
   s.event.reset();
 }
+
+void MemoryManager::collect_device_waits() { counters_.stall_ms += backend_.take_device_wait_ms(); }
 
 void MemoryManager::restore(TensorId id) {
   State& s = st(id);
@@ -335,7 +338,7 @@ void MemoryManager::restore(TensorId id) {
       --s.locks;
       [[fallthrough]];
     case Residency::kSwappingIn: {
-      wait_copy(s);
+      wait_copy(s, true);
       free_host(s);
       s.residency = Residency::kResident;
       return;
@@ -373,6 +376,7 @@ void MemoryManager::read(TensorId id, void* host_dst) {
   }
   if (s.residency == Residency::kOnHost || s.residency == Residency::kSwappingOut) {
     if (s.event) s.event->wait();
+    else if (backend_.waits_on_device()) backend_.record(Stream::kD2H)->wait();  // its copy out may still run
     std::memcpy(host_dst, s.host, s.bytes);
     return;
   }
@@ -458,7 +462,7 @@ void MemoryManager::evict(const Victim& v) {
 void MemoryManager::cancel_swap_out(TensorId id) {
   // Still on the device: let the copy finish, keep the device bytes, forget the host copy.
   State& s = st(id);
-  wait_copy(s);
+  wait_copy(s, true);
   swapping_out_.erase(std::find(swapping_out_.begin(), swapping_out_.end(), id));
   free_host(s);
   s.residency = Residency::kResident;
@@ -474,7 +478,7 @@ void MemoryManager::finish_swap_outs_due(uint64_t op_seq) {
       continue;
     }
     const double stall0 = counters_.stall_ms;
-    wait_copy(st(id));
+    wait_copy(st(id), true);
     if (counters_.stall_ms > stall0) policy_->on_swap_out_wait(id, counters_.stall_ms - stall0);
     it = swapping_out_.erase(it);
     complete_swap_out(id);
@@ -491,7 +495,7 @@ bool MemoryManager::finish_prefetches() {
       continue;
     }
     if (s.residency != Residency::kSwappingIn || s.locks > 0) continue;
-    wait_copy(s);
+    wait_copy(s, true);
     free_host(s);
     s.residency = Residency::kResident;
     any = true;
@@ -503,7 +507,7 @@ bool MemoryManager::finish_oldest_swap_out() {
   if (swapping_out_.empty()) return false;
   TensorId id = swapping_out_.front();
   const double stall0 = counters_.stall_ms;
-  wait_copy(st(id));
+  wait_copy(st(id), true);
   if (counters_.stall_ms > stall0) policy_->on_swap_out_wait(id, counters_.stall_ms - stall0);
   swapping_out_.pop_front();
   complete_swap_out(id);
@@ -768,7 +772,7 @@ void MemoryManager::destroy(TensorId id) {
       free_buffer(s, false);
       break;
     case Residency::kSwappingIn:
-      wait_copy(s);
+      wait_copy(s, true);
       [[fallthrough]];
     case Residency::kResident:
       free_device(s);

@@ -155,6 +155,8 @@ class MemoryManager final : public MemoryView {
   // The executor recomputed `id` (a dropped output): its inputs no longer need to stay alive for it.
   void recomputed(TensorId id) { add_lineage_refs(id, -1); }
   void note_lean_conv_fallback() { ++counters_.lean_conv_fallbacks; }
+  // After the iteration's synchronize: adds the compute stream's device waits to the stall.
+  void collect_device_waits();
   void note_recompute(double ms) {
     ++counters_.recomputed_ops;
     counters_.recompute_ms += ms;
@@ -242,7 +244,9 @@ class MemoryManager final : public MemoryView {
   std::string usage_summary() const;
   size_t alloc_block(size_t bytes, int64_t tag, const char* what);  // the OOM ladder
   void restore(TensorId id);               // any -> resident
-  void wait_copy(State& s);                // host waits for s.event, counted as stall
+  // The compute stream waits for s.event, counted as stall. A swap copy's wait may be the device's
+  // (Backend::compute_wait): its stall is counted by collect_device_waits().
+  void wait_copy(State& s, bool swap_copy = false);
   bool can_recompute(TensorId id, std::vector<int8_t>& memo) const;
   bool can_recompute_uncached(TensorId id, std::vector<int8_t>& memo) const;
   bool finish_oldest_swap_out();           // waits for it, frees its block

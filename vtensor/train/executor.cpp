@@ -35,6 +35,7 @@ IterationStats Executor::run_iteration(int iteration) {
   for (const Op& op : g_.ops()) run_op(op.index);
   mm_.end_iteration();
   backend_.synchronize();
+  mm_.collect_device_waits();
   IterationStats s;
   s.iteration = iteration;
   s.loss = loss_;

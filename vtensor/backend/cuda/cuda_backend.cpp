@@ -77,6 +77,8 @@ CudaBackend::CudaBackend(const BackendOptions& opts) : deterministic_(opts.deter
                                 "use --backend cpu or sim");
   const char* sync = std::getenv("VTENSOR_CUDA_SYNC_TIMING");
   sync_timing_ = sync && std::strcmp(sync, "0") != 0;
+  const char* dw = std::getenv("VTENSOR_CUDA_DEVICE_WAITS");
+  device_waits_ = dw && std::strcmp(dw, "0") != 0;
   try {
     VT_CHECK(cudaSetDevice(device_));
     size_t free_b = 0, total_b = 0;
@@ -117,6 +119,11 @@ void CudaBackend::release() noexcept {
   for (auto s : streams_)
     if (s) VT_CHECK_NOTHROW(cudaStreamSynchronize(s));
   conv_.reset();
+  for (auto [before, after] : waits_) {
+    VT_CHECK_NOTHROW(cudaEventDestroy(before));
+    VT_CHECK_NOTHROW(cudaEventDestroy(after));
+  }
+  waits_.clear();
   if (cudnn_) VT_CHECK_NOTHROW(cudnnDestroy(cudnn_));
   if (cublas_) VT_CHECK_NOTHROW(cublasDestroy(cublas_));
   for (auto& s : streams_) {
@@ -273,6 +280,35 @@ void CudaBackend::stream_wait(Stream s, const Event& e) {
   auto* ce = dynamic_cast<CudaEvent*>(e.get());
   if (!ce) throw std::logic_error("cuda backend: an event from another backend");
   VT_CHECK(cudaStreamWaitEvent(stream(s), ce->get(), 0));
+}
+
+void CudaBackend::compute_wait(const Event& e) {
+  if (!e || !device_waits_) return stream_wait(Stream::kCompute, e);
+  auto* ce = dynamic_cast<CudaEvent*>(e.get());
+  if (!ce) throw std::logic_error("cuda backend: an event from another backend");
+  cudaEvent_t before = nullptr, after = nullptr;
+  VT_CHECK(cudaEventCreate(&before));
+  VT_CHECK(cudaEventCreate(&after));
+  waits_.emplace_back(before, after);
+  VT_CHECK(cudaEventRecord(before, stream(Stream::kCompute)));
+  VT_CHECK(cudaStreamWaitEvent(stream(Stream::kCompute), ce->get(), 0));
+  VT_CHECK(cudaEventRecord(after, stream(Stream::kCompute)));
+}
+
+double CudaBackend::take_device_wait_ms() {
+  // Between `before` (the compute stream's earlier work done) and `after` (the copy done too)
+  // the compute stream waited for the copy alone.
+  double ms = 0;
+  for (auto [before, after] : waits_) {
+    VT_CHECK(cudaEventSynchronize(after));
+    float w = 0;
+    VT_CHECK(cudaEventElapsedTime(&w, before, after));
+    ms += w;
+    VT_CHECK(cudaEventDestroy(before));
+    VT_CHECK(cudaEventDestroy(after));
+  }
+  waits_.clear();
+  return ms;
 }
 
 void CudaBackend::synchronize() {

@@ -17,6 +17,8 @@
 #include <cudnn.h>
 
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "vtensor/backend/backend.h"
 #include "vtensor/backend/cuda/cudnn_ops.h"
@@ -46,6 +48,9 @@ class CudaBackend final : public Backend {
   void move_device(void* dst, const void* src, size_t bytes) override;
   Event record(Stream s) override;
   void stream_wait(Stream s, const Event& e) override;
+  void compute_wait(const Event& e) override;
+  bool waits_on_device() const override { return device_waits_; }
+  double take_device_wait_ms() override;
   void synchronize() override;
   void launch(const Graph& g, const Op& op, const KernelArgs& args) override;
   void init_tensor(const TensorInfo& t, void* dev, uint64_t seed) override;
@@ -84,7 +89,8 @@ class CudaBackend final : public Backend {
   unsigned long long* codec_dev_ = nullptr;   // kCodecSlots device counters, allocated on first use
   unsigned long long* codec_host_ = nullptr;  // kCodecSlots pinned slots
   size_t codec_next_ = 0;
-  bool deterministic_ = false, sync_timing_ = false;
+  bool deterministic_ = false, sync_timing_ = false, device_waits_ = false;
+  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> waits_;  // timing events around each device wait
   void* managed_ = nullptr;
   size_t um_range_ = 0, um_page_ = 0;
 };
