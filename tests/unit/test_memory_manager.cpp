@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -1037,6 +1038,111 @@ TEST(DeviceOpTimes, TheMeasuredIterationTakesTheDevicesOpTimes) {
     EXPECT_EQ(backend.begun, name == "capuchin" ? 1 : 0);
     EXPECT_EQ(backend.ended, backend.begun);
   }
+}
+
+// A copy's event that reads as still running the first time it is asked, as a copy the host got
+// ahead of does on cuda: the manager's wait for it is then always taken.
+class LateOnceEvent final : public EventImpl {
+ public:
+  explicit LateOnceEvent(Event inner) : inner_(std::move(inner)) {}
+  bool query() override { return std::exchange(asked_, true) && inner_->query(); }
+  void wait() override { inner_->wait(); }
+
+ private:
+  Event inner_;
+  bool asked_ = false;
+};
+
+// A backend that waits for swap copies "on the device" (Backend::compute_wait), as cuda does with
+// VTENSOR_CUDA_DEVICE_WAITS=1: each such wait is counted, and take_device_wait_ms() reports 0.25 ms
+// for each since the last call. The cpu underneath still waits, so the values are the cpu's.
+class DeviceWaitingCpu final : public Backend {
+ public:
+  explicit DeviceWaitingCpu(size_t budget) : cpu_(make_cpu_backend({.arena_bytes = budget})) {}
+  int compute_waits = 0, takes = 0, pending = 0;
+  void compute_wait(const Event& e) override {
+    ++compute_waits, ++pending;
+    cpu_->stream_wait(Stream::kCompute, e);
+  }
+  bool waits_on_device() const override { return true; }
+  double take_device_wait_ms() override {
+    ++takes;
+    return 0.25 * std::exchange(pending, 0);
+  }
+  Event record(Stream s) override {
+    Event e = cpu_->record(s);
+    return s == Stream::kD2H || s == Stream::kH2D ? std::make_shared<LateOnceEvent>(std::move(e)) : e;
+  }
+  std::string name() const override { return "device-waiting cpu"; }
+  std::string device_description() const override { return cpu_->device_description(); }
+  void* arena_base() override { return cpu_->arena_base(); }
+  size_t arena_bytes() const override { return cpu_->arena_bytes(); }
+  void* host_alloc(size_t bytes) override { return cpu_->host_alloc(bytes); }
+  void host_free(void* p, size_t bytes) override { cpu_->host_free(p, bytes); }
+  void copy_async(Stream s, void* dst, const void* src, size_t bytes) override { cpu_->copy_async(s, dst, src, bytes); }
+  void copy_to_host(void* dst, const void* src, size_t bytes) override { cpu_->copy_to_host(dst, src, bytes); }
+  void copy_to_device(void* dst, const void* src, size_t bytes) override { cpu_->copy_to_device(dst, src, bytes); }
+  void move_device(void* dst, const void* src, size_t bytes) override { cpu_->move_device(dst, src, bytes); }
+  void stream_wait(Stream s, const Event& e) override { cpu_->stream_wait(s, e); }
+  void synchronize() override { cpu_->synchronize(); }
+  void launch(const Graph& g, const Op& op, const KernelArgs& args) override { cpu_->launch(g, op, args); }
+  size_t workspace_bytes(const Graph& g, const Op& op, ConvAlgo algo) override { return cpu_->workspace_bytes(g, op, algo); }
+  std::optional<size_t> count_nonzeros(const TensorInfo& t, const void* dev) override { return cpu_->count_nonzeros(t, dev); }
+  void compress_async(Stream s, Codec c, const TensorInfo& t, const void* src, void* dst, size_t capacity, void* ws,
+                      size_t ws_bytes, CodecResult* r) override {
+    cpu_->compress_async(s, c, t, src, dst, capacity, ws, ws_bytes, r);
+  }
+  void decompress_async(Stream s, Codec c, const TensorInfo& t, const void* src, size_t src_bytes, void* dst,
+                        CodecResult* r) override {
+    cpu_->decompress_async(s, c, t, src, src_bytes, dst, r);
+  }
+  void init_tensor(const TensorInfo& t, void* dev, uint64_t seed) override { cpu_->init_tensor(t, dev, seed); }
+  double now_ms() override { return cpu_->now_ms(); }
+
+ private:
+  std::unique_ptr<Backend> cpu_;
+};
+
+// Swap copies are waited for through Backend::compute_wait, and the device's wait time is added to
+// the iteration's stall after its synchronize (MemoryManager::collect_device_waits); the losses are
+// those of the same run on the plain cpu backend.
+TEST(DeviceWaits, SwapWaitsAreTheDevicesAndCountAsStall) {
+  Graph g = build_model(tiny("resnet-tiny", 8));
+  build_backward(g, OptimizerConfig{});
+  auto losses = [&](Backend& backend, size_t budget, std::vector<IterationStats>* stats) {
+    MemoryManager mm(backend, g, make_allocator("caching", budget), make_policy("lru"));
+    Executor exec(g, backend, mm);
+    mm.init_persistent(1);
+    std::vector<float> out;
+    for (int it = 0; it < 3; ++it) {
+      const IterationStats s = exec.run_iteration(it);
+      out.push_back(s.loss);
+      if (stats) stats->push_back(s);
+    }
+    return out;
+  };
+  const size_t full = size_t{64} << 20;
+  auto cpu_full = make_cpu_backend({.arena_bytes = full});
+  std::vector<IterationStats> unlimited;
+  losses(*cpu_full, full, &unlimited);
+  size_t peak = 0;
+  for (const auto& s : unlimited) peak = std::max(peak, s.peak_allocated);
+  const size_t budget = align_up(peak / 2);
+  auto cpu = make_cpu_backend({.arena_bytes = budget});
+  const std::vector<float> ref = losses(*cpu, budget, nullptr);
+  DeviceWaitingCpu backend(budget);
+  std::vector<IterationStats> stats;
+  const std::vector<float> got = losses(backend, budget, &stats);
+  ASSERT_EQ(got.size(), ref.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(0, std::memcmp(&got[i], &ref[i], sizeof(float))) << "iteration " << i;
+  EXPECT_GT(backend.compute_waits, 0) << "lru at half the peak swaps, and each copy is late once";
+  EXPECT_EQ(backend.takes, 3) << "one collection per iteration";
+  double stall = 0;
+  for (const auto& s : stats) {
+    EXPECT_GT(s.counters.swapped_out_bytes, 0u);
+    stall += s.counters.stall_ms;
+  }
+  EXPECT_GE(stall, 0.25 * backend.compute_waits);
 }
 
 }  // namespace
