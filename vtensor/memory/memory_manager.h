@@ -120,6 +120,7 @@ class MemoryManager final : public MemoryView {
     return static_cast<size_t>(op_index) < conv_algos_.size() ? conv_algos_[static_cast<size_t>(op_index)] : ConvAlgo::kFast;
   }
   size_t workspace_bytes(const Op& op) const override { return backend_.workspace_bytes(graph_, op, conv_algo(op.index)); }
+  size_t device_workspace_bytes(const Op& op, ConvAlgo algo) const override { return backend_.workspace_bytes(graph_, op, algo); }
 
   // Allocates and initialises the persistent tensors (parameters, optimizer state, buffers).
   void init_persistent(uint64_t seed);

@@ -62,6 +62,10 @@ class MemoryView {
   virtual size_t host_budget() const { return 0; }
   // Scratch an op's kernel is given this iteration (its conv algorithm's, as the backend sizes it).
   virtual size_t workspace_bytes(const Op& op) const { return op.workspace_bytes; }
+  // The scratch the backend gives the op with either convolution algorithm (cuda: cuDNN's sizes).
+  virtual size_t device_workspace_bytes(const Op& op, ConvAlgo algo) const {
+    return algo == ConvAlgo::kLean ? op.workspace_lean_bytes : op.workspace_bytes;
+  }
   // Elements of a resident tensor whose bit pattern is non-zero (a measurement for sizing
   // compressed buffers; without data, the recorded densities). nullopt: not known.
   virtual std::optional<size_t> count_nonzeros(TensorId id) const { return std::nullopt; }

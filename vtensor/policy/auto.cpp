@@ -466,6 +466,12 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       s.gpu = kRehearsalGpu;
       if (trace.op_ms.size() == view_->graph().num_ops()) s.op_ms = trace.op_ms;
       s.link_ms_per_byte = trace.swap_ns_per_byte > 0 ? trace.swap_ns_per_byte * 1e-6 : view_->copy_ms_per_byte();
+      // and the device's workspaces (cuDNN's on cuda, far above the op's own figures: VGG-16's
+      // first layers ask 784 MiB), so that a plan that fits the rehearsal fits the device
+      for (const Op& op : view_->graph().ops()) {
+        s.workspace.push_back(view_->device_workspace_bytes(op, ConvAlgo::kFast));
+        s.workspace_lean.push_back(view_->device_workspace_bytes(op, ConvAlgo::kLean));
+      }
     }
     std::string no_densities;
     if (counts_nonzeros()) densities_ = measured_densities(&no_densities);

@@ -70,6 +70,8 @@ struct RehearsalSetup {
   std::string gpu;                 // the GPU the sim models (the run's own on sim)
   std::vector<double> op_ms;       // per op, the measured kernel time (empty: the cost model's)
   double link_ms_per_byte = 0;     // measured host link (0: the GPU's)
+  // per op, the device's scratch with the fast / lean convolution algorithm (empty: the op's own)
+  std::vector<size_t> workspace, workspace_lean;
   std::string allocator = "caching";  // the run's device allocator (its default planner)
   size_t host_budget = 0;          // the run's --host-budget (0: unlimited)
   int iterations = kRehearsedIterations;  // the measured one and the guided ones

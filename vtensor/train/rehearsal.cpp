@@ -20,6 +20,8 @@ RehearsalResult rehearse(const std::string& candidate, const RehearsalSetup& set
     BackendOptions opts{.arena_bytes = setup.budget, .gpu = setup.gpu};
     opts.op_ms = setup.op_ms;
     opts.link_ms_per_byte = setup.link_ms_per_byte;
+    opts.op_workspace = setup.workspace;
+    opts.op_workspace_lean = setup.workspace_lean;
     auto backend = make_sim_backend(opts);
     if (setup.densities) backend->set_densities(setup.densities);
     auto policy = std::make_unique<AutoPolicy>(candidate, setup.pins);

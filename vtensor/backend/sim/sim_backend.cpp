@@ -30,6 +30,14 @@ SimBackend::SimBackend(const BackendOptions& opts) : next_host_(kFakeHostBase) {
   arena_bytes_ = opts.arena_bytes ? opts.arena_bytes : gpu_.memory_bytes;
   op_ms_ = opts.op_ms;
   link_ms_per_byte_ = opts.link_ms_per_byte;
+  op_workspace_ = opts.op_workspace;
+  op_workspace_lean_ = opts.op_workspace_lean;
+}
+
+size_t SimBackend::workspace_bytes(const Graph& g, const Op& op, ConvAlgo algo) {
+  const auto i = static_cast<size_t>(op.index);
+  const auto& given = algo == ConvAlgo::kLean ? op_workspace_lean_ : op_workspace_;
+  return op.index >= 0 && i < given.size() ? given[i] : Backend::workspace_bytes(g, op, algo);
 }
 
 std::string SimBackend::device_description() const {

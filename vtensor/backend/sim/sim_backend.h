@@ -59,6 +59,7 @@ class SimBackend final : public Backend {
   void stream_wait(Stream s, const Event& e) override;
   void synchronize() override;
   void launch(const Graph& g, const Op& op, const KernelArgs& args) override;
+  size_t workspace_bytes(const Graph& g, const Op& op, ConvAlgo algo) override;
   void init_tensor(const TensorInfo& t, void* dev, uint64_t seed) override {}
   double now_ms() override { return clock(Stream::kCompute); }
   // Unified memory: the fault model of um_model.h; no bytes, so nothing is mapped.
@@ -84,6 +85,7 @@ class SimBackend final : public Backend {
   GpuSpec gpu_;
   size_t arena_bytes_;
   std::vector<double> op_ms_;     // BackendOptions::op_ms
+  std::vector<size_t> op_workspace_, op_workspace_lean_;  // BackendOptions::op_workspace(_lean)
   double link_ms_per_byte_ = 0;   // BackendOptions::link_ms_per_byte
   std::array<double, kNumStreams> clock_{};
   uintptr_t next_host_;
