@@ -5,7 +5,8 @@ For each model: trains under `none` (--deterministic), takes its peak allocated 
 each policy at each fraction of that peak with the same seeds. One row per run: status (ok, or the
 error's last line), median iteration time over the iterations after the first --skip (policies that
 measure use the first ones), overhead against `none`, peak allocated / reserved, swapped and recomputed
-work, whether the measured iteration's op times came from the device and (auto) the compute they sum to, and with --deterministic whether the losses are bit-identical to `none`'s (every policy here is
+work, whether the measured iteration's op times came from the device and (auto) the compute they sum to and
+what its rehearsal predicted (time, swapped bytes, evictions, recomputed ops) beside what the run did, and with --deterministic whether the losses are bit-identical to `none`'s (every policy here is
 lossless). Without it (the default, what a user runs) cuDNN takes its fastest algorithms, and a
 convolution whose fast workspace finds no room under the budget runs its lean algorithm.
 
@@ -133,6 +134,17 @@ def main():
                                            and isinstance(r["policy_report"].get("bound"), dict) else None),
                     "losses_identical": ([i["loss"] for i in r["iterations"]] == none_losses) if a.deterministic else None,
                 })
+                # auto: what its rehearsal predicted against what the run did (does the plan replay?)
+                pr = r.get("policy_report")
+                if isinstance(pr, dict) and "predicted_time_ms" in pr:
+                    row.update({
+                        "predicted_ms": round(pr["predicted_time_ms"], 3),
+                        "predicted_swapped_out_mib": round(pr["predicted_swapped_out_bytes"] / 2**20, 1),
+                        "predicted_evictions": pr["predicted_evictions"],
+                        "evictions": round(statistics.mean(i.get("evictions", 0) for i in its), 1),
+                        "predicted_recomputed_ops": pr["predicted_recomputed_ops"],
+                        "recomputed_ops": round(statistics.mean(i.get("recomputed_ops", 0) for i in its), 1),
+                    })
             row["cmd"] = " ".join(cmd)
             print(json.dumps(row), flush=True)
             rows.append(row)
