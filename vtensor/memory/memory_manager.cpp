@@ -315,10 +315,16 @@ float* MemoryManager::access(TensorId id, AccessKind kind, int op_index) {
 void MemoryManager::wait_copy(State& s, bool swap_copy) {
   if (!s.event) return;
   if (!s.event->query()) {
-    const double t0 = backend_.now_ms();
-    if (swap_copy) backend_.compute_wait(s.event);
-    else backend_.stream_wait(Stream::kCompute, s.event);
-    counters_.stall_ms += backend_.now_ms() - t0;
+    if (swap_copy && backend_.waits_on_device()) {
+      // The host goes on: its time here is the call's, not a stall (collect_device_waits adds
+      // the device's wait). Policies see no wait, so none reads the call as a late prefetch.
+      backend_.compute_wait(s.event);
+    } else {
+      const double t0 = backend_.now_ms();
+      if (swap_copy) backend_.compute_wait(s.event);
+      else backend_.stream_wait(Stream::kCompute, s.event);
+      counters_.stall_ms += backend_.now_ms() - t0;
+    }
   }
   s.event.reset();
 }
