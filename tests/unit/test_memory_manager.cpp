@@ -966,15 +966,48 @@ TEST(ScriptedPolicy, CompressionOverflowKeepsTheTensor) {
   }
 }
 
+// The cpu backend behind another name: every call forwarded, for test backends that change a few.
+class CpuWrapper : public Backend {
+ public:
+  explicit CpuWrapper(size_t budget) : cpu_(make_cpu_backend({.arena_bytes = budget})) {}
+  std::string device_description() const override { return cpu_->device_description(); }
+  void* arena_base() override { return cpu_->arena_base(); }
+  size_t arena_bytes() const override { return cpu_->arena_bytes(); }
+  void* host_alloc(size_t bytes) override { return cpu_->host_alloc(bytes); }
+  void host_free(void* p, size_t bytes) override { cpu_->host_free(p, bytes); }
+  void copy_async(Stream s, void* dst, const void* src, size_t bytes) override { cpu_->copy_async(s, dst, src, bytes); }
+  void copy_to_host(void* dst, const void* src, size_t bytes) override { cpu_->copy_to_host(dst, src, bytes); }
+  void copy_to_device(void* dst, const void* src, size_t bytes) override { cpu_->copy_to_device(dst, src, bytes); }
+  void move_device(void* dst, const void* src, size_t bytes) override { cpu_->move_device(dst, src, bytes); }
+  Event record(Stream s) override { return cpu_->record(s); }
+  void stream_wait(Stream s, const Event& e) override { cpu_->stream_wait(s, e); }
+  void synchronize() override { cpu_->synchronize(); }
+  void launch(const Graph& g, const Op& op, const KernelArgs& args) override { cpu_->launch(g, op, args); }
+  size_t workspace_bytes(const Graph& g, const Op& op, ConvAlgo algo) override { return cpu_->workspace_bytes(g, op, algo); }
+  std::optional<size_t> count_nonzeros(const TensorInfo& t, const void* dev) override { return cpu_->count_nonzeros(t, dev); }
+  void compress_async(Stream s, Codec c, const TensorInfo& t, const void* src, void* dst, size_t capacity, void* ws,
+                      size_t ws_bytes, CodecResult* r) override {
+    cpu_->compress_async(s, c, t, src, dst, capacity, ws, ws_bytes, r);
+  }
+  void decompress_async(Stream s, Codec c, const TensorInfo& t, const void* src, size_t src_bytes, void* dst,
+                        CodecResult* r) override {
+    cpu_->decompress_async(s, c, t, src, src_bytes, dst, r);
+  }
+  void init_tensor(const TensorInfo& t, void* dev, uint64_t seed) override { cpu_->init_tensor(t, dev, seed); }
+  double now_ms() override { return cpu_->now_ms(); }
+
+ protected:
+  std::unique_ptr<Backend> cpu_;
+};
+
 // A cpu backend that says it times ops on the device, as cuda does with CUPTI: each op's "device
 // time" is 1 + op index / 1000 ms, so the trace shows whether the manager took them.
 // Its clock is its own, so that a run's choices never depend on the machine's speed: an op takes
 // 0.5 ms, a copy 1 ms per MB (the manager's link calibration reads it), and copies end before
 // copy_async returns, so no copy is ever waited for.
-class DeviceTimedCpu final : public Backend {
+class DeviceTimedCpu final : public CpuWrapper {
  public:
-  explicit DeviceTimedCpu(size_t budget, size_t workspace_scale = 1)
-      : cpu_(make_cpu_backend({.arena_bytes = budget})), workspace_scale_(workspace_scale) {}
+  explicit DeviceTimedCpu(size_t budget, size_t workspace_scale = 1) : CpuWrapper(budget), workspace_scale_(workspace_scale) {}
   int begun = 0, ended = 0;
   bool begin_op_timing() override {
     ++begun;
@@ -987,22 +1020,11 @@ class DeviceTimedCpu final : public Backend {
     return ms;
   }
   std::string name() const override { return "device-timed cpu"; }
-  std::string device_description() const override { return cpu_->device_description(); }
-  void* arena_base() override { return cpu_->arena_base(); }
-  size_t arena_bytes() const override { return cpu_->arena_bytes(); }
-  void* host_alloc(size_t bytes) override { return cpu_->host_alloc(bytes); }
-  void host_free(void* p, size_t bytes) override { cpu_->host_free(p, bytes); }
   void copy_async(Stream s, void* dst, const void* src, size_t bytes) override {
     cpu_->copy_async(s, dst, src, bytes);
     cpu_->record(s)->wait();
     clock_ms_ += static_cast<double>(bytes) * 1e-6;
   }
-  void copy_to_host(void* dst, const void* src, size_t bytes) override { cpu_->copy_to_host(dst, src, bytes); }
-  void copy_to_device(void* dst, const void* src, size_t bytes) override { cpu_->copy_to_device(dst, src, bytes); }
-  void move_device(void* dst, const void* src, size_t bytes) override { cpu_->move_device(dst, src, bytes); }
-  Event record(Stream s) override { return cpu_->record(s); }
-  void stream_wait(Stream s, const Event& e) override { cpu_->stream_wait(s, e); }
-  void synchronize() override { cpu_->synchronize(); }
   void launch(const Graph& g, const Op& op, const KernelArgs& args) override {
     cpu_->launch(g, op, args);
     clock_ms_ += 0.5;
@@ -1013,20 +1035,9 @@ class DeviceTimedCpu final : public Backend {
     const size_t ws = cpu_->workspace_bytes(g, op, algo);
     return algo == ConvAlgo::kFast ? ws * workspace_scale_ : ws;
   }
-  std::optional<size_t> count_nonzeros(const TensorInfo& t, const void* dev) override { return cpu_->count_nonzeros(t, dev); }
-  void compress_async(Stream s, Codec c, const TensorInfo& t, const void* src, void* dst, size_t capacity, void* ws,
-                      size_t ws_bytes, CodecResult* r) override {
-    cpu_->compress_async(s, c, t, src, dst, capacity, ws, ws_bytes, r);
-  }
-  void decompress_async(Stream s, Codec c, const TensorInfo& t, const void* src, size_t src_bytes, void* dst,
-                        CodecResult* r) override {
-    cpu_->decompress_async(s, c, t, src, src_bytes, dst, r);
-  }
-  void init_tensor(const TensorInfo& t, void* dev, uint64_t seed) override { cpu_->init_tensor(t, dev, seed); }
   double now_ms() override { return clock_ms_; }
 
  private:
-  std::unique_ptr<Backend> cpu_;
   size_t workspace_scale_ = 1;
   double clock_ms_ = 0;
 };
@@ -1112,9 +1123,9 @@ class LateOnceEvent final : public EventImpl {
 // A backend that waits for swap copies "on the device" (Backend::compute_wait), as cuda does with
 // VTENSOR_CUDA_DEVICE_WAITS=1: each such wait is counted, and take_device_wait_ms() reports 0.25 ms
 // for each since the last call. The cpu underneath still waits, so the values are the cpu's.
-class DeviceWaitingCpu final : public Backend {
+class DeviceWaitingCpu final : public CpuWrapper {
  public:
-  explicit DeviceWaitingCpu(size_t budget) : cpu_(make_cpu_backend({.arena_bytes = budget})) {}
+  explicit DeviceWaitingCpu(size_t budget) : CpuWrapper(budget) {}
   int compute_waits = 0, takes = 0, pending = 0;
   void compute_wait(const Event& e) override {
     ++compute_waits, ++pending;
@@ -1130,33 +1141,6 @@ class DeviceWaitingCpu final : public Backend {
     return s == Stream::kD2H || s == Stream::kH2D ? std::make_shared<LateOnceEvent>(std::move(e)) : e;
   }
   std::string name() const override { return "device-waiting cpu"; }
-  std::string device_description() const override { return cpu_->device_description(); }
-  void* arena_base() override { return cpu_->arena_base(); }
-  size_t arena_bytes() const override { return cpu_->arena_bytes(); }
-  void* host_alloc(size_t bytes) override { return cpu_->host_alloc(bytes); }
-  void host_free(void* p, size_t bytes) override { cpu_->host_free(p, bytes); }
-  void copy_async(Stream s, void* dst, const void* src, size_t bytes) override { cpu_->copy_async(s, dst, src, bytes); }
-  void copy_to_host(void* dst, const void* src, size_t bytes) override { cpu_->copy_to_host(dst, src, bytes); }
-  void copy_to_device(void* dst, const void* src, size_t bytes) override { cpu_->copy_to_device(dst, src, bytes); }
-  void move_device(void* dst, const void* src, size_t bytes) override { cpu_->move_device(dst, src, bytes); }
-  void stream_wait(Stream s, const Event& e) override { cpu_->stream_wait(s, e); }
-  void synchronize() override { cpu_->synchronize(); }
-  void launch(const Graph& g, const Op& op, const KernelArgs& args) override { cpu_->launch(g, op, args); }
-  size_t workspace_bytes(const Graph& g, const Op& op, ConvAlgo algo) override { return cpu_->workspace_bytes(g, op, algo); }
-  std::optional<size_t> count_nonzeros(const TensorInfo& t, const void* dev) override { return cpu_->count_nonzeros(t, dev); }
-  void compress_async(Stream s, Codec c, const TensorInfo& t, const void* src, void* dst, size_t capacity, void* ws,
-                      size_t ws_bytes, CodecResult* r) override {
-    cpu_->compress_async(s, c, t, src, dst, capacity, ws, ws_bytes, r);
-  }
-  void decompress_async(Stream s, Codec c, const TensorInfo& t, const void* src, size_t src_bytes, void* dst,
-                        CodecResult* r) override {
-    cpu_->decompress_async(s, c, t, src, src_bytes, dst, r);
-  }
-  void init_tensor(const TensorInfo& t, void* dev, uint64_t seed) override { cpu_->init_tensor(t, dev, seed); }
-  double now_ms() override { return cpu_->now_ms(); }
-
- private:
-  std::unique_ptr<Backend> cpu_;
 };
 
 // Swap copies are waited for through Backend::compute_wait, and the device's wait time (not the
