@@ -321,8 +321,7 @@ void MemoryManager::wait_copy(State& s, bool swap_copy) {
       backend_.compute_wait(s.event);
     } else {
       const double t0 = backend_.now_ms();
-      if (swap_copy) backend_.compute_wait(s.event);
-      else backend_.stream_wait(Stream::kCompute, s.event);
+      backend_.stream_wait(Stream::kCompute, s.event);
       counters_.stall_ms += backend_.now_ms() - t0;
     }
   }
