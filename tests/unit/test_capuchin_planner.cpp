@@ -534,6 +534,43 @@ TEST(CapuchinPlanner, ADropThatRaisesTheExcessIsUndone) {
   EXPECT_FALSE(p.fits);
 }
 
+// x (not recomputable) is swapped over ops 2-17 and y = f(x) recomputed at op 12: the chain
+// reads x there, so x's prefetch is timed for op 12 rather than for its own access at op 18
+// (its 10 ns copy issued after op 10), and y's recomputation costs its kernel alone. Both
+// orders: the swap pinned first (its prefetch moved earlier for the recomputation), or the
+// recomputation first (the swap's in-trigger walked back from op 12).
+TEST(CapuchinPlanner, ASwapARecomputationReadsIsPrefetchedForIt) {
+  TraceBuilder b(20);
+  b.in.swap_ns_per_byte = 0.1;
+  const TensorId x = b.tensor(100, 0, {}, false);
+  const TensorId y = b.tensor(100, 1, {x}, true);
+  b.accesses(x, {0, 1, 18});
+  b.accesses(y, {1, 12});
+  const TensorId big = b.tensor(1000, 4, {}, false);
+  b.live(big, 4, 8);
+  b.in.budget = 1000;
+  const PlanPin swap_x{x, 18, CapuchinDecision::kSwap}, drop_y{y, 12, CapuchinDecision::kRecompute};
+  for (const auto& pins : {std::vector<PlanPin>{swap_x, drop_y}, std::vector<PlanPin>{drop_y, swap_x}}) {
+    SCOPED_TRACE(pins.front().id == x ? "swap first" : "recompute first");
+    b.in.pins = pins;
+    const CapuchinPlan p = plan_capuchin(b.in, CapuchinMode::kHybrid);
+    ASSERT_EQ(candidate(p, x).decision, CapuchinDecision::kSwap);
+    ASSERT_EQ(candidate(p, y).decision, CapuchinDecision::kRecompute);
+    EXPECT_EQ(candidate(p, x).trigger_op, 10);
+    EXPECT_DOUBLE_EQ(candidate(p, y).recompute_ns, 10);
+    EXPECT_EQ(p.memory_after[10], 0u);
+    EXPECT_EQ(p.memory_after[11], 100u) << "x is back for the recomputation";
+    EXPECT_TRUE(p.fits);
+    int prefetches = 0;
+    for (const Action& a : p.plan.actions)
+      if (a.kind == ActionKind::kPrefetch && a.tensor == x) {
+        ++prefetches;
+        EXPECT_EQ(a.op, 10);
+      }
+    EXPECT_EQ(prefetches, 1);
+  }
+}
+
 TEST(CapuchinPlanner, ARecomputationNeverReadsATensorWhileItsSwapOutRuns) {
   // x (not recomputable) is swapped after op 1; its 40 ns copy runs 20..60, so it is freed after
   // op 5. y = f(x) is needed again at op 4: recomputing it there would read x mid-copy (the

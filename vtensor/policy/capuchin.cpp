@@ -194,7 +194,7 @@ class Planner {
   // hold the tensor above the budget (the peak window), never before the release.
   SwapEval eval_swap(const CapuchinCandidate& c) const {
     SwapEval r;
-    const int b = c.back_op;
+    const int b = need_by(c);
     r.out_end = queued_out_end(c);
     r.release = capuchin_release_op(start_, c.evict_op, r.out_end);
     if (r.release < 0 || r.release + 1 > b - 1) return r;
@@ -239,6 +239,10 @@ class Planner {
           const double t = start_[static_cast<size_t>(b)];
           cost += h2d_.earliest_fit(t, c.swap_ns) + c.swap_ns - t;
           handled = true;
+        } else if (c.decision == CapuchinDecision::kSwap && c.trigger_op < b && b < c.back_op &&
+                   c.prefetch_start_ns + c.swap_ns > start_[static_cast<size_t>(b)] + kEpsNs) {
+          cost += c.prefetch_start_ns + c.swap_ns - start_[static_cast<size_t>(b)];  // its prefetch still copying
+          handled = true;
         } else if (c.decision == CapuchinDecision::kSwap && c.evict_op < b && b <= c.release_op) {
           return -1;  // its swap-out is running: reading it would cancel the swap
         }
@@ -246,8 +250,10 @@ class Planner {
         if (handled) break;
       }
       if (handled) continue;
-      if (it.persistent || (first_[i] <= b && b <= last_[i])) continue;  // alive
-      if (last_[i] >= 0 && last_[i] < b && last_[i] > e_ctx) continue;  // held by the lineage reference
+      if (it.persistent || (first_[i] <= b && b <= last_[i]) || (last_[i] >= 0 && last_[i] < b && last_[i] > e_ctx)) {
+        if (reads_) reads_->push_back(inp);  // alive, or held by the lineage reference
+        continue;
+      }
       const double sub = chain_walk(inp, b, e_ctx, depth + 1, restored);  // released before the drop: recomputed too
       if (sub < 0) return -1;
       cost += sub;
@@ -371,6 +377,22 @@ class Planner {
     chain_ns(c.id, c.back_op, c.evict_op, &f);
   }
 
+  // A recomputation taken: the live tensors its chain reads are noted (a later swap of one is
+  // prefetched for it: need_by). A pinned one (the search's or the LP's, chosen as if its sources
+  // were on the device) also has the swapped tensors it reads prefetched for it; the greedy's own
+  // were chosen at their copy's cost, and pulling theirs too crowded VGG-16's plans (+13% at 50%
+  // on h100-80g, docs/experiments.md).
+  void recompute_taken(CapuchinCandidate& c, bool pinned) {
+    if (pinned) prefetch_for_chain(c);
+    std::vector<TensorId> reads;
+    reads_ = &reads;
+    const double chain = chain_ns(c.id, c.back_op, c.evict_op);
+    reads_ = nullptr;
+    if (chain >= 0) c.recompute_ns = chain;
+    read_by_.resize(in_.tensors.size());
+    for (TensorId t : reads) read_by_[static_cast<size_t>(t)].push_back(static_cast<int>(&c - out_.candidates.data()));
+  }
+
   void apply_recompute(CapuchinCandidate& c, double chain) {
     c.decision = CapuchinDecision::kRecompute;
     c.recompute_ns = chain;
@@ -391,6 +413,55 @@ class Planner {
     for (const auto& d : out_.candidates)
       if (&d != &c && d.decision == CapuchinDecision::kRecompute && c.evict_op < d.back_op && d.back_op < c.back_op)
         hold_restored(d);
+  }
+
+  // When c's tensor must be back on the device: its back-access, or the first chosen recomputation
+  // in its gap whose chain reads it.
+  int need_by(const CapuchinCandidate& c) const {
+    int b = c.back_op;
+    if (static_cast<size_t>(c.id) < read_by_.size())
+      for (int k : read_by_[static_cast<size_t>(c.id)]) {
+        const auto& d = out_.candidates[static_cast<size_t>(k)];
+        if (d.decision == CapuchinDecision::kRecompute && c.evict_op < d.back_op && d.back_op < b) b = d.back_op;
+      }
+    return b;
+  }
+
+  // A recomputation at c's back-access whose chain reads a swapped tensor still on the host would
+  // copy it on demand, behind the lane's prefetches. Instead its prefetch moves earlier, walked
+  // back from that access as eval_swap walks from the tensor's own: it is then on the device
+  // for the chain. Kept only where it ends sooner than the copy on demand would.
+  void prefetch_for_chain(const CapuchinCandidate& c) {
+    const int b = c.back_op;
+    std::vector<int> on_host;
+    const std::function<void(int)> f = [&](int k) {
+      const auto& s = out_.candidates[static_cast<size_t>(k)];
+      if (s.decision == CapuchinDecision::kSwap && s.release_op < b && b < s.back_op) on_host.push_back(k);
+    };
+    if (chain_ns(c.id, b, c.evict_op, &f) < 0) return;
+    for (int k : on_host) {
+      auto& s = out_.candidates[static_cast<size_t>(k)];
+      if (!(s.release_op < b && b < s.back_op)) continue;
+      const double t = start_[static_cast<size_t>(b)];
+      const double demand_end = b <= s.trigger_op ? h2d_.earliest_fit(t, s.swap_ns) + s.swap_ns : s.prefetch_start_ns + s.swap_ns;
+      if (demand_end <= t + kEpsNs) continue;
+      h2d_.remove(s.prefetch_start_ns, s.swap_ns);
+      add_mem(s.release_op + 1, s.trigger_op, static_cast<long long>(s.bytes));
+      const double out_end = out_end_[static_cast<size_t>(k)];
+      auto in_start = [&](int q) { return h2d_.earliest_fit(std::max(start_[static_cast<size_t>(q) + 1], out_end), s.swap_ns); };
+      const int q = walk_back_trigger(b - 1, s.release_op + 1, [&](int x) { return in_start(x) + s.swap_ns; }, t, mem_, in_.budget);
+      const bool better = q < b && q > s.release_op && in_start(q) + s.swap_ns < demand_end;
+      const int trig = better ? q : s.trigger_op;
+      add_mem(s.release_op + 1, trig, -static_cast<long long>(s.bytes));
+      const double st = better ? in_start(q) : s.prefetch_start_ns;
+      h2d_.add(st, s.swap_ns);
+      if (!better) continue;
+      for (auto& a : out_.plan.actions)
+        if (a.kind == ActionKind::kPrefetch && a.tensor == s.id && a.op == s.trigger_op) a.op = q;
+      s.prefetch_start_ns = st;
+      s.trigger_op = q;
+      s.swap_stall_ns = std::max(0.0, st + s.swap_ns - start_[static_cast<size_t>(s.back_op)]);
+    }
   }
 
   // Early choices were placed while most ops were over the budget; now that the curve is lower,
@@ -465,6 +536,7 @@ class Planner {
             out_.plan.actions.pop_back();
             break;
           }
+          recompute_taken(c, true);
           if (p.ahead_op > c.evict_op && p.ahead_op < c.back_op - 1) {  // back on the device from ahead_op + 1
             c.ahead_op = p.ahead_op;
             add_mem(p.ahead_op + 1, c.back_op - 1, static_cast<long long>(c.bytes));
@@ -661,12 +733,16 @@ class Planner {
         c.order = -1;
         --order_;
         out_.plan.actions.pop_back();
+      } else {
+        recompute_taken(c, false);
       }
     }
   }
 
   const PlannerInput& in_;
   mutable std::vector<int> seen_;  // chain_walk: stamp_ when counted in the current chain
+  mutable std::vector<TensorId>* reads_ = nullptr;  // chain_walk: the live tensors a chain reads
+  std::vector<std::vector<int>> read_by_;  // per tensor: recomputations whose chains read it (candidate indices)
   mutable int stamp_ = 0;
   CapuchinMode mode_;
   CapuchinPlan out_;

@@ -11,7 +11,9 @@
 //   changed access sequence goes back to measuring.
 // Deviations: release at a predicted op, not on copy completion (deterministic memory figures);
 // op times laid end to end from the measured kernel times; each access gap is a candidate,
-// parameters included; lazy re-ranking; recompute on access (ahead of it only when pinned: PlanPin); the passive
+// parameters included; lazy re-ranking; recompute on access (ahead of it only when pinned: PlanPin); a
+// swap whose tensor a chosen recomputation reads is prefetched for that recomputation, and a chain
+// pays for a source still on the host or still copying back (the paper leaves this open); the passive
 // fallback stays on; the plan ignores the host budget; for policy auto only, persistent tensors
 // may also be swapped across the iteration boundary (wrap_persistent) and the feedback stops
 // after the guided iterations auto rehearsed (set_feedback_iterations). Full notes: docs/design.md.
