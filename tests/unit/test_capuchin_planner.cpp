@@ -571,6 +571,29 @@ TEST(CapuchinPlanner, ASwapARecomputationReadsIsPrefetchedForIt) {
   }
 }
 
+// A recomputation at op 17 reads x, whose prefetch (issued after op 16, 170..180 ns) is still
+// copying at op 17's start (170 ns): the chain waits for it, 10 ns on top of y's kernel. The
+// prefetch cannot move earlier for it: with x back, op 16 would be over the budget.
+TEST(CapuchinPlanner, ARecomputationWaitsForASourceStillCopyingBack) {
+  TraceBuilder b(20);
+  b.in.swap_ns_per_byte = 0.1;
+  const TensorId x = b.tensor(100, 0, {}, false);
+  const TensorId y = b.tensor(100, 1, {x}, true);
+  b.accesses(x, {0, 1, 18});
+  b.accesses(y, {1, 17});
+  const TensorId big = b.tensor(1000, 4, {}, false), big2 = b.tensor(950, 15, {}, false);
+  b.live(big, 4, 8);
+  b.live(big2, 15, 16);
+  b.in.budget = 1000;
+  b.in.pins = {{x, 18, CapuchinDecision::kSwap}, {y, 17, CapuchinDecision::kRecompute}};
+  const CapuchinPlan p = plan_capuchin(b.in, CapuchinMode::kHybrid);
+  ASSERT_EQ(candidate(p, x).decision, CapuchinDecision::kSwap);
+  ASSERT_EQ(candidate(p, y).decision, CapuchinDecision::kRecompute);
+  EXPECT_EQ(candidate(p, x).trigger_op, 16);
+  EXPECT_DOUBLE_EQ(candidate(p, y).recompute_ns, 20);
+  EXPECT_TRUE(p.fits);
+}
+
 TEST(CapuchinPlanner, ARecomputationNeverReadsATensorWhileItsSwapOutRuns) {
   // x (not recomputable) is swapped after op 1; its 40 ns copy runs 20..60, so it is freed after
   // op 5. y = f(x) is needed again at op 4: recomputing it there would read x mid-copy (the
