@@ -534,21 +534,31 @@ TEST(CapuchinPlanner, ADropThatRaisesTheExcessIsUndone) {
   EXPECT_FALSE(p.fits);
 }
 
-// x (not recomputable) is swapped over ops 2-17 and y = f(x) recomputed at op 12: the chain
+// x (100 B, not recomputable) is used at ops 0, 1 and 18; y = f(x) at op 1 and again at
+// y_back; 1000 B more over ops 4-8 put both over a 1000 B budget there. Copies take 10 ns.
+struct SourceTrace {
+  TraceBuilder b{20};
+  TensorId x, y;
+  explicit SourceTrace(int y_back) {
+    b.in.swap_ns_per_byte = 0.1;
+    x = b.tensor(100, 0, {}, false);
+    y = b.tensor(100, 1, {x}, true);
+    b.accesses(x, {0, 1, 18});
+    b.accesses(y, {1, y_back});
+    b.live(b.tensor(1000, 4, {}, false), 4, 8);
+    b.in.budget = 1000;
+  }
+};
+
+// x is swapped over ops 2-17 and y = f(x) recomputed at op 12: the chain
 // reads x there, so x's prefetch is timed for op 12 rather than for its own access at op 18
 // (its 10 ns copy issued after op 10), and y's recomputation costs its kernel alone. Both
 // orders: the swap pinned first (its prefetch moved earlier for the recomputation), or the
 // recomputation first (the swap's in-trigger walked back from op 12).
 TEST(CapuchinPlanner, ASwapARecomputationReadsIsPrefetchedForIt) {
-  TraceBuilder b(20);
-  b.in.swap_ns_per_byte = 0.1;
-  const TensorId x = b.tensor(100, 0, {}, false);
-  const TensorId y = b.tensor(100, 1, {x}, true);
-  b.accesses(x, {0, 1, 18});
-  b.accesses(y, {1, 12});
-  const TensorId big = b.tensor(1000, 4, {}, false);
-  b.live(big, 4, 8);
-  b.in.budget = 1000;
+  SourceTrace t(12);
+  TraceBuilder& b = t.b;
+  const TensorId x = t.x, y = t.y;
   const PlanPin swap_x{x, 18, CapuchinDecision::kSwap}, drop_y{y, 12, CapuchinDecision::kRecompute};
   for (const auto& pins : {std::vector<PlanPin>{swap_x, drop_y}, std::vector<PlanPin>{drop_y, swap_x}}) {
     SCOPED_TRACE(pins.front().id == x ? "swap first" : "recompute first");
@@ -575,16 +585,10 @@ TEST(CapuchinPlanner, ASwapARecomputationReadsIsPrefetchedForIt) {
 // copying at op 17's start (170 ns): the chain waits for it, 10 ns on top of y's kernel. The
 // prefetch cannot move earlier for it: with x back, op 16 would be over the budget.
 TEST(CapuchinPlanner, ARecomputationWaitsForASourceStillCopyingBack) {
-  TraceBuilder b(20);
-  b.in.swap_ns_per_byte = 0.1;
-  const TensorId x = b.tensor(100, 0, {}, false);
-  const TensorId y = b.tensor(100, 1, {x}, true);
-  b.accesses(x, {0, 1, 18});
-  b.accesses(y, {1, 17});
-  const TensorId big = b.tensor(1000, 4, {}, false), big2 = b.tensor(950, 15, {}, false);
-  b.live(big, 4, 8);
-  b.live(big2, 15, 16);
-  b.in.budget = 1000;
+  SourceTrace t(17);
+  TraceBuilder& b = t.b;
+  const TensorId x = t.x, y = t.y;
+  b.live(b.tensor(950, 15, {}, false), 15, 16);
   b.in.pins = {{x, 18, CapuchinDecision::kSwap}, {y, 17, CapuchinDecision::kRecompute}};
   const CapuchinPlan p = plan_capuchin(b.in, CapuchinMode::kHybrid);
   ASSERT_EQ(candidate(p, x).decision, CapuchinDecision::kSwap);
