@@ -823,7 +823,32 @@ TEST(LinearProgram, TheTimedPinsPrefetchWhenTheOptimumCopiesBack) {
   EXPECT_EQ(lp_pins(r), (std::vector<PlanPin>{{a, 6, CapuchinDecision::kSwap}}));
   PlanPin timed{a, 6, CapuchinDecision::kSwap};
   timed.trigger_op = r.gaps[0].in_after_op;
-  EXPECT_EQ(lp_pins(r, 0.5, true), std::vector<PlanPin>{timed});
+  EXPECT_EQ(lp_pins(r, 0.5, LpTiming::kLp), std::vector<PlanPin>{timed});
+}
+
+TEST(LinearProgram, TheWholeTimedPinsPrefetchEarlyEnoughForTheWholeTensor) {
+  // A (100 MiB, op 0, needed again at op 11, not recomputable), B (50 MiB) alive at ops 2-8,
+  // budget 100 MiB: half of A off the device at ops 2-8. At 25 MiB/ms the optimum copies that
+  // half back in 2 ms, from op 7 or 8; rounded, all of A is swapped, and its 4 ms copy back must
+  // start after op 6 at the latest to end by op 11.
+  TraceBuilder tb = lp_trace(12, 25);
+  tb.in.budget = 100 * kMiB;
+  const TensorId a = tb.tensor(100 * kMiB, 0, {}, false);
+  tb.accesses(a, {0, 11});
+  tb.live(tb.tensor(50 * kMiB, 2, {}, false), 2, 8);
+  const LpResult r = solve_lp(tb.in);
+  ASSERT_EQ(r.status, "optimal");
+  EXPECT_NEAR(r.overhead_ms, 0.0, 1e-6);
+  ASSERT_EQ(r.gaps.size(), 1u);
+  EXPECT_NEAR(r.gaps[0].swap, 0.5, 1e-6);
+  EXPECT_GE(r.gaps[0].in_after_op, 7);
+  EXPECT_EQ(r.gaps[0].whole_in_after_op, 6);
+  PlanPin whole{a, 11, CapuchinDecision::kSwap};
+  whole.trigger_op = 6;
+  EXPECT_EQ(lp_pins(r, 0.3, LpTiming::kWhole), std::vector<PlanPin>{whole});
+  PlanPin timed = whole;
+  timed.trigger_op = r.gaps[0].in_after_op;
+  EXPECT_EQ(lp_pins(r, 0.3, LpTiming::kLp), std::vector<PlanPin>{timed});
 }
 
 TEST(LinearProgram, ARecomputationRerunsTheAncestorsReleasedBeforeTheDrop) {

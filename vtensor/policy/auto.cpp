@@ -149,10 +149,10 @@ constexpr size_t kWindowGaps = 4;
 constexpr size_t kWindowCombos = 64;
 constexpr size_t kWindowAnchors = 8;
 
-// "lp", "lp-timed" (at the first threshold), "lp@0.5", "lp-timed@0.5" (at another): an LP
+// "lp", "lp-timed", "lp-whole" (at the first threshold), "lp@0.5", ... (at another): an LP
 // start's name in the report.
 std::string lp_variant_label(const AutoPolicy::LpVariant& v) {
-  std::string s = v.timed ? "lp-timed" : "lp";
+  std::string s = v.timing == LpTiming::kLp ? "lp-timed" : v.timing == LpTiming::kWhole ? "lp-whole" : "lp";
   if (v.threshold != AutoPolicy::kLpThresholds[0]) {
     char buf[16];
     std::snprintf(buf, sizeof buf, "@%g", v.threshold);
@@ -486,12 +486,12 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       bound_ = overhead_bound(in);
       bound_wall_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - b0).count();
       lp_ = solve_lp(in);
-      // The rounded plans: at each threshold, with Capuchin's prefetch triggers and with the LP's
-      // prefetch times (the same pins once).
+      // The rounded plans: at each threshold, with Capuchin's prefetch triggers, with the LP's
+      // prefetch times and with those moved earlier for the whole tensor (the same pins once).
       lp_variants_.clear();
       for (const double th : kLpThresholds)
-        for (const bool timed : {false, true}) {
-          LpVariant v{lp_pins(lp_, th, timed), th, timed};
+        for (const LpTiming timing : {LpTiming::kPlanner, LpTiming::kLp, LpTiming::kWhole}) {
+          LpVariant v{lp_pins(lp_, th, timing), th, timing};
           bool seen = v.pins.empty();
           for (const auto& w : lp_variants_) seen = seen || w.pins == v.pins;
           if (!seen) lp_variants_.push_back(std::move(v));

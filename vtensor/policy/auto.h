@@ -129,7 +129,7 @@ class AutoPolicy final : public Policy {
   struct LpVariant {
     std::vector<PlanPin> pins;
     double threshold = 0.5;
-    bool timed = false;
+    LpTiming timing = LpTiming::kPlanner;
   };
   // forced: run that candidate after the measured iteration without rehearsing (what a
   // rehearsal itself runs); empty: choose by rehearsal.

@@ -438,13 +438,19 @@ LpResult solve_lp(const PlannerInput& input, const LpOptions& opt) {
           lg.in_after_op = g.a + g.seg_off[i];
           break;
         }
+    if (lg.in_after_op >= 0) {
+      const double copy_ns = g.mib * kMiB * in.swap_ns_per_byte, back_ns = tl.start[static_cast<size_t>(g.b)];
+      int q = lg.in_after_op;
+      while (q > g.a && back_ns - tl.start[static_cast<size_t>(q) + 1] < copy_ns) --q;
+      lg.whole_in_after_op = q;
+    }
     out.gaps.push_back(lg);
   }
   out.stall_ms = std::max(0.0, out.overhead_ms - out.recompute_ms);
   return finish();
 }
 
-std::vector<PlanPin> lp_pins(const LpResult& r, double threshold, bool timed) {
+std::vector<PlanPin> lp_pins(const LpResult& r, double threshold, LpTiming timing) {
   std::vector<const LpGap*> swaps, recs;
   for (const auto& g : r.gaps) {
     if (g.back_op <= g.evict_op) continue;  // across the iteration boundary: the ",wrap" plans' part
@@ -459,7 +465,8 @@ std::vector<PlanPin> lp_pins(const LpResult& r, double threshold, bool timed) {
   std::vector<PlanPin> pins;
   for (const LpGap* g : swaps) {
     PlanPin p{g->id, g->back_op, CapuchinDecision::kSwap};
-    if (timed) p.trigger_op = g->in_after_op;
+    if (timing == LpTiming::kLp) p.trigger_op = g->in_after_op;
+    if (timing == LpTiming::kWhole) p.trigger_op = g->whole_in_after_op;
     pins.push_back(p);
   }
   for (const LpGap* g : recs) pins.push_back({g->id, g->back_op, CapuchinDecision::kRecompute});

@@ -43,6 +43,9 @@ struct LpGap {
   double swap = 0, recompute = 0;   // fractions
   double recompute_ms = 0;          // the whole gap's, at its producer's share
   int in_after_op = -1;             // the optimum's copy back starts after this op (-1: none)
+  // The latest op, no later than in_after_op, after which the whole tensor's copy back ends by
+  // back_op at the link's speed (the optimum may copy back only its fraction from in_after_op).
+  int whole_in_after_op = -1;
 };
 
 struct LpResult {
@@ -62,7 +65,10 @@ LpResult solve_lp(const PlannerInput& in, const LpOptions& opt = {});
 
 // The optimum rounded: gaps within one iteration recomputed (fraction >= threshold) or swapped,
 // swaps in the order their copies leave, then the recomputations.
-// timed: each swap's prefetch no later than the optimum starts copying it back (PlanPin::trigger_op).
-std::vector<PlanPin> lp_pins(const LpResult& r, double threshold = 0.5, bool timed = false);
+// Each swap's prefetch: where Capuchin's planner puts it (kPlanner); no later than the optimum
+// starts copying the gap's fraction back (kLp); no later than the whole tensor's copy back must
+// start to end by its access (kWhole). PlanPin::trigger_op.
+enum class LpTiming { kPlanner, kLp, kWhole };
+std::vector<PlanPin> lp_pins(const LpResult& r, double threshold = 0.5, LpTiming timing = LpTiming::kPlanner);
 
 }  // namespace vtensor
