@@ -14,7 +14,7 @@
 //   (bound.h takes each op alone). Rounded (a gap swapped or recomputed where its fraction is at
 //   least a threshold; auto uses 0.3), it gives PlanPins that Capuchin's greedy completes: auto
 //   rehearses them as more starts for its search, also timed (each prefetch no later than the
-//   optimum's copy back). Deviations: a relaxation, not the ILP the issue names (the integer
+//   optimum's copy back, or than the whole tensor's copy must start). Deviations: a relaxation, not the ILP the issue names (the integer
 //   program over ~10^4 gaps x segments does not solve within the planning limit here).
 #pragma once
 #include <string>
