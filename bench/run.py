@@ -1608,7 +1608,7 @@ def _auto(c):
     # the search started from the LP's rounded plan (timed: its prefetch times) pinned on that
     # candidate, or from the candidate planned for another fraction of the budget / swap weight
     lp_start = {"lp": "LP on ", "lp-timed": "LP timed on ", "lp-whole": "LP whole on ",
-                "headroom": "headroom "}.get(search.get("start"), "")
+                "lp-whole-capped": "LP whole capped on ", "headroom": "headroom "}.get(search.get("start"), "")
     if lp_start:
         cand = search["candidate_time_ms"]
     if cand is None or "predicted_time_ms" not in r:
@@ -1668,7 +1668,8 @@ def auto_search(rows, what):
                  "the report's lower bounds on any swap / recompute plan over the unmanaged time: bound.h's per op, "
                  "and the linear program's over the whole iteration (lp.h; its solve time). 'LP on X': the search "
                  "started from the LP's rounded plan pinned on candidate X ('LP timed on X': with the LP's prefetch times; "
-                 "'LP whole on X': with those moved earlier for the whole tensor's copy); "
+                 "'LP whole on X': with those moved earlier for the whole tensor's copy; 'LP whole capped on X': "
+                 "and only the swaps whose bytes the LP's own cover); "
                  "'headroom X': from X, a candidate planned for another fraction of the budget or swap weight; "
                  "'(plan: Y)': the climb's headroom moves ended at Y",
         "rows": rows,

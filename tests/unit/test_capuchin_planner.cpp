@@ -824,6 +824,7 @@ TEST(LinearProgram, TheTimedPinsPrefetchWhenTheOptimumCopiesBack) {
   PlanPin timed{a, 6, CapuchinDecision::kSwap};
   timed.trigger_op = r.gaps[0].in_after_op;
   EXPECT_EQ(lp_pins(r, 0.5, LpTiming::kLp), std::vector<PlanPin>{timed});
+  EXPECT_EQ(lp_pins(r, 0.5, LpTiming::kLp, true), std::vector<PlanPin>{timed}) << "all of A moves: within the cap";
 }
 
 TEST(LinearProgram, TheWholeTimedPinsPrefetchEarlyEnoughForTheWholeTensor) {
@@ -849,6 +850,8 @@ TEST(LinearProgram, TheWholeTimedPinsPrefetchEarlyEnoughForTheWholeTensor) {
   PlanPin timed = whole;
   timed.trigger_op = r.gaps[0].in_after_op;
   EXPECT_EQ(lp_pins(r, 0.3, LpTiming::kLp), std::vector<PlanPin>{timed});
+  // Capped: the whole of A (100 MiB) is more than the optimum moves (50 MiB): left to the planner.
+  EXPECT_TRUE(lp_pins(r, 0.3, LpTiming::kWhole, true).empty());
 }
 
 TEST(LinearProgram, ARecomputationRerunsTheAncestorsReleasedBeforeTheDrop) {

@@ -153,6 +153,7 @@ constexpr size_t kWindowAnchors = 8;
 // start's name in the report.
 std::string lp_variant_label(const AutoPolicy::LpVariant& v) {
   std::string s = v.timing == LpTiming::kLp ? "lp-timed" : v.timing == LpTiming::kWhole ? "lp-whole" : "lp";
+  if (v.capped) s += "-capped";
   if (v.threshold != AutoPolicy::kLpThresholds[0]) {
     char buf[16];
     std::snprintf(buf, sizeof buf, "@%g", v.threshold);
@@ -487,11 +488,13 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       bound_wall_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - b0).count();
       lp_ = solve_lp(in);
       // The rounded plans: at each threshold, with Capuchin's prefetch triggers, with the LP's
-      // prefetch times and with those moved earlier for the whole tensor (the same pins once).
+      // prefetch times and with those moved earlier for the whole tensor, then the last with
+      // the swaps capped at the LP's bytes (the same pins once).
       lp_variants_.clear();
       for (const double th : kLpThresholds)
-        for (const LpTiming timing : {LpTiming::kPlanner, LpTiming::kLp, LpTiming::kWhole}) {
-          LpVariant v{lp_pins(lp_, th, timing), th, timing};
+        for (const auto& [timing, capped] : {std::pair{LpTiming::kPlanner, false}, std::pair{LpTiming::kLp, false},
+                                             std::pair{LpTiming::kWhole, false}, std::pair{LpTiming::kWhole, true}}) {
+          LpVariant v{lp_pins(lp_, th, timing, capped), th, timing, capped};
           bool seen = v.pins.empty();
           for (const auto& w : lp_variants_) seen = seen || w.pins == v.pins;
           if (!seen) lp_variants_.push_back(std::move(v));

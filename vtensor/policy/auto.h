@@ -25,9 +25,9 @@
 //   All within 1.3 s past the candidates' limit. The report adds a lower bound (bound.h).
 //   A linear program over the whole iteration (lp.h, Clp) gives a tighter bound; its rounded
 //   optimum, pinned on the fastest Capuchin-based candidates, is rehearsed as more search starts,
-//   with Capuchin's prefetch triggers, with the LP's (no later than its copy back), and with
+//   with Capuchin's prefetch triggers, with the LP's (no later than its copy back), with
 //   those moved earlier until the whole tensor's copy ends by its access (the LP may copy back
-//   a fraction of it).
+//   a fraction of it), and so with only the swaps whose whole bytes the LP's own cover.
 // Deviations from the design: an LP relaxation rounded, then local and windowed
 // enumeration with the rehearsal as its cost model, not an ILP / DP (the cost of a gap's choice
 // depends on the queues and the arena the rest leaves); no arena placement of its own (the planned pool measured slower under it).
@@ -132,6 +132,7 @@ class AutoPolicy final : public Policy {
     std::vector<PlanPin> pins;
     double threshold = 0.5;
     LpTiming timing = LpTiming::kPlanner;
+    bool capped = false;
   };
   // forced: run that candidate after the measured iteration without rehearsing (what a
   // rehearsal itself runs); empty: choose by rehearsal.

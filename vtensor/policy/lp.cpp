@@ -450,7 +450,7 @@ LpResult solve_lp(const PlannerInput& input, const LpOptions& opt) {
   return finish();
 }
 
-std::vector<PlanPin> lp_pins(const LpResult& r, double threshold, LpTiming timing) {
+std::vector<PlanPin> lp_pins(const LpResult& r, double threshold, LpTiming timing, bool capped) {
   std::vector<const LpGap*> swaps, recs;
   for (const auto& g : r.gaps) {
     if (g.back_op <= g.evict_op) continue;  // across the iteration boundary: the ",wrap" plans' part
@@ -460,6 +460,15 @@ std::vector<PlanPin> lp_pins(const LpResult& r, double threshold, LpTiming timin
       swaps.push_back(&g);
     else if (g.swap + g.recompute >= threshold)
       recs.push_back(&g);
+  }
+  if (capped) {
+    double moved = 0, kept = 0;
+    for (const auto& g : r.gaps)
+      if (g.back_op > g.evict_op) moved += g.swap * static_cast<double>(g.bytes);
+    std::stable_sort(swaps.begin(), swaps.end(), [](const LpGap* a, const LpGap* b) { return a->swap > b->swap; });
+    size_t n = 0;
+    while (n < swaps.size() && kept + static_cast<double>(swaps[n]->bytes) <= moved) kept += static_cast<double>(swaps[n++]->bytes);
+    swaps.resize(n);
   }
   std::stable_sort(swaps.begin(), swaps.end(), [](const LpGap* a, const LpGap* b) { return a->evict_op < b->evict_op; });
   std::vector<PlanPin> pins;

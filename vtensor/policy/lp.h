@@ -14,7 +14,8 @@
 //   (bound.h takes each op alone). Rounded (a gap swapped or recomputed where its fraction is at
 //   least a threshold; auto uses 0.3), it gives PlanPins that Capuchin's greedy completes: auto
 //   rehearses them as more starts for its search, also timed (each prefetch no later than the
-//   optimum's copy back, or than the whole tensor's copy must start). Deviations: a relaxation, not the ILP the issue names (the integer
+//   optimum's copy back, or than the whole tensor's copy must start), and capped (rounded up, the
+//   swaps carry more bytes than the optimum moves). Deviations: a relaxation, not the ILP the issue names (the integer
 //   program over ~10^4 gaps x segments does not solve within the planning limit here).
 #pragma once
 #include <string>
@@ -68,7 +69,10 @@ LpResult solve_lp(const PlannerInput& in, const LpOptions& opt = {});
 // Each swap's prefetch: where Capuchin's planner puts it (kPlanner); no later than the optimum
 // starts copying the gap's fraction back (kLp); no later than the whole tensor's copy back must
 // start to end by its access (kWhole). PlanPin::trigger_op.
+// capped: the swaps kept, largest fraction first, only while their whole bytes stay within what
+// the optimum moves (its fractions' bytes, within the iteration); the rest is left to the planner.
 enum class LpTiming { kPlanner, kLp, kWhole };
-std::vector<PlanPin> lp_pins(const LpResult& r, double threshold = 0.5, LpTiming timing = LpTiming::kPlanner);
+std::vector<PlanPin> lp_pins(const LpResult& r, double threshold = 0.5, LpTiming timing = LpTiming::kPlanner,
+                             bool capped = false);
 
 }  // namespace vtensor
