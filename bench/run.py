@@ -9,6 +9,7 @@ output folder and rendered as a Markdown table. Debian's python3 only.
                                           # and smoke-runs; about 30 minutes on 2 cores)
   bench/run.py NAME --update-docs         # and rewrite NAME's generated tables in docs/*.md
   bench/run.py NAME --render-only [--update-docs]   # the tables again from bench-out/NAME.json, no runs
+                                          # (a derived table, from its sources' JSON there)
   options: --out DIR (bench-out), --jobs N (parallel maxbatch searches, default 2)
 
 Kinds: grid (`vtensor sweep` per model, then `vtensor maxbatch --budget` per cell), logs (sweeps
@@ -1866,7 +1867,7 @@ def main():
         sys.exit(f"{', '.join(missing)} not built: configure with -DVTENSOR_BUILD_BENCH=ON and build them")
     for n in names:
         exp = EXPERIMENTS[n]
-        if a.render_only:
+        if a.render_only and exp["kind"] != "derived":  # a derived table runs nothing: derived again
             with open(os.path.join(a.out, n + ".json")) as f:
                 rows = json.load(f)["rows"]
         else:

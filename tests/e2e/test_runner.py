@@ -82,6 +82,27 @@ class Runner(unittest.TestCase):
             with open(os.path.join(tmp, "smoke-runs.md")) as f:
                 self.assertEqual(f.read(), md)
 
+    def test_render_only_derives_a_derived_table_again(self):
+        """--render-only of a derived table reads its sources' rows, not its own older JSON."""
+        def row(policy, overhead):
+            return {"model": "unet", "gpu": "p100-16g", "budget": "50%", "policy": policy, "status": "ok",
+                    "overhead": overhead}
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(os.path.join(tmp, "dtr-logs.json"), "w") as f:
+                json.dump({"rows": [row("none", 1.0), row("dtr", 1.30), row("capuchin", 1.20), row("auto", 1.10)]}, f)
+            stale = {"log": "unet", "GPU": "p100-16g", "budget": "50%", "auto": "9.99×", "best other policy": "x",
+                     "auto's extra": "", "dtr's extra": "", "capuchin's extra": ""}
+            with open(os.path.join(tmp, "auto-vs-best-logs.json"), "w") as f:
+                json.dump({"rows": [stale]}, f)
+            p = subprocess.run([*RUN, "auto-vs-best-logs", "--out", tmp, "--render-only"], capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stderr + p.stdout)
+            with open(os.path.join(tmp, "auto-vs-best-logs.json")) as f:
+                rows = json.load(f)["rows"]
+            self.assertEqual(len(rows), 1)
+            self.assertEqual(rows[0]["auto"], "1.10×")
+            self.assertEqual(rows[0]["best other policy"], "capuchin 1.20×")
+            self.assertEqual(rows[0]["dtr's extra"], "30%")
+
     def test_bad_names_fail_naming_what_is_accepted(self):
         p = subprocess.run([*RUN, "nope"], capture_output=True, text=True)
         self.assertNotEqual(p.returncode, 0)
