@@ -802,20 +802,30 @@ TEST(LinearProgram, TheLinkAndARecomputationShareTheBytesOverTheBudget) {
   EXPECT_EQ(lp_pins(link), (std::vector<PlanPin>{{0 + 1, 2, CapuchinDecision::kSwap}}));
 }
 
+namespace {
+// A (100 MiB, made by op 0, read again at op `back`, not recomputable) and B (`b_mib`,
+// alive at ops b_from..b_to), budget 100 MiB, `ops` ops of 1 ms: the LP's optimum, no overhead.
+LpResult one_swap_lp(int ops, double mib_per_ms, int back, size_t b_mib, int b_from, int b_to, TensorId* a) {
+  TraceBuilder tb = lp_trace(ops, mib_per_ms);
+  tb.in.budget = 100 * kMiB;
+  *a = tb.tensor(100 * kMiB, 0, {}, false);
+  tb.accesses(*a, {0, back});
+  tb.live(tb.tensor(b_mib * kMiB, b_from, {}, false), b_from, b_to);
+  LpResult r = solve_lp(tb.in);
+  EXPECT_EQ(r.status, "optimal");
+  EXPECT_NEAR(r.overhead_ms, 0.0, 1e-6);
+  return r;
+}
+}  // namespace
+
 TEST(LinearProgram, TheTimedPinsPrefetchWhenTheOptimumCopiesBack) {
   // A (100 MiB, op 0, needed again at op 6), B (100 MiB) alive at ops 2-3, budget 100 MiB: all of
   // A off the device at ops 2 and 3. At 50 MiB/ms it leaves during ops 1-2 and comes back at no
   // cost within ops 3-5 (a copy in op 3's own segment counts as off there: the relaxation), not
   // earlier: the optimum's copy back starts after op 2, 3 or 4. The timed pin prefetches after
   // that op at the latest; the untimed one leaves the trigger to the planner.
-  TraceBuilder tb = lp_trace(7, 50);
-  tb.in.budget = 100 * kMiB;
-  const TensorId a = tb.tensor(100 * kMiB, 0, {}, false);
-  tb.accesses(a, {0, 6});
-  tb.live(tb.tensor(100 * kMiB, 2, {}, false), 2, 3);
-  const LpResult r = solve_lp(tb.in);
-  ASSERT_EQ(r.status, "optimal");
-  EXPECT_NEAR(r.overhead_ms, 0.0, 1e-6);
+  TensorId a = kNoTensor;
+  const LpResult r = one_swap_lp(7, 50, 6, 100, 2, 3, &a);
   ASSERT_EQ(r.gaps.size(), 1u);
   EXPECT_NEAR(r.gaps[0].swap, 1.0, 1e-6);
   EXPECT_GE(r.gaps[0].in_after_op, 2);
@@ -832,14 +842,8 @@ TEST(LinearProgram, TheWholeTimedPinsPrefetchEarlyEnoughForTheWholeTensor) {
   // budget 100 MiB: half of A off the device at ops 2-8. At 25 MiB/ms the optimum copies that
   // half back in 2 ms, from op 7 or 8; rounded, all of A is swapped, and its 4 ms copy back must
   // start after op 6 at the latest to end by op 11.
-  TraceBuilder tb = lp_trace(12, 25);
-  tb.in.budget = 100 * kMiB;
-  const TensorId a = tb.tensor(100 * kMiB, 0, {}, false);
-  tb.accesses(a, {0, 11});
-  tb.live(tb.tensor(50 * kMiB, 2, {}, false), 2, 8);
-  const LpResult r = solve_lp(tb.in);
-  ASSERT_EQ(r.status, "optimal");
-  EXPECT_NEAR(r.overhead_ms, 0.0, 1e-6);
+  TensorId a = kNoTensor;
+  const LpResult r = one_swap_lp(12, 25, 11, 50, 2, 8, &a);
   ASSERT_EQ(r.gaps.size(), 1u);
   EXPECT_NEAR(r.gaps[0].swap, 0.5, 1e-6);
   EXPECT_GE(r.gaps[0].in_after_op, 7);
