@@ -15,8 +15,9 @@
 //   least a threshold; auto uses 0.3), it gives PlanPins that Capuchin's greedy completes: auto
 //   rehearses them as more starts for its search, also timed (each prefetch no later than the
 //   optimum's copy back, or than the whole tensor's copy must start), and capped (rounded up, the
-//   swaps carry more bytes than the optimum moves). Deviations: a relaxation, not the ILP the issue names (the integer
-//   program over ~10^4 gaps x segments does not solve within the planning limit here).
+//   swaps carry more bytes than the optimum moves). Deviations: a relaxation, not the ILP the
+//   issue names (the integer program over ~10^4 gaps x segments does not solve within the
+//   planning limit here).
 #pragma once
 #include <string>
 #include <vector>
