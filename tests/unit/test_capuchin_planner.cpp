@@ -157,6 +157,55 @@ TEST(CapuchinPlanner, OneCopyAtATimePerDirection) {
   EXPECT_TRUE(p.fits);
 }
 
+// The D2H queue in deadline order (PlannerInput::deadline_swap_outs, policy auto's plans): a
+// swap-out whose gap closes soon goes ahead of a queued one that has not started and comes back
+// much later; that one is issued after it, later than its own eviction. Capuchin's queue, in
+// eviction order, cannot take the short gap.
+TEST(CapuchinPlanner, ADeadlineOrderedQueueIssuesAShortGapFirst) {
+  TraceBuilder b(30);
+  b.in.swap_ns_per_byte = 0.1;  // 100 bytes: 10 ns
+  const TensorId m = b.tensor(200, 0, {}, true);
+  b.accesses(m, {0, 27});
+  const TensorId l = b.tensor(800, 0, {}, true);
+  b.accesses(l, {0, 25});
+  const TensorId s = b.tensor(100, 0, {}, true);
+  b.accesses(s, {1, 6});
+  const TensorId big1 = b.tensor(250, 0, {}, true);
+  b.live(big1, 4, 4);  // s must be off at op 4 (m too)
+  const TensorId big2 = b.tensor(1000, 0, {}, true);
+  b.live(big2, 14, 14);  // m and l must be off at op 14
+  b.in.budget = 1100;
+  // In eviction order: m runs 10..30, l 30..110, s behind them ends in op 11, after its back-access.
+  const CapuchinPlan fifo = plan_capuchin(b.in, CapuchinMode::kSwap);
+  EXPECT_EQ(candidate(fifo, m).decision, CapuchinDecision::kSwap);
+  EXPECT_EQ(candidate(fifo, l).decision, CapuchinDecision::kSwap);
+  EXPECT_EQ(candidate(fifo, s).decision, CapuchinDecision::kKeep);
+  EXPECT_FALSE(fifo.fits);
+
+  // In deadline order: m has started by s's eviction (20) and stays first; s goes ahead of l
+  // (30..40, freed after op 3, back by a prefetch after op 4); l is issued after op 1 and runs
+  // 40..120: freed after op 11, still off at op 14.
+  b.in.deadline_swap_outs = true;
+  const CapuchinPlan p = plan_capuchin(b.in, CapuchinMode::kSwap);
+  const auto &cm = candidate(p, m), &cl = candidate(p, l), &cs = candidate(p, s);
+  ASSERT_EQ(cs.decision, CapuchinDecision::kSwap);
+  EXPECT_EQ(cm.swap_out_op, 0);
+  EXPECT_EQ(cm.release_op, 2);
+  EXPECT_EQ(cs.swap_out_op, 1);
+  EXPECT_EQ(cs.release_op, 3);
+  EXPECT_EQ(cs.trigger_op, 4);
+  EXPECT_DOUBLE_EQ(cs.swap_stall_ns, 0);
+  EXPECT_EQ(cl.evict_op, 0);
+  EXPECT_EQ(cl.swap_out_op, 1);
+  EXPECT_EQ(cl.release_op, 11);
+  EXPECT_GT(cl.trigger_op, 14);
+  EXPECT_EQ(p.plan.at(0), (std::vector<Action>{{ActionKind::kSwapOut, m, 0, 2}}));
+  EXPECT_EQ(p.plan.at(1), (std::vector<Action>{{ActionKind::kSwapOut, s, 1, 3}, {ActionKind::kSwapOut, l, 1, 11}}));
+  EXPECT_EQ(p.memory_after[4], 1050u) << "l and big1";
+  EXPECT_EQ(p.memory_after[14], 1000u) << "big2 only";
+  EXPECT_TRUE(p.fits);
+}
+
 // The copy lane jumps over chains of touching intervals and the trigger walk bisects: both must
 // give what the plain definitions give, on lanes with chains, gaps of every size and removals.
 TEST(CapuchinPlanner, TheLaneAndTheTriggerWalkAnswerAsTheirDefinitions) {

@@ -115,12 +115,7 @@ class Planner {
     if (mode_ != CapuchinMode::kRecompute) hidden_swaps();
     greedy();
     if (mode_ != CapuchinMode::kRecompute) refine_triggers();
-    for (auto& a : out_.plan.actions)  // releases moved as later swap-outs queued up
-      if (a.kind == ActionKind::kSwapOut)
-        for (int k : cands_of_[static_cast<size_t>(a.tensor)]) {
-          const auto& c = out_.candidates[static_cast<size_t>(k)];
-          if (c.evict_op == a.op && c.decision == CapuchinDecision::kSwap) a.free_after = c.release_op;
-        }
+    issue_swap_outs();
     out_.memory_after = mem_;
     out_.peak_after = peak();
     out_.fits = out_.peak_after <= in_.budget;
@@ -132,6 +127,7 @@ class Planner {
  private:
   struct SwapEval {
     bool ok = false;
+    size_t pos = 0;                  // its place in the D2H queue (outq_)
     int trigger = -1, release = -1;  // prefetch after trigger; the block is freed after release
     double stall = 0, out_end = 0, in_start = 0;
     double cost() const { return stall; }
@@ -180,22 +176,42 @@ class Planner {
     }
   }
 
-  // The swap-out of c, queued on the D2H lane behind the chosen ones issued at or before its
-  // eviction (one copy at a time, in issue order): when it ends.
-  double queued_out_end(const CapuchinCandidate& c) const {
+  // Where c's swap-out joins the D2H queue (one copy at a time, in issue order): behind the
+  // chosen ones issued at or before its eviction (the queue is in swap_out_op order).
+  size_t fifo_pos(const CapuchinCandidate& c) const {
     const auto it = std::upper_bound(outq_.begin(), outq_.end(), c.evict_op,
-                                     [&](int e, int k) { return e < out_.candidates[static_cast<size_t>(k)].evict_op; });
-    const double ready = it == outq_.begin() ? 0 : out_end_[static_cast<size_t>(*(it - 1))];
+                                     [&](int e, int k) { return e < out_.candidates[static_cast<size_t>(k)].swap_out_op; });
+    return static_cast<size_t>(it - outq_.begin());
+  }
+  // With deadline_swap_outs, ahead of those of them that have not started by its eviction and
+  // are prefetched after c is needed back: they are issued after it, later than their eviction.
+  size_t queue_pos(const CapuchinCandidate& c) const {
+    size_t i = fifo_pos(c);
+    if (!in_.deadline_swap_outs) return i;
+    const double ready = start_[static_cast<size_t>(c.evict_op) + 1];
+    const int need = need_by(c);
+    for (; i > 0; --i) {
+      const auto j = static_cast<size_t>(outq_[i - 1]);
+      const auto& x = out_.candidates[j];
+      if (out_end_[j] - x.swap_ns < ready - kEpsNs || x.trigger_op < need) break;
+    }
+    return i;
+  }
+  // When c's swap-out ends, queued at `pos`.
+  double queued_out_end(const CapuchinCandidate& c, size_t pos) const {
+    const double ready = pos == 0 ? 0 : out_end_[static_cast<size_t>(outq_[pos - 1])];
     return std::max(start_[static_cast<size_t>(c.evict_op) + 1], ready) + c.swap_ns;
   }
 
   // Release: the op the queued swap-out ends in; the block is gone from the op after it. In-trigger:
   // walk back from the back-access until the copy is hidden; never before an op that would then
   // hold the tensor above the budget (the peak window), never before the release.
-  SwapEval eval_swap(const CapuchinCandidate& c) const {
+  SwapEval eval_swap(const CapuchinCandidate& c) const { return eval_swap(c, queue_pos(c)); }
+  SwapEval eval_swap(const CapuchinCandidate& c, size_t pos) const {
     SwapEval r;
     const int b = need_by(c);
-    r.out_end = queued_out_end(c);
+    r.pos = pos;
+    r.out_end = queued_out_end(c, pos);
     r.release = capuchin_release_op(start_, c.evict_op, r.out_end);
     if (r.release < 0 || r.release + 1 > b - 1) return r;
     auto in_start = [&](int p) { return h2d_.earliest_fit(std::max(start_[static_cast<size_t>(p) + 1], r.out_end), c.swap_ns); };
@@ -269,27 +285,34 @@ class Planner {
     const std::vector<size_t> mem = mem_;
     const std::vector<int> q = outq_;
     const CopyLane h2d = h2d_;
-    std::vector<int> releases;
-    for (int k : outq_) releases.push_back(out_.candidates[static_cast<size_t>(k)].release_op);
+    std::vector<int> releases, issued;
+    for (int k : outq_) {
+      releases.push_back(out_.candidates[static_cast<size_t>(k)].release_op);
+      issued.push_back(out_.candidates[static_cast<size_t>(k)].swap_out_op);
+    }
     const double over = excess();
     const int k = static_cast<int>(&c - out_.candidates.data());
     c.decision = CapuchinDecision::kSwap;
     c.trigger_op = s.trigger;
     c.release_op = s.release;
+    c.swap_out_op = c.evict_op;
     add_mem(s.release + 1, s.trigger, -static_cast<long long>(c.bytes));
-    const auto at = std::upper_bound(outq_.begin(), outq_.end(), c.evict_op,
-                                     [&](int e, int j) { return e < out_.candidates[static_cast<size_t>(j)].evict_op; });
-    const auto pos = static_cast<size_t>(at - outq_.begin());  // the swap-outs queued before it do not move
-    outq_.insert(at, k);
+    const size_t pos = s.pos, fifo = fifo_pos(c);  // the swap-outs queued before pos do not move
+    for (size_t i = pos; i < fifo; ++i)  // the ones it goes ahead of are issued after it
+      out_.candidates[static_cast<size_t>(outq_[i])].swap_out_op = c.evict_op;
+    outq_.insert(outq_.begin() + static_cast<std::ptrdiff_t>(pos), k);
     h2d_.add(s.in_start, c.swap_ns);
     const bool queued = queue_swap_outs(pos);
     if (std::find(moved_.begin(), moved_.end(), k) == moved_.end()) moved_.push_back(k);
     if (!queued || excess() >= over || cancels_a_recompute()) {
       mem_ = mem, outq_ = q, h2d_ = h2d;
-      for (size_t i = 0; i < q.size(); ++i) out_.candidates[static_cast<size_t>(q[i])].release_op = releases[i];
+      for (size_t i = 0; i < q.size(); ++i) {
+        auto& x = out_.candidates[static_cast<size_t>(q[i])];
+        x.release_op = releases[i], x.swap_out_op = issued[i];
+      }
       queue_swap_outs(pos);  // the old ends
       c.decision = CapuchinDecision::kKeep;
-      c.release_op = -1;
+      c.release_op = -1, c.swap_out_op = -1;
       return false;
     }
     c.swap_stall_ns = s.stall;
@@ -337,9 +360,9 @@ class Planner {
     for (size_t i = from; i < outq_.size(); ++i) {
       const int k = outq_[i];
       auto& c = out_.candidates[static_cast<size_t>(k)];
-      ready = std::max(start_[static_cast<size_t>(c.evict_op) + 1], ready) + c.swap_ns;
+      ready = std::max(start_[static_cast<size_t>(c.swap_out_op) + 1], ready) + c.swap_ns;
       out_end_[static_cast<size_t>(k)] = ready;
-      const int r = capuchin_release_op(start_, c.evict_op, ready);
+      const int r = capuchin_release_op(start_, c.swap_out_op, ready);
       if (r < 0 || r >= c.trigger_op) {
         ok = false;
         continue;
@@ -350,6 +373,42 @@ class Planner {
       c.release_op = r;
     }
     return ok;
+  }
+
+  // Takes c's swap at its place in the D2H queue, or else at the queue's end (where the place
+  // was ahead of queued swap-outs: one of them, now later, may no longer end in time). `accept`
+  // may adjust the evaluation (a pin's trigger) and says whether to take it.
+  bool take_swap(CapuchinCandidate& c, SwapEval s, const std::function<bool(SwapEval&)>& accept = {}) {
+    if ((!accept || accept(s)) && s.ok && apply_swap(c, s)) return true;
+    const size_t fifo = fifo_pos(c);
+    if (s.pos == fifo) return false;
+    s = eval_swap(c, fifo);
+    return (!accept || accept(s)) && s.ok && apply_swap(c, s);
+  }
+
+  // The swap-out actions as queued: issued after swap_out_op, the block freed after the release
+  // the queue moved it to; at one op in queue order (the D2H stream copies in issue order).
+  void issue_swap_outs() {
+    std::vector<int> place(out_.candidates.size(), -1);
+    for (size_t i = 0; i < outq_.size(); ++i) place[static_cast<size_t>(outq_[i])] = static_cast<int>(i);
+    std::vector<size_t> slots;
+    std::vector<int> queued;
+    for (size_t i = 0; i < out_.plan.actions.size(); ++i) {
+      const auto& a = out_.plan.actions[i];
+      if (a.kind != ActionKind::kSwapOut || static_cast<size_t>(a.tensor) >= cands_of_.size()) continue;
+      for (int k : cands_of_[static_cast<size_t>(a.tensor)]) {
+        const auto& c = out_.candidates[static_cast<size_t>(k)];
+        if (c.evict_op == a.op && c.decision == CapuchinDecision::kSwap && place[static_cast<size_t>(k)] >= 0) {
+          slots.push_back(i);
+          queued.push_back(k);
+        }
+      }
+    }
+    std::stable_sort(queued.begin(), queued.end(), [&](int a, int b) { return place[static_cast<size_t>(a)] < place[static_cast<size_t>(b)]; });
+    for (size_t i = 0; i < slots.size(); ++i) {
+      const auto& c = out_.candidates[static_cast<size_t>(queued[i])];
+      out_.plan.actions[slots[i]] = {ActionKind::kSwapOut, c.id, c.swap_out_op, c.release_op};
+    }
   }
 
   size_t held_inputs(const CapuchinCandidate& c) const {
@@ -510,14 +569,16 @@ class Planner {
         if (c.back_op != p.back_op || c.pinned) continue;
         c.pinned = true;
         if (p.decision == CapuchinDecision::kSwap) {
-          SwapEval s = eval_swap(c);
-          if (s.ok && (p.trigger_shift > 0 || (p.trigger_op >= 0 && p.trigger_op < s.trigger))) {
-            const int latest = p.trigger_op >= 0 ? std::min(s.trigger, p.trigger_op) : s.trigger;
-            s.trigger = std::max(s.release + 1, latest - p.trigger_shift);
-            s.in_start = h2d_.earliest_fit(std::max(start_[static_cast<size_t>(s.trigger) + 1], s.out_end), c.swap_ns);
-            s.stall = std::max(0.0, s.in_start + c.swap_ns - start_[static_cast<size_t>(c.back_op)]);
-          }
-          if (!s.ok || !apply_swap(c, s)) c.pinned = false;
+          const auto shift = [&](SwapEval& s) {
+            if (s.ok && (p.trigger_shift > 0 || (p.trigger_op >= 0 && p.trigger_op < s.trigger))) {
+              const int latest = p.trigger_op >= 0 ? std::min(s.trigger, p.trigger_op) : s.trigger;
+              s.trigger = std::max(s.release + 1, latest - p.trigger_shift);
+              s.in_start = h2d_.earliest_fit(std::max(start_[static_cast<size_t>(s.trigger) + 1], s.out_end), c.swap_ns);
+              s.stall = std::max(0.0, s.in_start + c.swap_ns - start_[static_cast<size_t>(c.back_op)]);
+            }
+            return true;
+          };
+          if (!take_swap(c, eval_swap(c), shift)) c.pinned = false;
         } else if (p.decision == CapuchinDecision::kRecompute) {
           const double chain = c.bytes > held_inputs(c) ? chain_ns(c.id, c.back_op, c.evict_op) : -1;
           if (chain < 0) {
@@ -655,8 +716,7 @@ class Planner {
       auto& c = out_.candidates[k];
       if (c.free_time_ns < 0) break;
       if (c.pinned || c.decision != CapuchinDecision::kKeep) continue;
-      const SwapEval s = eval_swap(c);
-      if (s.ok && s.cost() <= kEpsNs) apply_swap(c, s);
+      take_swap(c, eval_swap(c), [](SwapEval& s) { return s.cost() <= kEpsNs; });
     }
   }
 
@@ -714,7 +774,7 @@ class Planner {
         continue;
       }
       if (o.swap) {
-        if (apply_swap(c, o.eval)) continue;
+        if (take_swap(c, o.eval)) continue;
         no_swap_[static_cast<size_t>(k)] = 1;  // not tried again; recomputed if it can be
         const Option r = evaluate(c);
         if (r.score >= 0) queue.emplace(r.score, -k);
@@ -753,7 +813,7 @@ class Planner {
   std::vector<int> held_from_;  // per candidate: first op a recomputation holds it back from, -1: none
   CopyLane h2d_;
   CopyLane codec_;  // the compression stream (pinned compressions)
-  std::vector<int> outq_;       // chosen swaps in D2H issue order (evict op, then when chosen)
+  std::vector<int> outq_;       // chosen swaps in D2H issue order (swap-out op, then when chosen)
   std::vector<double> out_end_;  // per candidate: when its queued swap-out ends
   std::vector<int> moved_;       // swaps whose release the last queue_swap_outs moved
   int order_ = 0;
@@ -894,6 +954,7 @@ void CapuchinPolicy::end_iteration(const AccessTrace& trace) {
   in.swap_cost_weight = swap_cost_weight_;
   in.pins = pins_;
   in.wrap_persistent = wrap_persistent_;
+  in.deadline_swap_outs = deadline_swap_outs_;
   for (const Op& op : view_->graph().ops()) {  // what the memory manager allocated (aligned) at each op
     const size_t ws = view_->workspace_bytes(op);
     in.workspace_bytes.push_back(ws ? align_up(ws) : 0);
@@ -963,6 +1024,7 @@ nlohmann::json CapuchinPolicy::report() const {
               {"measured_cost_ms", k < cost_ms_.size() ? cost_ms_[k] : 0.0}};
     if (c.decision == CapuchinDecision::kSwap || c.decision == CapuchinDecision::kCompress)
       t["freed_after_op"] = c.release_op, t["prefetch_after_op"] = c.trigger_op;
+    if (c.decision == CapuchinDecision::kSwap && c.swap_out_op != c.evict_op) t["swap_out_after_op"] = c.swap_out_op;
     if (c.order >= 0) t["chosen_order"] = c.order;
     if (c.pinned) t["pinned"] = true;
     if (c.ahead_op >= 0) t["recompute_after_op"] = c.ahead_op;

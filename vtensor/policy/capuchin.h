@@ -16,7 +16,8 @@
 // pays for a source still on the host or still copying back (the paper leaves this open); the passive
 // fallback stays on; the plan ignores the host budget; for policy auto only, persistent tensors
 // may also be swapped across the iteration boundary (wrap_persistent) and the feedback stops
-// after the guided iterations auto rehearsed (set_feedback_iterations). Full notes: docs/design.md.
+// after the guided iterations auto rehearsed (set_feedback_iterations) and its D2H queue may be
+// in deadline order (deadline_swap_outs). Full notes: docs/design.md.
 #pragma once
 #include <string>
 #include <vector>
@@ -84,6 +85,11 @@ struct PlannerInput {
   // Persistent tensors may also be swapped across the iteration boundary (policy auto's plans;
   // Capuchin plans within one iteration): see CapuchinPlan::wrap_swaps.
   bool wrap_persistent = false;
+  // The D2H queue in deadline order (policy auto's plans; Capuchin issues each swap-out at its
+  // eviction): a swap-out may go ahead of queued ones that have not started by its eviction and
+  // whose prefetches come after its back-access; those are issued after it
+  // (CapuchinCandidate::swap_out_op).
+  bool deadline_swap_outs = false;
 };
 
 // A persistent tensor swapped across the iteration boundary: out after its last use, its block
@@ -103,6 +109,7 @@ struct CapuchinCandidate {
   double free_time_ns = 0;          // FT
   int trigger_op = -1;              // prefetch after this op (swap)
   int release_op = -1;              // swap: its block is freed after this op (the one its queued copy ends in)
+  int swap_out_op = -1;             // swap: its swap-out is issued after this op (evict_op, or later: deadline_swap_outs)
   double swap_stall_ns = 0;         // predicted wait at the back-access (swap)
   double prefetch_start_ns = 0;     // predicted start of the swap-in copy
   double recompute_ns = 0;          // predicted recompute time of the chain (< 0: not recomputable)
@@ -168,6 +175,8 @@ class CapuchinPolicy final : public Policy {
   void set_pins(std::vector<PlanPin> pins) { pins_ = std::move(pins); }
   // Also swap persistent tensors across the iteration boundary (PlannerInput::wrap_persistent).
   void set_wrap_persistent(bool on) { wrap_persistent_ = on; }
+  // Order the D2H queue by deadline (PlannerInput::deadline_swap_outs).
+  void set_deadline_swap_outs(bool on) { deadline_swap_outs_ = on; }
   // Move late prefetches' triggers only after the first n guided iterations (-1: after every one,
   // Capuchin's own). Policy auto: those its rehearsal timed, so later iterations run that plan.
   void set_feedback_iterations(int n) { feedback_iterations_ = n; }
@@ -199,6 +208,7 @@ class CapuchinPolicy final : public Policy {
   double swap_cost_weight_ = 1.0;
   std::vector<PlanPin> pins_;
   bool wrap_persistent_ = false;
+  bool deadline_swap_outs_ = false;
   int feedback_iterations_ = -1;
 };
 
