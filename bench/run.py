@@ -1610,7 +1610,7 @@ def _auto(c):
     # candidate, or from the candidate planned for another fraction of the budget / swap weight
     lp_start = {"lp": "LP on ", "lp-timed": "LP timed on ", "lp-whole": "LP whole on ",
                 "lp-whole-capped": "LP whole capped on ", "headroom": "headroom "}.get(search.get("start"), "")
-    if lp_start:
+    if lp_start or (cand is None and "candidate_time_ms" in search):  # or a start with ",edf" toggled
         cand = search["candidate_time_ms"]
     if cand is None or "predicted_time_ms" not in r:
         return None
@@ -1672,6 +1672,7 @@ def auto_search(rows, what):
                  "'LP whole on X': with those moved earlier for the whole tensor's copy; 'LP whole capped on X': "
                  "and only the swaps whose bytes the LP's own cover); "
                  "'headroom X': from X, a candidate planned for another fraction of the budget or swap weight; "
+                 "',edf' in X: planned with the D2H queue in deadline order; "
                  "'(plan: Y)': the climb's headroom moves ended at Y",
         "rows": rows,
         "runs": [("budgets", lambda r, got: ["sweep", *_auto_src(r), "--gpu", r["gpu"], "--policies", "none",

@@ -167,6 +167,43 @@ TEST(AutoWrap, PersistentSwapsAcrossIterationsAreBitIdentical) {
   }
 }
 
+// A D2H queue in deadline order (the ",edf" starts of auto's search): some swap-outs are issued
+// after ops later than their evictions, ahead of them others whose gaps close sooner. The
+// memory manager carries that out: on sim the plan defers some swap-outs, holds the budget and
+// runs its swaps; on cpu the run stays bit-identical to none.
+TEST(AutoEdf, SwapOutsIssuedLaterThanTheirEvictionKeepTheRunBitIdentical) {
+  int deferred = 0;
+  for (const std::string model : {"resnet-tiny", "gpt-tiny"})
+    for (const double fraction : {0.5, 0.25}) {
+      SCOPED_TRACE(model + " at " + std::to_string(fraction));
+      for (const std::string gpu : {"p100-16g", ""}) {
+        const AutoRun base = train(config(model, "none", 0, 4, gpu));
+        const size_t budget = align_up(static_cast<size_t>(static_cast<double>(max_peak(base)) * fraction));
+        const TrainConfig cfg = config(model, "capuchin-swap", budget, 4, gpu);
+        Trainer t(cfg);
+        auto* c = dynamic_cast<CapuchinPolicy*>(&t.memory().policy());
+        ASSERT_NE(c, nullptr);
+        c->set_deadline_swap_outs(true);
+        const AutoRun r = run(t, cfg);
+        for (const auto& s : r.iters) EXPECT_LE(s.peak_allocated, budget);
+        uint64_t swapped = 0;
+        for (size_t i = 1; i < r.iters.size(); ++i) swapped += r.iters[i].counters.swapped_out_bytes;
+        EXPECT_GT(swapped, 0u);
+        if (gpu.empty()) {
+          expect_bit_identical(base, r);
+          continue;
+        }
+        for (const auto& x : r.report["tensors"])
+          if (x.contains("swap_out_after_op")) {
+            EXPECT_GT(x["swap_out_after_op"].get<int>(), x["evict_after_op"].get<int>());
+            EXPECT_LT(x["swap_out_after_op"].get<int>(), x["freed_after_op"].get<int>());
+            ++deferred;
+          }
+      }
+    }
+  EXPECT_GT(deferred, 0) << "no swap-out was issued later than its eviction";
+}
+
 // The memory manager puts a new plan's wrap-swapped tensors on the host at the end of the
 // iteration that made it (Policy::on_host_at_start), as the later iterations' own swap-outs do:
 // the first guided iteration then starts from the state the later ones start from, where it used

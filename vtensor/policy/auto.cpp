@@ -88,10 +88,16 @@ std::string with_wrap(const std::string& name) {
   return without_dtr(name) + kWrap + (dtr_fallback(name) ? kDtrFallback : "");
 }
 
+// "...,edf" (before ",wrap"): a Capuchin plan with its D2H queue in deadline order
+// (PlannerInput::deadline_swap_outs).
+constexpr const char* kEdf = ",edf";
+
 std::unique_ptr<Policy> make_candidate(const std::string& full) {
   std::string name = without_dtr(full);
   const bool wrap = ends_with(name, kWrap);
   if (wrap) name.resize(name.size() - std::string(kWrap).size());
+  const bool edf = ends_with(name, kEdf);
+  if (edf) name.resize(name.size() - std::string(kEdf).size());
   const size_t at = name.find('@');
   const std::string base = name.substr(0, at);
   bool known = false;
@@ -123,6 +129,11 @@ std::unique_ptr<Policy> make_candidate(const std::string& full) {
     auto* c = dynamic_cast<CapuchinPolicy*>(p.get());
     if (!c || base == "capuchin-recompute") return nullptr;  // a recompute-only plan swaps nothing
     c->set_wrap_persistent(true);
+  }
+  if (edf) {
+    auto* c = dynamic_cast<CapuchinPolicy*>(p.get());
+    if (!c || base == "capuchin-recompute") return nullptr;  // no swaps to order
+    c->set_deadline_swap_outs(true);
   }
   return p;
 }
@@ -219,15 +230,29 @@ double swap_weight(const std::string& full) {
 std::optional<std::string> respelled(const std::string& full, double f, double w) {
   std::string name = without_dtr(full);
   const bool wrap = ends_with(name, kWrap);
+  if (wrap) name.resize(name.size() - std::string(kWrap).size());
+  const bool edf = ends_with(name, kEdf);
   const std::string base = name.substr(0, name.find_first_of("@,"));
   if (base.rfind("capuchin", 0) != 0 || !(f > 0 && f <= 1) || !(w > 0)) return std::nullopt;
   char buf[64];
   std::snprintf(buf, sizeof buf, w == 1 ? "@%g" : "@%g,w%g", std::round(f * 100) / 100, w);
-  std::string out = base + buf + (wrap ? kWrap : "") + (dtr_fallback(full) ? kDtrFallback : "");
+  std::string out = base + buf + (edf ? kEdf : "") + (wrap ? kWrap : "") + (dtr_fallback(full) ? kDtrFallback : "");
   if (!make_candidate(out)) return std::nullopt;
   return out;
 }
 std::optional<std::string> with_fraction(const std::string& full, double f) { return respelled(full, f, swap_weight(full)); }
+// The candidate with its D2H queue in the other order (",edf" added or removed; nullopt where
+// that is not a candidate).
+std::optional<std::string> with_edf_toggled(const std::string& full) {
+  std::string name = without_dtr(full);
+  const bool wrap = ends_with(name, kWrap);
+  if (wrap) name.resize(name.size() - std::string(kWrap).size());
+  if (ends_with(name, kEdf)) name.resize(name.size() - std::string(kEdf).size());
+  else name += kEdf;
+  std::string out = name + (wrap ? kWrap : "") + (dtr_fallback(full) ? kDtrFallback : "");
+  if (!make_candidate(out)) return std::nullopt;
+  return out;
+}
 std::optional<std::string> with_weight(const std::string& full, double w) {
   return full.rfind("capuchin@", 0) == 0 || full.rfind("capuchin,", 0) == 0 || full == "capuchin"
              ? respelled(full, plan_fraction(full), w) : std::nullopt;
@@ -635,10 +660,39 @@ void AutoPolicy::choose(const AccessTrace& trace) {
         if (fastest) headroom_rehearsals_.push_back(*fastest);
       }
       for (const auto& x : headroom_rehearsals_) starts.push_back(&x);
-      std::stable_sort(starts.begin(), starts.end(), [](const RehearsalResult* a, const RehearsalResult* b) { return a->time_ms < b->time_ms; });
+      std::vector<std::string> labels;  // what each start is, for the report
+      for (const RehearsalResult* r : starts) {
+        std::string l = "candidate";
+        for (size_t v = 0; v < lp_best.size(); ++v)
+          if (r == lp_best[v]) l = lp_variant_label(lp_variants_[v]);
+        for (const auto& h : headroom_rehearsals_)
+          if (r == &h) l = "headroom";
+        labels.push_back(l);
+      }
+      // Each start with its D2H queue in the other order (deadline or eviction order, the same
+      // pins): the faster is the start. Neither order wins everywhere: a swap-out that goes ahead
+      // delays the ones it passes, which then hold their blocks longer.
+      edf_rehearsals_.assign(starts.size(), {});
+      run_parallel(starts.size(), [&](size_t i) {
+        const auto name = with_edf_toggled(starts[i]->policy);
+        if (!name) return;
+        RehearsalSetup si = s;
+        si.pins = starts[i]->pins;
+        const double spent = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        si.time_limit_ms = std::max(1.0, search_limit_ms() - spent);
+        edf_rehearsals_[i] = rehearser_(*name, si);
+      });
+      edf_starts_ = 0;
+      for (size_t i = 0, n = starts.size(); i < n; ++i) {
+        const auto& x = edf_rehearsals_[i];
+        if (x.trained && !x.gaps.empty() && x.time_ms < starts[i]->time_ms) starts.push_back(&x), labels.push_back(labels[i]), ++edf_starts_;
+      }
+      std::vector<size_t> order(starts.size());
+      for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return starts[a]->time_ms < starts[b]->time_ms; });
       const double limit = search_limit_ms();
       for (size_t i = 0; i < starts.size() && search_rehearsals_ > 0; ++i) {
-        const RehearsalResult* next = starts[i];
+        const RehearsalResult* next = starts[order[i]];
         const double spent = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         search_until_ms_ = spent + std::max(0.0, limit - spent) / static_cast<double>(starts.size() - i);
         const RehearsalResult first = chosen_result_;
@@ -650,11 +704,7 @@ void AutoPolicy::choose(const AccessTrace& trace) {
         if (!(chosen_result_.trained && chosen_result_.time_ms < first.time_ms))
           chosen_result_ = first, pins_ = first_pins, climbed_ms_ = first_climbed;
         else {
-          start_ms_ = next->time_ms, start_ = "candidate", start_policy_ = next->policy;
-          for (size_t v = 0; v < lp_best.size(); ++v)
-            if (next == lp_best[v]) start_ = lp_variant_label(lp_variants_[v]);
-          for (const auto& h : headroom_rehearsals_)
-            if (next == &h) start_ = "headroom";
+          start_ms_ = next->time_ms, start_ = labels[order[i]], start_policy_ = next->policy;
         }
       }
       search_until_ms_ = std::numeric_limits<double>::infinity();
@@ -951,6 +1001,7 @@ nlohmann::json AutoPolicy::report() const {
     json headroom = json::array();  // the refined-headroom starts: the fastest of each candidate's
     for (const auto& h : headroom_rehearsals_) headroom.push_back({{"policy", h.policy}, {"time_ms", h.time_ms}});
     out["search"]["headroom_starts"] = headroom;
+    out["search"]["edf_starts"] = edf_starts_;  // starts faster with the D2H queue in the other order
   }
   if (packed_long_ms_ > 0)  // the start state: each over kLongRunIterations (mean of the guided ones)
     out["start_state"] = {{"reordered", reorder_}, {"iterations", kLongRunIterations},

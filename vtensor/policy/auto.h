@@ -28,6 +28,9 @@
 //   with Capuchin's prefetch triggers, with the LP's (no later than its copy back), with
 //   those moved earlier until the whole tensor's copy ends by its access (the LP may copy back
 //   a fraction of it), and so with only the swaps whose whole bytes the LP's own cover.
+//   Each start is also rehearsed with its D2H queue in deadline order (",edf": a swap-out may go
+//   ahead of queued ones prefetched later, PlannerInput::deadline_swap_outs); where that is
+//   faster it is one more start (neither order wins on every row).
 // Deviations from the design: an LP relaxation rounded, then local and windowed
 // enumeration with the rehearsal as its cost model, not an ILP / DP (the cost of a gap's choice
 // depends on the queues and the arena the rest leaves); no arena placement of its own (the planned pool measured slower under it).
@@ -224,6 +227,8 @@ class AutoPolicy final : public Policy {
   std::vector<RehearsalResult> searched_;
   std::vector<std::string> searched_moves_;
   std::vector<RehearsalResult> headroom_rehearsals_;  // the refined-headroom starts (search's)
+  std::vector<RehearsalResult> edf_rehearsals_;  // each start with its D2H queue in the other order
+  int edf_starts_ = 0;                           // starts that were faster so
   std::vector<PlanPin> pins_;
   RehearsalResult chosen_result_;
   double element_ns_per_byte_ = 0;  // the codecs' rate, from the measured ReLU ops
