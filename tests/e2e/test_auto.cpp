@@ -678,6 +678,10 @@ TEST(AutoSearch, TheRefinedHeadroomIsAStartAndReplays) {
     }
     EXPECT_TRUE(refines_a_slower_candidate) << h.dump();
   }
+  for (const auto& e : search["edf_starts"]) {  // a start with the D2H queue in deadline order, where faster
+    EXPECT_NE(e["policy"].get<std::string>().find(",edf"), std::string::npos) << e.dump();
+    EXPECT_LT(e["time_ms"].get<double>(), e["from_ms"].get<double>()) << e.dump();
+  }
   const RehearsalResult again = rehearse_again(t.graph(), *a, budget, "p100-16g", a->pins());
   ASSERT_TRUE(again.trained) << again.error;
   EXPECT_EQ(again.time_ms, rep["predicted_time_ms"].get<double>());

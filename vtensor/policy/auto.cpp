@@ -130,9 +130,9 @@ std::unique_ptr<Policy> make_candidate(const std::string& full) {
     if (!c || base == "capuchin-recompute") return nullptr;  // a recompute-only plan swaps nothing
     c->set_wrap_persistent(true);
   }
-  if (edf) {
+  if (edf) {  // capuchin-recompute too: the LP's and the search's pins swap on it
     auto* c = dynamic_cast<CapuchinPolicy*>(p.get());
-    if (!c || base == "capuchin-recompute") return nullptr;  // no swaps to order
+    if (!c) return nullptr;
     c->set_deadline_swap_outs(true);
   }
   return p;
@@ -670,8 +670,9 @@ void AutoPolicy::choose(const AccessTrace& trace) {
         labels.push_back(l);
       }
       // Each start with its D2H queue in the other order (deadline or eviction order, the same
-      // pins): the faster is the start. Neither order wins everywhere: a swap-out that goes ahead
-      // delays the ones it passes, which then hold their blocks longer.
+      // pins): where that is faster, one more start. Neither order wins everywhere (a swap-out
+      // that goes ahead delays the ones it passes, which then hold their blocks longer), and a
+      // faster start need not climb lower, so it does not replace its origin.
       edf_rehearsals_.assign(starts.size(), {});
       run_parallel(starts.size(), [&](size_t i) {
         const auto name = with_edf_toggled(starts[i]->policy);
@@ -682,10 +683,12 @@ void AutoPolicy::choose(const AccessTrace& trace) {
         si.time_limit_ms = std::max(1.0, search_limit_ms() - spent);
         edf_rehearsals_[i] = rehearser_(*name, si);
       });
-      edf_starts_ = 0;
+      edf_starts_.clear();
       for (size_t i = 0, n = starts.size(); i < n; ++i) {
         const auto& x = edf_rehearsals_[i];
-        if (x.trained && !x.gaps.empty() && x.time_ms < starts[i]->time_ms) starts.push_back(&x), labels.push_back(labels[i]), ++edf_starts_;
+        if (!(x.trained && !x.gaps.empty() && x.time_ms < starts[i]->time_ms * (1 - kMinGain))) continue;
+        edf_starts_.push_back({x.policy, x.time_ms, starts[i]->time_ms});
+        starts.push_back(&x), labels.push_back(labels[i]);
       }
       std::vector<size_t> order(starts.size());
       for (size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -1001,7 +1004,9 @@ nlohmann::json AutoPolicy::report() const {
     json headroom = json::array();  // the refined-headroom starts: the fastest of each candidate's
     for (const auto& h : headroom_rehearsals_) headroom.push_back({{"policy", h.policy}, {"time_ms", h.time_ms}});
     out["search"]["headroom_starts"] = headroom;
-    out["search"]["edf_starts"] = edf_starts_;  // starts faster with the D2H queue in the other order
+    json edf = json::array();  // starts faster with the D2H queue in the other order (one more start each)
+    for (const auto& e : edf_starts_) edf.push_back({{"policy", e.policy}, {"time_ms", e.time_ms}, {"from_ms", e.start_ms}});
+    out["search"]["edf_starts"] = edf;
   }
   if (packed_long_ms_ > 0)  // the start state: each over kLongRunIterations (mean of the guided ones)
     out["start_state"] = {{"reordered", reorder_}, {"iterations", kLongRunIterations},

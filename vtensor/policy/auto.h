@@ -228,7 +228,11 @@ class AutoPolicy final : public Policy {
   std::vector<std::string> searched_moves_;
   std::vector<RehearsalResult> headroom_rehearsals_;  // the refined-headroom starts (search's)
   std::vector<RehearsalResult> edf_rehearsals_;  // each start with its D2H queue in the other order
-  int edf_starts_ = 0;                           // starts that were faster so
+  struct EdfStart {
+    std::string policy;
+    double time_ms = 0, start_ms = 0;  // rehearsed so, and the start it was toggled from
+  };
+  std::vector<EdfStart> edf_starts_;  // the starts that were faster so
   std::vector<PlanPin> pins_;
   RehearsalResult chosen_result_;
   double element_ns_per_byte_ = 0;  // the codecs' rate, from the measured ReLU ops
