@@ -673,7 +673,7 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       // pins): where that is faster, one more start. Neither order wins everywhere (a swap-out
       // that goes ahead delays the ones it passes, which then hold their blocks longer), and a
       // faster start need not climb lower, so it does not replace its origin.
-      edf_rehearsals_.assign(starts.size(), {});
+      std::vector<RehearsalResult> edf_rehearsals(starts.size());  // outlives the climbs that start from them
       run_parallel(starts.size(), [&](size_t i) {
         const auto name = with_edf_toggled(starts[i]->policy);
         if (!name) return;
@@ -681,11 +681,11 @@ void AutoPolicy::choose(const AccessTrace& trace) {
         si.pins = starts[i]->pins;
         const double spent = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         si.time_limit_ms = std::max(1.0, search_limit_ms() - spent);
-        edf_rehearsals_[i] = rehearser_(*name, si);
+        edf_rehearsals[i] = rehearser_(*name, si);
       });
       edf_starts_.clear();
       for (size_t i = 0, n = starts.size(); i < n; ++i) {
-        const auto& x = edf_rehearsals_[i];
+        const auto& x = edf_rehearsals[i];
         if (!(x.trained && !x.gaps.empty() && x.time_ms < starts[i]->time_ms * (1 - kMinGain))) continue;
         edf_starts_.push_back({x.policy, x.time_ms, starts[i]->time_ms});
         starts.push_back(&x), labels.push_back(labels[i]);

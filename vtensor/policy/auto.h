@@ -227,7 +227,6 @@ class AutoPolicy final : public Policy {
   std::vector<RehearsalResult> searched_;
   std::vector<std::string> searched_moves_;
   std::vector<RehearsalResult> headroom_rehearsals_;  // the refined-headroom starts (search's)
-  std::vector<RehearsalResult> edf_rehearsals_;  // each start with its D2H queue in the other order
   struct EdfStart {
     std::string policy;
     double time_ms = 0, start_ms = 0;  // rehearsed so, and the start it was toggled from
