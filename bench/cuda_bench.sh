@@ -17,7 +17,7 @@ OUT_DIR=${OUT_DIR:-bench-out}
 ARCHS=${VTENSOR_CUDA_ARCHS:-90}
 ITERS=${ITERS:-10}
 ALL_STEPS=cuda-tests,swap-bandwidth,cuda-vs-pytorch,lru-identity,policies,sim-vs-device
-for s in ${STEPS//,/ }; do
+for s in ${STEPS:+${STEPS//,/ }}; do
   case ",$ALL_STEPS," in *",$s,"*) ;; *) echo "cuda_bench: STEPS: unknown step '$s'; accepted: $ALL_STEPS" >&2; exit 2 ;; esac
 done
 mkdir -p "$OUT_DIR"
