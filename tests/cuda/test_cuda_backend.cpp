@@ -21,11 +21,13 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <random>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -546,14 +548,17 @@ void expect_lru_at_half_matches_none(const std::string& model, bool device_waits
   for (const auto& s : base.iters) peak = std::max(peak, s.peak_allocated);
   const double fraction = model == "vgg-tiny" ? 0.62 : 0.5;
   const size_t budget = align_up(static_cast<size_t>(static_cast<double>(peak) * fraction));
-  struct EnvGuard {  // the backend reads it when the run builds it
-    explicit EnvGuard(bool on) : on(on) {
-      if (on) setenv("VTENSOR_CUDA_DEVICE_WAITS", "1", 1);
+  struct EnvGuard {  // the backend reads it when the run builds it; restores what was set before
+    explicit EnvGuard(bool on) {
+      if (const char* v = std::getenv("VTENSOR_CUDA_DEVICE_WAITS")) had = v, was_set = true;
+      setenv("VTENSOR_CUDA_DEVICE_WAITS", on ? "1" : "0", 1);
     }
     ~EnvGuard() {
-      if (on) unsetenv("VTENSOR_CUDA_DEVICE_WAITS");
+      if (was_set) setenv("VTENSOR_CUDA_DEVICE_WAITS", had.c_str(), 1);
+      else unsetenv("VTENSOR_CUDA_DEVICE_WAITS");
     }
-    bool on;
+    std::string had;
+    bool was_set = false;
   };
   TrainRun lru;
   {
@@ -575,14 +580,16 @@ void expect_lru_at_half_matches_none(const std::string& model, bool device_waits
         << "parameter " << i;
 }
 
+// Host waits (VTENSOR_CUDA_DEVICE_WAITS=0): the host blocks at each swap wait.
 TEST_P(CudaTraining, LruAtHalfThePeakMatchesNoneBitForBit) {
   VT_REQUIRE_GPU();
   expect_lru_at_half_matches_none(GetParam(), /*device_waits=*/false);
 }
 
-// With VTENSOR_CUDA_DEVICE_WAITS=1 the compute stream waits for a swap copy on the device while
-// the host goes on launching (Backend::compute_wait): the block a swap-out frees is reused in
-// stream order, not after a host wait. The bits must not change, and the budget must hold.
+// The default: the compute stream waits for a swap copy on the device
+// while the host goes on launching (Backend::compute_wait): the block a swap-out frees is reused
+// in stream order, not after a host wait. The bits must not change, and the budget must hold.
+// (The test above runs the same with VTENSOR_CUDA_DEVICE_WAITS=0, host waits.)
 TEST_P(CudaTraining, LruWithDeviceWaitsMatchesNoneBitForBit) {
   VT_REQUIRE_GPU();
   expect_lru_at_half_matches_none(GetParam(), /*device_waits=*/true);

@@ -1120,8 +1120,8 @@ class LateOnceEvent final : public EventImpl {
   bool asked_ = false;
 };
 
-// A backend that waits for swap copies "on the device" (Backend::compute_wait), as cuda does with
-// VTENSOR_CUDA_DEVICE_WAITS=1: each such wait is counted, and take_device_wait_ms() reports 0.25 ms
+// A backend that waits for swap copies "on the device" (Backend::compute_wait), as cuda does by
+// default: each such wait is counted, and take_device_wait_ms() reports 0.25 ms
 // for each since the last call. The cpu underneath still waits, so the values are the cpu's.
 class DeviceWaitingCpu final : public CpuWrapper {
  public:

@@ -97,8 +97,8 @@ class Backend {
   virtual Event record(Stream s) = 0;
   // Work submitted to `s` after this call starts only once `e` has completed.
   virtual void stream_wait(Stream s, const Event& e) = 0;
-  // The compute stream waits for a swap copy's event. Where the backend can (cuda with
-  // VTENSOR_CUDA_DEVICE_WAITS=1), the wait is the device's and the host goes on launching; the
+  // The compute stream waits for a swap copy's event. Where the backend can (cuda, unless
+  // VTENSOR_CUDA_DEVICE_WAITS=0), the wait is the device's and the host goes on launching; the
   // time the compute stream then spent waiting is returned by take_device_wait_ms() (after a
   // synchronize). Elsewhere it is stream_wait(kCompute, e), and the host's wait is the stall.
   virtual void compute_wait(const Event& e) { stream_wait(Stream::kCompute, e); }

@@ -77,8 +77,9 @@ CudaBackend::CudaBackend(const BackendOptions& opts) : deterministic_(opts.deter
                                 "use --backend cpu or sim");
   const char* sync = std::getenv("VTENSOR_CUDA_SYNC_TIMING");
   sync_timing_ = sync && std::strcmp(sync, "0") != 0;
+  // Swap waits on the device unless VTENSOR_CUDA_DEVICE_WAITS=0 (host waits; docs/benchmarks.md).
   const char* dw = std::getenv("VTENSOR_CUDA_DEVICE_WAITS");
-  device_waits_ = dw && std::strcmp(dw, "0") != 0;
+  device_waits_ = !dw || std::strcmp(dw, "0") != 0;
   try {
     VT_CHECK(cudaSetDevice(device_));
     size_t free_b = 0, total_b = 0;
@@ -148,7 +149,8 @@ std::string CudaBackend::device_description() const {
   VT_CHECK(cudaGetDeviceProperties(&p, device_));
   return std::string("cuda ") + p.name + " (sm_" + std::to_string(p.major) + std::to_string(p.minor) + ", " +
          format_bytes(p.totalGlobalMem) + "; arena of " + format_bytes(arena_bytes_) +
-         (deterministic_ ? ", deterministic cuDNN algorithms)" : ")");
+         (deterministic_ ? ", deterministic cuDNN algorithms" : "") +
+         (device_waits_ ? ", swap waits on the device)" : ", swap waits on the host)");
 }
 
 void* CudaBackend::host_alloc(size_t bytes) {

@@ -6,8 +6,10 @@
 // our own kernels (kernels.h). Outside the arena, allocated once at start: cuBLAS's workspace
 // (kCublasWorkspace, set explicitly so cuBLAS never allocates behind our back) and, on first
 // need, a staging buffer for overlapping moves in compaction.
-// Host-side waits: stream_wait(kCompute, e) blocks the host until e completes (as on the cpu),
-// so a host buffer released after a swap-in is never still being read by the copy engine.
+// Waits: stream_wait(kCompute, e) blocks the host until e completes (as on the cpu). The compute
+// stream's wait for a swap copy (compute_wait) is the device's by default: the host goes on
+// launching, and the stall is the compute stream's measured wait; VTENSOR_CUDA_DEVICE_WAITS=0
+// makes it a host wait. A host buffer is reused only behind an event recorded after such a wait.
 // Timing: now_ms is the host's steady clock (VTENSOR_CUDA_SYNC_TIMING=1 synchronizes the compute
 // stream at each reading); a measured iteration's per-op times are device times from CUPTI
 // (begin_op_timing, op_timer.h), where CUPTI can trace, else host launch times.
