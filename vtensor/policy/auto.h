@@ -38,7 +38,9 @@
 // Packing keeps the blocks' order, which tensors brought back into other holes can make drift
 // past the iterations the search rehearses: the chosen plan is rehearsed for 10 iterations as
 // packed and with the persistent tensors placed anew moved on top in placement order
-// (reorder_at_iteration_end), and the faster start state runs.
+// (reorder_at_iteration_end), and the faster start state runs. Where even the faster drifts
+// (slower than the search saw), the search's next-fastest plans are rehearsed so too, and the
+// fastest over the long run is the plan.
 // Without a Rehearser (set by the Trainer) it runs Capuchin's hybrid.
 // Full notes: docs/design.md.
 #pragma once
@@ -64,9 +66,17 @@ constexpr int kRehearsedIterations = 4;
 // The iterations the chosen plan is rehearsed for with each start state: a drift that only shows
 // after the fourth iteration decides too.
 constexpr int kLongRunIterations = 10;
-// What those rehearsals cost, in rehearsals of kRehearsedIterations: two long ones and the
-// prediction's again (with margin), kept out of the search's time.
-constexpr double kStartStateRehearsals = 7;
+// Where the chosen plan's long run is slower than the search saw (by more than kLongRunDrift),
+// the fastest other plans the search rehearsed (at most kLongRunFinalists, distinct, within
+// kFinalistSlack of its time, as many as the planning limit leaves time for) are rehearsed over
+// the long run too, and the fastest there runs.
+constexpr double kLongRunDrift = 0.01;
+constexpr int kLongRunFinalists = 2;
+constexpr double kFinalistSlack = 0.02;
+// What those rehearsals cost, in rehearsals of kRehearsedIterations (a long one about 2.5): the
+// plan's two long ones and each finalist's two (two at a time), the prediction's again, with
+// margin; kept out of the search's time.
+constexpr double kStartStateRehearsals = 2.5 * (1 + kLongRunFinalists) + 1.5;
 
 // What a rehearsal of one candidate needs from the run.
 struct RehearsalSetup {
@@ -200,7 +210,7 @@ class AutoPolicy final : public Policy {
   Policy& current() { return active_ ? *active_ : *measuring_; }
   const Policy& current() const { return active_ ? *active_ : *measuring_; }
   void choose(const AccessTrace& trace);
-  void choose_start_state(const RehearsalSetup& setup);
+  void choose_start_state(const RehearsalSetup& setup, std::chrono::steady_clock::time_point t0);
   void search(const RehearsalSetup& setup, const RehearsalResult& base, std::chrono::steady_clock::time_point t0);
   using CompressMove = std::function<std::optional<PlanPin>(const RehearsedGap&)>;
   void window_search(const RehearsalSetup& setup, RehearsalResult& best, const CompressMove& compress,
@@ -217,6 +227,13 @@ class AutoPolicy final : public Policy {
   bool measured_last_ = false;         // the last iteration was the measured one
   bool reorder_ = false;               // the start state (reorder_at_iteration_end)
   double packed_long_ms_ = 0, reordered_long_ms_ = 0;  // the plan over kLongRunIterations, each way
+  struct Finalist {  // a plan rehearsed over the long run because the chosen one drifted
+    std::string policy;
+    size_t pins = 0;
+    double time_ms = 0, packed_ms = 0, reordered_ms = 0;  // the search's, and over the long run
+  };
+  std::vector<Finalist> finalists_;
+  double drifted_from_ms_ = 0;  // the searched plan's search time, where a finalist replaced it
   double searched_ms_ = 0;  // the search's end (packed start), before the start state is chosen
   double start_state_reserve_ms_ = 0;  // wall time kept for choose_start_state's rehearsals
   // Where the search stops: the candidates' limit and kSearchTimeMs, less that reserve.
