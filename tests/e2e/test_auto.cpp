@@ -311,9 +311,12 @@ TEST(AutoRunLong, ADriftingPlanGivesWayToTheFastestFinalistOverALongRun) {
     const auto& ss = a.report["start_state"];
     const double packed = ss["packed_ms"].get<double>(), reordered = ss["reordered_ms"].get<double>();
     EXPECT_NEAR(mean_guided_ms(a), std::min(packed, reordered), 1e-9 * packed);
-    if (!drift) {
+    if (!drift) {  // packed / reordered are the searched plan's unless a finalist replaced it
       const double searched = a.report["search"]["time_ms"].get<double>();
-      EXPECT_EQ(ss["finalists"].empty(), std::min(packed, reordered) <= searched * (1 + kLongRunDrift));
+      if (ss["replaced_ms"].is_null())
+        EXPECT_EQ(ss["finalists"].empty(), std::min(packed, reordered) <= searched * (1 + kLongRunDrift));
+      else
+        EXPECT_FALSE(ss["finalists"].empty());
       continue;
     }
     ASSERT_TRUE(first.has_value());
