@@ -1616,6 +1616,7 @@ def _auto(c):
         return None
     ms = r["predicted_time_ms"]
     stall, rec = r.get("predicted_stall_ms", 0), r.get("predicted_recompute_ms", 0)
+    compact = r.get("predicted_compaction_ms", 0)
     searched = search.get("time_ms", ms)  # the search's end; the run's start state may differ
     climbed = search.get("climbed_time_ms", searched)
     window = search.get("window", {}).get("rehearsals", 0)
@@ -1626,11 +1627,16 @@ def _auto(c):
                         + (f"; reordered start {ms:.1f} ms" if reordered else ""),
             "gain": f"{(1 - cand / plain[best]) * 100:.1f}% + {(1 - climbed / cand) * 100:.1f}% + "
                     f"{(1 - searched / climbed) * 100:.1f}%" if best else "",
-            "parts": f"{unmanaged:.1f} + {stall:.1f} + {rec:.1f} + {ms - unmanaged - stall - rec:.1f}",
+            "parts": f"{unmanaged:.1f} + {stall:.1f} + {rec:.1f} + {compact:.1f} + {_tenth(ms - unmanaged - stall - rec - compact)}",
             "swapped": f"{r.get('predicted_swapped_out_bytes', 0) / 2**30:.2f}",
             "planning": f"{r['planning_ms'] / 1e3:.2f}",
             "tried": f"{len(r['candidates']) - skipped} / {skipped} / {search.get('rehearsals', 0) - window} + {window}",
             "bound": _bound(r.get("bound"), unmanaged), "lp": _lp(r.get("lp"), unmanaged)}
+
+
+def _tenth(x):
+    """x to 0.1, without a "-0.0" for what rounds to nothing."""
+    return f"{x:.1f}" if abs(x) >= 0.05 else "0.0"
 
 
 def _lp(lp, unmanaged):
@@ -1664,7 +1670,8 @@ def auto_search(rows, what):
                  "(B from a sweep of none); from the report, the best planner as it is, the "
                  "time of the candidate auto chose, after its per-gap climb and after its window search (decisions "
                  "pinned), the gain of each step, the breakdown of auto's time (unmanaged + stall on copies + "
-                 "recompute + the rest: compaction, launches), and the planning time on this machine "
+                 "recompute + compaction moves (their waits for copies are stall) + the rest: the extra ops' launches, "
+                 "codecs), and the planning time on this machine "
                  "(candidates rehearsed / cut by the time limit / the climb's + the window's rehearsals), and "
                  "the report's lower bounds on any swap / recompute plan over the unmanaged time: bound.h's per op, "
                  "and the linear program's over the whole iteration (lp.h; its solve time). 'LP on X': the search "
@@ -1683,7 +1690,7 @@ def auto_search(rows, what):
                     ("best planner as it is", _auto_col("best")), ("auto's candidate", _auto_col("choice")),
                     ("after the climb → the window search", _auto_col("searched")),
                     ("gain: candidate + climb + window", _auto_col("gain")),
-                    ("auto's time: unmanaged + stall + recompute + rest (ms)", _auto_col("parts")),
+                    ("auto's time: unmanaged + stall + recompute + compaction + rest (ms)", _auto_col("parts")),
                     ("GiB swapped out", _auto_col("swapped")), ("planning (s)", _auto_col("planning")),
                     ("candidates rehearsed / skipped / climb + window rehearsals", _auto_col("tried")),
                     ("no swap / recompute plan below (× unmanaged; what binds)", _auto_col("bound")),

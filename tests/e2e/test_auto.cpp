@@ -460,6 +460,9 @@ TEST_P(AutoSim, PredictionIsTheRunAndNoCandidateIsFaster) {
   ASSERT_TRUE(a.report.contains("predicted_peak_bytes")) << a.report.dump();
   EXPECT_EQ(a.report["predicted_peak_bytes"].get<size_t>(), max_peak(a, 1));
   EXPECT_NEAR(a.report["predicted_time_ms"].get<double>(), mean_guided_ms(a), 1e-9 * mean_guided_ms(a));
+  double compact_ms = 0;  // the breakdown's compaction part is the run's too
+  for (size_t i = 1; i < a.iters.size(); ++i) compact_ms += a.iters[i].counters.compact_ms / static_cast<double>(a.iters.size() - 1);
+  EXPECT_NEAR(a.report["predicted_compaction_ms"].get<double>(), compact_ms, 1e-9 * mean_guided_ms(a));
   EXPECT_LE(max_peak(a), budget);
   // Never slower than the planners as they are. What the search buys is a measurement, taken at
   // paper scale (bench/run.py auto-search-models), not asserted on tiny rows.

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <memory>
 
+#include "vtensor/backend/sim/cost_model.h"
 #include "vtensor/core/errors.h"
 #include "vtensor/memory/allocator.h"
 #include "vtensor/memory/trace_io.h"
@@ -240,6 +241,7 @@ TEST(Capuchin, GuidedFragmentationCompactsInsteadOfEvicting) {
   auto& policy = dynamic_cast<CapuchinPolicy&>(t.memory().policy());
   const IterationStats measured = t.step();
   EXPECT_EQ(measured.counters.compactions, 0u);
+  EXPECT_EQ(measured.counters.compact_ms, 0.0);
   EXPECT_EQ(measured.counters.evictions, 2u);  // a and c, least recently used
   EXPECT_EQ(measured.counters.swapped_out_bytes, size_t{4} << 20);
   ASSERT_TRUE(policy.guided());
@@ -253,6 +255,8 @@ TEST(Capuchin, GuidedFragmentationCompactsInsteadOfEvicting) {
     EXPECT_EQ(guided.counters.swapped_out_bytes, 0u);
     EXPECT_EQ(guided.counters.compactions, 1u);
     EXPECT_EQ(guided.counters.compacted_bytes, size_t{2} << 20);  // c slides down into b's hole
+    // its time on the compute stream: the sim's device-to-device move of those bytes
+    EXPECT_NEAR(guided.counters.compact_ms, predict_move_ms(find_gpu("p100-16g"), size_t{2} << 20), 1e-9);
     EXPECT_EQ(guided.peak_allocated, (size_t{9} << 20) + (size_t{64} << 10));
     EXPECT_LT(guided.time_ms, measured.time_ms);  // no copies
   }

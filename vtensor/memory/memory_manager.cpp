@@ -861,6 +861,7 @@ bool MemoryManager::compact() {
   if (has_sliding_) owner.emplace(sliding_offset_, Owner{kNoTensor, true});
   auto moves = allocator_->compact([&](size_t off) { return owner.count(off) > 0; });
   char* base = static_cast<char*>(backend_.arena_base());
+  const double t0 = backend_.now_ms();
   for (const auto& [from, to] : moves) {  // ascending: each moves down into space already vacated
     const Owner o = owner.at(from);
     if (o.id == kNoTensor) {  // the sliding workspace holds nothing between compressions
@@ -873,6 +874,7 @@ bool MemoryManager::compact() {
     (o.buffer ? s.comp_offset : s.offset) = to;
     counters_.compacted_bytes += bytes;
   }
+  counters_.compact_ms += backend_.now_ms() - t0;
   ++counters_.compactions;
   return !moves.empty();
 }
@@ -913,6 +915,7 @@ bool MemoryManager::pack_start_state() {
   // in order, as long as no old block is freed before the last is placed.
   char* base = static_cast<char*>(backend_.arena_base());
   std::vector<size_t> old;
+  const double t0 = backend_.now_ms();
   for (TensorId id : placed) {
     State& s = st(id);
     const auto to = allocator_->allocate(s.bytes, id);
@@ -923,6 +926,7 @@ bool MemoryManager::pack_start_state() {
     counters_.compacted_bytes += s.bytes;
     counters_.reordered_bytes += s.bytes;
   }
+  counters_.compact_ms += backend_.now_ms() - t0;
   for (size_t off : old) allocator_->free(off);
   compact();
   return true;
@@ -1006,6 +1010,7 @@ MemoryCounters& MemoryCounters::operator-=(const MemoryCounters& b) {
   evictions -= b.evictions;
   compactions -= b.compactions;
   compacted_bytes -= b.compacted_bytes;
+  compact_ms -= b.compact_ms;
   reordered_bytes -= b.reordered_bytes;
   lean_conv_fallbacks -= b.lean_conv_fallbacks;
   host_skipped_swaps -= b.host_skipped_swaps;

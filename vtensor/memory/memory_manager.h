@@ -59,6 +59,7 @@ struct MemoryCounters {
   double recompute_ms = 0, stall_ms = 0;  // compute time spent recomputing / waiting for copies
   uint64_t evictions = 0;                 // victims taken by the OOM ladder
   uint64_t compactions = 0, compacted_bytes = 0;  // defragmentation moves
+  double compact_ms = 0;  // compute time of those moves (the waits for copies before them are stall)
   uint64_t reordered_bytes = 0;  // of those, placed tensors moved above the packed ones (pack_start_state)
   uint64_t lean_conv_fallbacks = 0;  // convolutions run with the lean algorithm: no room for the fast one's workspace
   uint64_t host_skipped_swaps = 0;  // swap-outs not taken for lack of host budget (planned or eviction)

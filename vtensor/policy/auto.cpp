@@ -1020,6 +1020,7 @@ void add_prediction(nlohmann::json& j, const RehearsalResult& r) {
   j["predicted_stall_ms"] = r.stall_ms;
   j["predicted_recompute_ms"] = r.recompute_ms;
   j["predicted_compactions"] = r.compactions;
+  j["predicted_compaction_ms"] = r.compact_ms;
   j["predicted_evictions"] = r.evictions;
   j["predicted_swapped_out_bytes"] = r.swapped_out_bytes;
   j["predicted_recomputed_ops"] = r.recomputed_ops;

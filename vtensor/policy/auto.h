@@ -117,6 +117,7 @@ struct RehearsalResult {
   double time_ms = 0;              // mean over the guided iterations
   size_t peak_allocated = 0;       // over the guided iterations
   double stall_ms = 0, recompute_ms = 0;  // means over the guided iterations
+  double compact_ms = 0;                  // the compaction moves' compute time (mean)
   uint64_t compactions = 0, evictions = 0, swapped_out_bytes = 0, recomputed_ops = 0;  // per guided iteration (mean)
   double wall_ms = 0;              // how long the rehearsal took
   std::vector<PlanPin> pins;       // as rehearsed

@@ -44,12 +44,13 @@ RehearsalResult rehearse(const std::string& candidate, const RehearsalSetup& set
       r.time_ms += s.time_ms;
       r.stall_ms += s.counters.stall_ms;
       r.recompute_ms += s.counters.recompute_ms;
+      r.compact_ms += s.counters.compact_ms;
       r.compactions += s.counters.compactions;
       r.evictions += s.counters.evictions;
       r.swapped_out_bytes += s.counters.swapped_out_bytes;
       r.recomputed_ops += s.counters.recomputed_ops;
     }
-    r.time_ms /= guided, r.stall_ms /= guided, r.recompute_ms /= guided;
+    r.time_ms /= guided, r.stall_ms /= guided, r.recompute_ms /= guided, r.compact_ms /= guided;
     r.compactions /= static_cast<uint64_t>(guided), r.evictions /= static_cast<uint64_t>(guided);
     r.swapped_out_bytes /= static_cast<uint64_t>(guided), r.recomputed_ops /= static_cast<uint64_t>(guided);
     r.trained = true;

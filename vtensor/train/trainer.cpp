@@ -301,6 +301,9 @@ std::string report_json(const TrainResult& r) {
                      {"recompute_ms", s.counters.recompute_ms},
                      {"stall_ms", s.counters.stall_ms},
                      {"evictions", s.counters.evictions},
+                     {"compactions", s.counters.compactions},
+                     {"compacted_bytes", s.counters.compacted_bytes},
+                     {"compaction_ms", s.counters.compact_ms},
                      {"compressed_bytes", s.counters.compressed_bytes},
                      {"compressed_to_bytes", s.counters.compressed_to_bytes},
                      {"compression_ratio", s.counters.compressed_bytes ? json(static_cast<double>(s.counters.compressed_to_bytes) /
