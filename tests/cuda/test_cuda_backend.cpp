@@ -33,6 +33,8 @@
 
 #ifdef VTENSOR_HAVE_CUDA
 #include <cuda_runtime.h>
+
+#include "vtensor/backend/cuda/cuda_backend.h"
 #endif
 
 #include "vtensor/backend/backend.h"
@@ -499,6 +501,36 @@ TEST(CudaBackend, AsyncCopiesRoundTripThroughPinnedMemory) {
   std::vector<char> got(bytes);
   be.copy_to_host(got.data(), dev + bytes, bytes);
   EXPECT_EQ(0, std::memcmp(got.data(), pattern.data(), bytes));
+  be.host_free(host, bytes);
+}
+
+// The events a record hands out come from a pool (cuda_backend.h): recorded again once given
+// back, they still order each round's copy after its own data, and a round of two records
+// creates no new event.
+TEST(CudaBackend, ReusedEventsStillOrderCopies) {
+  VT_REQUIRE_GPU();
+  auto& be = *backends().cuda;
+  const size_t bytes = size_t{1} << 20;
+  char* host = static_cast<char*>(be.host_alloc(bytes));
+  char* dev = static_cast<char*>(be.arena_base());
+  std::vector<char> pattern(bytes);
+  be.record(Stream::kD2H)->wait();  // the pool holds an event from here on
+#ifdef VTENSOR_HAVE_CUDA
+  auto* cb = dynamic_cast<CudaBackend*>(&be);
+  ASSERT_NE(cb, nullptr);
+  const size_t created = cb->events_created();
+#endif
+  for (int round = 0; round < 64; ++round) {
+    for (size_t i = 0; i < bytes; ++i) pattern[i] = static_cast<char>(i * 13 + static_cast<size_t>(round) * 101);
+    be.copy_to_device(dev, pattern.data(), bytes);
+    be.stream_wait(Stream::kD2H, be.record(Stream::kCompute));
+    be.copy_async(Stream::kD2H, host, dev, bytes);
+    be.record(Stream::kD2H)->wait();
+    ASSERT_EQ(0, std::memcmp(host, pattern.data(), bytes)) << "round " << round;
+  }
+#ifdef VTENSOR_HAVE_CUDA
+  EXPECT_LE(cb->events_created(), created + 1);  // the compute record's event, then both reused
+#endif
   be.host_free(host, bytes);
 }
 

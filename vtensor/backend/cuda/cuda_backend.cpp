@@ -22,11 +22,15 @@ namespace {
 
 class CudaEvent final : public EventImpl {
  public:
-  explicit CudaEvent(cudaStream_t s) {
-    VT_CHECK(cudaEventCreateWithFlags(&e_, cudaEventDisableTiming));
-    VT_CHECK(cudaEventRecord(e_, s));
+  CudaEvent(std::shared_ptr<cuda::EventPool> pool, cudaStream_t s) : pool_(std::move(pool)), e_(pool_->take()) {
+    try {
+      VT_CHECK(cudaEventRecord(e_, s));
+    } catch (...) {
+      pool_->give(e_);
+      throw;
+    }
   }
-  ~CudaEvent() override { VT_CHECK_NOTHROW(cudaEventDestroy(e_)); }
+  ~CudaEvent() override { pool_->give(e_); }
   bool query() override {
     const cudaError_t r = cudaEventQuery(e_);
     if (r == cudaErrorNotReady) return false;
@@ -37,6 +41,7 @@ class CudaEvent final : public EventImpl {
   cudaEvent_t get() const { return e_; }
 
  private:
+  std::shared_ptr<cuda::EventPool> pool_;
   cudaEvent_t e_ = nullptr;
 };
 
@@ -61,6 +66,35 @@ std::pair<const Shape*, const Shape*> conv_operands(const Graph& g, const Op& op
 }
 
 }  // namespace
+
+namespace cuda {
+
+EventPool::~EventPool() {
+  for (cudaEvent_t e : free_) VT_CHECK_NOTHROW(cudaEventDestroy(e));
+}
+
+cudaEvent_t EventPool::take() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!free_.empty()) {
+      cudaEvent_t e = free_.back();
+      free_.pop_back();
+      return e;
+    }
+  }
+  cudaEvent_t e = nullptr;
+  VT_CHECK(cudaEventCreateWithFlags(&e, flags_));
+  std::lock_guard<std::mutex> lock(mu_);
+  ++created_;
+  return e;
+}
+
+void EventPool::give(cudaEvent_t e) {
+  std::lock_guard<std::mutex> lock(mu_);
+  free_.push_back(e);
+}
+
+}  // namespace cuda
 
 bool cuda_available() {
   int n = 0;
@@ -121,8 +155,8 @@ void CudaBackend::release() noexcept {
     if (s) VT_CHECK_NOTHROW(cudaStreamSynchronize(s));
   conv_.reset();
   for (auto [before, after] : waits_) {
-    VT_CHECK_NOTHROW(cudaEventDestroy(before));
-    VT_CHECK_NOTHROW(cudaEventDestroy(after));
+    timed_events_->give(before);
+    timed_events_->give(after);
   }
   waits_.clear();
   if (cudnn_) VT_CHECK_NOTHROW(cudnnDestroy(cudnn_));
@@ -271,7 +305,7 @@ void CudaBackend::decompress_async(Stream s, Codec c, const TensorInfo& t, const
   else throw std::logic_error("cuda decompress: codec " + std::string(to_string(c)));
 }
 
-Event CudaBackend::record(Stream s) { return std::make_shared<CudaEvent>(stream(s)); }
+Event CudaBackend::record(Stream s) { return std::make_shared<CudaEvent>(events_, stream(s)); }
 
 void CudaBackend::stream_wait(Stream s, const Event& e) {
   if (!e) return;
@@ -288,9 +322,13 @@ void CudaBackend::compute_wait(const Event& e) {
   if (!e || !device_waits_) return stream_wait(Stream::kCompute, e);
   auto* ce = dynamic_cast<CudaEvent*>(e.get());
   if (!ce) throw std::logic_error("cuda backend: an event from another backend");
-  cudaEvent_t before = nullptr, after = nullptr;
-  VT_CHECK(cudaEventCreate(&before));
-  VT_CHECK(cudaEventCreate(&after));
+  cudaEvent_t before = timed_events_->take(), after = nullptr;
+  try {
+    after = timed_events_->take();
+  } catch (...) {
+    timed_events_->give(before);
+    throw;
+  }
   waits_.emplace_back(before, after);
   VT_CHECK(cudaEventRecord(before, stream(Stream::kCompute)));
   VT_CHECK(cudaStreamWaitEvent(stream(Stream::kCompute), ce->get(), 0));
@@ -306,8 +344,10 @@ double CudaBackend::take_device_wait_ms() {
     float w = 0;
     VT_CHECK(cudaEventElapsedTime(&w, before, after));
     ms += w;
-    VT_CHECK(cudaEventDestroy(before));
-    VT_CHECK(cudaEventDestroy(after));
+  }
+  for (auto [before, after] : waits_) {
+    timed_events_->give(before);
+    timed_events_->give(after);
   }
   waits_.clear();
   return ms;
