@@ -124,6 +124,12 @@ def main():
                     "peak_reserved_mib": round(r["summary"]["peak_reserved_bytes"] / 2**20, 1),
                     "stall_ms": round(statistics.mean(i["stall_ms"] for i in its), 3),
                     "recompute_ms": round(statistics.mean(i["recompute_ms"] for i in its), 3),
+                    # the host's time launching the ops and waiting for the device at the end:
+                    # a drain near 0 says the GPU waited for the host
+                    "host_launch_ms": (round(statistics.mean(i["host_launch_ms"] for i in its), 3)
+                                       if all(i.get("host_launch_ms") is not None for i in its) else None),
+                    "host_drain_ms": (round(statistics.mean(i["host_drain_ms"] for i in its), 3)
+                                      if all(i.get("host_drain_ms") is not None for i in its) else None),
                     "swapped_out_mib": round(statistics.mean(i["swapped_out_bytes"] for i in its) / 2**20, 1),
                     "lean_conv_fallbacks": sum(i.get("lean_conv_fallbacks", 0) for i in its),
                     # What the plan was made from: were the measured iteration's op times the

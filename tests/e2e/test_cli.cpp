@@ -30,6 +30,26 @@ TEST(Cli, TrainWritesAReport) {
   EXPECT_EQ(j["iterations"].size(), 3u);
   EXPECT_LE(j["summary"]["peak_allocated_bytes"].get<size_t>(), j["config"]["budget_bytes"].get<size_t>());
   EXPECT_GT(j["iterations"][0]["swapped_out_bytes"].get<size_t>(), 0u);
+  // The host's launch and end-of-iteration wait: parts of the iteration's wall time on cpu.
+  for (const auto& it : j["iterations"]) {
+    const double launch = it["host_launch_ms"].get<double>(), drain = it["host_drain_ms"].get<double>();
+    EXPECT_GT(launch, 0.0) << it.dump();
+    EXPECT_GE(drain, 0.0) << it.dump();
+    EXPECT_LE(launch + drain, it["time_ms"].get<double>() + 1e-3) << it.dump();
+  }
+  std::filesystem::remove(report);
+}
+
+TEST(Cli, SimReportsNoHostTimes) {  // its clock is the model's: a host time beside it would mislead
+  const std::string report = temp_path("report_sim.json");
+  Result r = run("train --model resnet-tiny --iters 2 --backend sim --gpu p100-16g --policy none --report " + report);
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::ifstream in(report);
+  auto j = nlohmann::json::parse(in);
+  for (const auto& it : j["iterations"]) {
+    EXPECT_TRUE(it["host_launch_ms"].is_null()) << it.dump();
+    EXPECT_TRUE(it["host_drain_ms"].is_null()) << it.dump();
+  }
   std::filesystem::remove(report);
 }
 

@@ -1,5 +1,6 @@
 #include "vtensor/train/executor.h"
 
+#include <chrono>
 #include <stdexcept>
 
 #include "vtensor/core/errors.h"
@@ -32,11 +33,18 @@ IterationStats Executor::run_iteration(int iteration) {
   iteration_ = static_cast<uint64_t>(iteration);
   mm_.begin_iteration(iteration);
   const double t0 = backend_.now_ms();
+  using Clock = std::chrono::steady_clock;
+  const auto h0 = Clock::now();
   for (const Op& op : g_.ops()) run_op(op.index);
+  const auto h1 = Clock::now();
   mm_.end_iteration();
+  const auto h2 = Clock::now();
   backend_.synchronize();
   mm_.collect_device_waits();
+  const auto h3 = Clock::now();
   IterationStats s;
+  s.host_launch_ms = std::chrono::duration<double, std::milli>(h1 - h0).count();
+  s.host_drain_ms = std::chrono::duration<double, std::milli>(h3 - h2).count();
   s.iteration = iteration;
   s.loss = loss_;
   s.has_loss = backend_.has_data();

@@ -24,6 +24,10 @@ struct IterationStats {
   PagingCounters paging;
   size_t page_bytes = 0;    // unified memory: the page the counters count in
   bool op_times_on_device = false;  // the trace's op times came from the device (a measured iteration on cuda)
+  // Host wall time launching the ops (mid-iteration waits, e.g. the loss read back, included) and
+  // waiting at the end for the device to finish them. Where the device runs asynchronously
+  // (cuda), a drain near zero with launch near time_ms says the GPU waited for the host.
+  double host_launch_ms = 0, host_drain_ms = 0;
 };
 
 class Executor {

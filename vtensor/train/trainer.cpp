@@ -286,6 +286,9 @@ std::string report_json(const TrainResult& r) {
     iters.push_back({{"iteration", s.iteration},
                      {"loss", s.has_loss ? json(s.loss) : json(nullptr)},
                      {"time_ms", s.time_ms},
+                     // host times: the sim's clock is the model's, so none there
+                     {"host_launch_ms", c.backend == "sim" ? json(nullptr) : json(s.host_launch_ms)},
+                     {"host_drain_ms", c.backend == "sim" ? json(nullptr) : json(s.host_drain_ms)},
                      {"peak_allocated_bytes", s.peak_allocated},
                      {"peak_reserved_bytes", s.peak_reserved},
                      {"peak_host_bytes", s.peak_host},

@@ -69,6 +69,11 @@ std::pair<const Shape*, const Shape*> conv_operands(const Graph& g, const Op& op
 
 namespace cuda {
 
+EventPool::EventPool(unsigned flags) : flags_(flags) {
+  const char* v = std::getenv("VTENSOR_CUDA_EVENT_POOL");
+  reuse_ = !v || std::strcmp(v, "0") != 0;
+}
+
 EventPool::~EventPool() {
   for (cudaEvent_t e : free_) VT_CHECK_NOTHROW(cudaEventDestroy(e));
 }
@@ -90,6 +95,10 @@ cudaEvent_t EventPool::take() {
 }
 
 void EventPool::give(cudaEvent_t e) {
+  if (!reuse_) {
+    VT_CHECK_NOTHROW(cudaEventDestroy(e));
+    return;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   free_.push_back(e);
 }

@@ -35,9 +35,10 @@ namespace cuda {
 // events are recorded again by their next holder; a stream wait already enqueued on an event is
 // on the record it saw, so reuse is safe. Held by the backend and by every event it handed out,
 // so an event that outlives the backend still has its pool.
+// VTENSOR_CUDA_EVENT_POOL=0 creates and destroys one per use instead (to measure what the pool saves).
 class EventPool {
  public:
-  explicit EventPool(unsigned flags) : flags_(flags) {}
+  explicit EventPool(unsigned flags);
   ~EventPool();
   EventPool(const EventPool&) = delete;
   EventPool& operator=(const EventPool&) = delete;
@@ -47,6 +48,7 @@ class EventPool {
 
  private:
   unsigned flags_;
+  bool reuse_ = true;
   std::mutex mu_;
   std::vector<cudaEvent_t> free_;
   size_t created_ = 0;
