@@ -7,19 +7,21 @@
 #   5. lru, capuchin, dtr and auto at 50% and 25% of the unmanaged peak on ResNet-50, VGG-16, GPT-2 small
 #      and BERT-base, against none (bench/cuda_policies.py);
 #   6. the sim's per-op prediction against the device's op times, per op kind (bench/sim_vs_device.py);
-#   7. ResNet-50 under capuchin and auto at 50% again with VTENSOR_CUDA_EVENT_POOL=0 (an event created
+#   7. the Python package's CUDA paths (the pluggable allocator, offload's CUDA store): the module built
+#      there with that machine's Python (scripts/device_python.sh), python/tests/test_cuda.py;
+#   8. ResNet-50 under capuchin and auto at 50% again with VTENSOR_CUDA_EVENT_POOL=0 (an event created
 #      and destroyed per use): what the event pool saves, beside step 5's rows.
 # Results go to $OUT_DIR (default bench-out/): CSV and JSON, and the vtensor reports. Every step runs
 # even when one before it failed; the script exits non-zero if any did (bench-out/steps.txt lists them).
 # VTENSOR_PREBUILT=1 skips the build and uses build/ as it is (built elsewhere with the same CUDA);
 # STEP_TIMEOUT=SECONDS stops a step that runs longer (exit 124 in steps.txt); STEPS=a,b runs only the
 # steps named (cuda-tests, swap-bandwidth, cuda-vs-pytorch, lru-identity, policies, sim-vs-device,
-# event-pool).
+# python-cuda, event-pool).
 set -uo pipefail
 OUT_DIR=${OUT_DIR:-bench-out}
 ARCHS=${VTENSOR_CUDA_ARCHS:-90}
 ITERS=${ITERS:-10}
-ALL_STEPS=cuda-tests,swap-bandwidth,cuda-vs-pytorch,lru-identity,policies,sim-vs-device,event-pool
+ALL_STEPS=cuda-tests,swap-bandwidth,cuda-vs-pytorch,lru-identity,policies,sim-vs-device,python-cuda,event-pool
 for s in ${STEPS:+${STEPS//,/ }}; do
   case ",$ALL_STEPS," in *",$s,"*) ;; *) echo "cuda_bench: STEPS: unknown step '$s'; accepted: $ALL_STEPS" >&2; exit 2 ;; esac
 done
@@ -84,6 +86,7 @@ sim_vs_device() {
   return $rc
 }
 step sim-vs-device bash -c "set -o pipefail; $(declare -f sim_vs_device); OUT_DIR='$OUT_DIR' sim_vs_device 2>&1 | tee '$OUT_DIR/sim_vs_device.txt'"
+step python-cuda bash -c "set -o pipefail; scripts/device_python.sh 2>&1 | tee '$OUT_DIR/python_cuda.txt'"
 # The event pool's share of the host's work per swap (cuda_backend.h): the policies step's ResNet-50
 # rows again with an event created and destroyed per use; compare iter_ms and host_drain_ms.
 step event-pool env VTENSOR_CUDA_EVENT_POOL=0 python3 bench/cuda_policies.py --vtensor build/vtensor --models resnet50 \

@@ -27,7 +27,7 @@ class Attention(nn.Module):
         b, t, d = x.shape
         q, k, v = self.qkv(x).view(b, t, 3, self.h, d // self.h).permute(2, 0, 3, 1, 4)
         a = (q @ k.transpose(-2, -1)) / math.sqrt(d // self.h)
-        mask = torch.ones(t, t, dtype=torch.bool).triu(1)
+        mask = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
         a = a.masked_fill(mask, float("-inf")).softmax(-1)
         return self.out((a @ v).transpose(1, 2).reshape(b, t, d))
 
@@ -52,7 +52,7 @@ class TinyGPT(nn.Module):
         self.ln, self.head = nn.LayerNorm(d), nn.Linear(d, vocab)
 
     def forward(self, idx):
-        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1]))
+        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
         for b in self.blocks:
             x = b(x)
         return self.head(self.ln(x))

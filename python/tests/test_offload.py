@@ -1,5 +1,7 @@
 """offload(): bit-identical losses and gradients with and without the hooks, the plan learned on the
-measured step used by the next ones, and the bytes saved activations hold on the device, measured."""
+measured step used by the next ones, and the bytes saved activations hold on the device, measured.
+On CPU torch (device="cpu": on a GPU machine too, where the default is "cuda"; test_cuda.py has
+the CUDA path)."""
 import pytest
 
 import vtensor.torch as vt
@@ -10,7 +12,7 @@ MODELS = {"cnn": (small_cnn, cnn_batch), "gpt": (small_gpt, gpt_batch)}
 
 def unmanaged_saved_peak(model, x, y):
     """Peak of live saved-activation bytes of a step without offload (a large budget: nothing moves)."""
-    off = vt.offload(policy="swap", budget="1GiB")
+    off = vt.offload(policy="swap", budget="1GiB", device="cpu")
     with off:
         train_step(model, x, y)
     s = off.stats()
@@ -27,7 +29,7 @@ def test_identical_math_plan_used_and_memory_lowered(name, policy):
     ref = train_step(model, x, y)
     peak = unmanaged_saved_peak(model, x, y)
     budget = peak // 2
-    off = vt.offload(policy=policy, budget=budget)
+    off = vt.offload(policy=policy, budget=budget, device="cpu")
     for step in range(3):
         with off:
             got = train_step(model, x, y)
@@ -54,7 +56,7 @@ def test_capuchin_swaps_only_what_the_plan_chose():
     # A budget just under the peak: Capuchin moves a few tensors, vDNN's swap moves every one.
     moved = {}
     for policy in ("capuchin", "swap"):
-        off = vt.offload(policy=policy, budget=int(peak * 0.9))
+        off = vt.offload(policy=policy, budget=int(peak * 0.9), device="cpu")
         for _ in range(2):
             with off:
                 train_step(model, x, y)
@@ -66,7 +68,7 @@ def test_capuchin_swaps_only_what_the_plan_chose():
 def test_changed_step_measures_again():
     model = small_cnn()
     x, y = cnn_batch()
-    off = vt.offload(policy="capuchin", budget="256KiB")
+    off = vt.offload(policy="capuchin", budget="256KiB", device="cpu")
     with off:
         train_step(model, x, y)
     with off:
@@ -82,7 +84,7 @@ def test_changed_step_measures_again():
 def test_budget_too_small_is_an_oom_with_the_arena_figures():
     model = small_cnn()
     x, y = cnn_batch()
-    off = vt.offload(policy="capuchin", budget="64KiB")  # one saved feature map is 128 KiB
+    off = vt.offload(policy="capuchin", budget="64KiB", device="cpu")  # one saved feature map is 128 KiB
     # Raised in the pack hook; torch hands it on as a RuntimeError carrying the message.
     with pytest.raises((vt.OutOfMemoryError, RuntimeError), match=r"requested 128.00 KiB .* of a 64.00 KiB budget .*largest free block"):
         with off:

@@ -31,8 +31,9 @@ vtensor's caching allocator: a kept tensor is copied into it, so its figures are
 real allocator. Values are copied bit for bit with their strides, so gradients are bit-identical.
 policy "compress" needs vtensor's on-device codecs (issue 12), not in this build: rejected.
 Deviations from Capuchin: no recomputation (above), and the plan is made once: a late prefetch is
-counted (stats "late") but does not move the trigger in the next step. Untested here: the CUDA path
-(no GPU in this build's CI); it is written for torch >= 1.13 with CUDA.
+counted (stats "late") but does not move the trigger in the next step. The CUDA path is written for
+torch >= 1.13 with CUDA and tested by python/tests/test_cuda.py on a lent GPU (bench/cuda_bench.sh's
+python-cuda step), which has not run yet.
 """
 import time
 import weakref
