@@ -3,6 +3,7 @@
 // opens one when it is installed (scripts/install.sh installs it with VTENSOR_BROWSER_TESTS=1).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -160,6 +161,47 @@ TEST(CliView, TimelinePageHasOneBarPerOpAndTheBudgetAtItsHeight) {
   EXPECT_EQ(i, points.size());
   std::filesystem::remove(html);
   std::filesystem::remove(report);
+}
+
+// A compaction is an event of the timeline like a swap: a log whose guided iterations compact
+// once (the fragmentation case of Capuchin's tests: d fits the budget but no hole) shows it at
+// its op in the report's points, with the bytes it moved, and as a mark on the page.
+TEST(CliView, CompactionIsAMarkAtItsOp) {
+  const std::string log = temp("fragment.log"), report = temp("frag.json"), html = temp("frag.html");
+  {
+    std::ofstream out(log);
+    out << R"({"INSTRUCTION":"ANNOTATE","ANNOTATION":"START"})" "\n"
+        << R"({"INSTRUCTION":"CONSTANT","NAME":"w"})" "\n"
+        << R"({"INSTRUCTION":"MEMORY","NAME":"w","MEMORY":"1048576"})" "\n";
+    auto call = [&](const char* name, const char* args, const char* result, const char* bytes) {
+      out << R"({"INSTRUCTION":"CALL","NAME":")" << name << R"(","ARGS":[)" << args << R"(],"RESULT":[")" << result
+          << R"("],"TIME":"1000000"})" "\n"
+          << R"({"INSTRUCTION":"MEMORY","NAME":")" << result << R"(","MEMORY":")" << bytes << R"("})" "\n";
+    };
+    call("f", R"("w")", "a", "2097152");
+    call("f", R"("w")", "b", "3145728");
+    call("f", R"("w")", "c", "2097152");
+    out << R"({"INSTRUCTION":"RELEASE","NAME":"b"})" "\n";
+    call("g", R"("w")", "d", "4194304");
+    call("h", R"("a","c","d")", "e", "65536");
+    for (const char* n : {"a", "c", "d", "e"}) out << R"({"INSTRUCTION":"RELEASE","NAME":")" << n << R"("})" "\n";
+  }
+  auto r = run_cli("replay --trace " + log + " --gpu p100-16g --budget 10MiB --policy capuchin --iters 3 --report " + report +
+                   " --html " + html);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const json rep = json::parse(slurp(report));
+  const auto& cols = rep["memory_timeline"]["columns"];
+  const size_t n = std::find(cols.begin(), cols.end(), "compactions") - cols.begin();
+  const size_t moved = std::find(cols.begin(), cols.end(), "compacted_bytes") - cols.begin();
+  ASSERT_LT(moved, cols.size());
+  double compactions = 0, bytes = 0;
+  for (const auto& p : rep["memory_timeline"]["points"]) compactions += p[n].get<double>(), bytes += p[moved].get<double>();
+  const json& last = rep["iterations"].back();
+  EXPECT_EQ(compactions, last["compactions"].get<double>());
+  EXPECT_EQ(bytes, last["compacted_bytes"].get<double>());
+  EXPECT_EQ(bytes, 2.0 * (1 << 20));  // c slides down into b's hole
+  EXPECT_EQ(count(slurp(html), "data-mark=\"compaction\""), 1u);
+  for (const auto& f : {log, report, html}) std::filesystem::remove(f);
 }
 
 TEST(CliView, SweepPageDrawsOneLinePerPolicy) {

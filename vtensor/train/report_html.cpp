@@ -70,7 +70,7 @@ const Mark kMarks[] = {{"swap_outs", "swap-out", "#e15759"},   {"prefetches", "p
                        {"dropped", "drop", "#9c755f"},          {"recomputed_ops", "recompute", "#59a14f"},
                        {"compressions", "compress", "#76b7b2"}, {"decompressions", "decompress", "#17becf"},
                        {"page_faults", "page fault", "#ff7f0e"}, {"page_prefetches", "page prefetch", "#1f77b4"},
-                       {"stall_ms", "stall", "#000000"}};
+                       {"compactions", "compaction", "#bcbd22"}, {"stall_ms", "stall", "#000000"}};
 
 // Ticks at round steps (1, 2, 2.5 or 5 times a power of ten of the unit) up to ymax.
 double nice_step(double ymax, double unit) {

@@ -327,7 +327,8 @@ std::string report_json(const TrainResult& r) {
   json timeline_columns = {"op_index", "allocated_bytes", "reserved_bytes"};
   for (size_t h = 0; h < kHeldByCount; ++h) timeline_columns.push_back(std::string("held: ") + to_string(static_cast<HeldBy>(h)));
   for (const char* e : {"swap_outs", "swap_ins", "prefetches", "dropped", "recomputed_ops", "stall_ms", "evictions",
-                        "compressions", "decompressions", "device_page_bytes", "page_faults", "page_prefetches"})
+                        "compressions", "decompressions", "device_page_bytes", "page_faults", "page_prefetches",
+                        "compactions", "compacted_bytes"})
     timeline_columns.push_back(e);
   for (const auto& p : r.timeline) {
     json row = {p.op_index, p.allocated, p.reserved};
@@ -335,7 +336,8 @@ std::string report_json(const TrainResult& r) {
     const MemoryCounters& e = p.events;
     for (json v : {json(e.swap_outs), json(e.swap_ins), json(e.prefetches), json(e.dropped), json(e.recomputed_ops),
                    json(e.stall_ms), json(e.evictions), json(e.compressions), json(e.decompressions),
-                   json(p.device_page_bytes), json(p.page_faults), json(p.page_prefetches)})
+                   json(p.device_page_bytes), json(p.page_faults), json(p.page_prefetches), json(e.compactions),
+                   json(e.compacted_bytes)})
       row.push_back(v);
     timeline.push_back(row);
   }
