@@ -15,6 +15,7 @@
 #include "vtensor/train/trainer.h"
 
 #include "tests/support/cli.h"
+#include "tests/support/logs.h"
 
 using namespace vtensor;
 
@@ -206,31 +207,12 @@ namespace {
 // The compaction fallback of guided iterations (CapuchinPolicy::choose_victims): with a plan
 // that fits, a request within the budget that the arena cannot place (fragmentation) gets no
 // victims, so the memory manager compacts instead of swapping out what the plan keeps. A
-// replayed log on the sim backend, 10 MiB: w (1 MiB) is a weight; a (2), b (3) and c (2) are
-// made in that order, b is freed once c exists, leaving a 3 MiB hole and 2 MiB at the end;
-// d (4 MiB) then fits the budget (5 + 4 <= 10) but no gap; e reads a, c and d. The peak (9 MiB)
+// replayed log on the sim backend, 10 MiB (test::write_fragmenting_log). The peak (9 MiB)
 // fits, so the plan is empty and fits. Measured iteration (passive): LRU swaps a and c out to
 // place d and back in for e. Guided iterations: nothing evicted, one compaction.
 TEST(Capuchin, GuidedFragmentationCompactsInsteadOfEvicting) {
   const std::string path = test::temp_path("capuchin", "fragment.log");
-  {
-    std::ofstream out(path);
-    out << R"({"INSTRUCTION":"ANNOTATE","ANNOTATION":"START"})" "\n"
-        << R"({"INSTRUCTION":"CONSTANT","NAME":"w"})" "\n"
-        << R"({"INSTRUCTION":"MEMORY","NAME":"w","MEMORY":"1048576"})" "\n";
-    auto call = [&](const char* name, const char* args, const char* result, const char* bytes) {
-      out << R"({"INSTRUCTION":"CALL","NAME":")" << name << R"(","ARGS":[)" << args << R"(],"RESULT":[")" << result
-          << R"("],"TIME":"1000000"})" "\n"
-          << R"({"INSTRUCTION":"MEMORY","NAME":")" << result << R"(","MEMORY":")" << bytes << R"("})" "\n";
-    };
-    call("f", R"("w")", "a", "2097152");
-    call("f", R"("w")", "b", "3145728");
-    call("f", R"("w")", "c", "2097152");
-    out << R"({"INSTRUCTION":"RELEASE","NAME":"b"})" "\n";
-    call("g", R"("w")", "d", "4194304");
-    call("h", R"("a","c","d")", "e", "65536");
-    for (const char* n : {"a", "c", "d", "e"}) out << R"({"INSTRUCTION":"RELEASE","NAME":")" << n << R"("})" "\n";
-  }
+  test::write_fragmenting_log(path);
   TrainConfig cfg;
   cfg.graph = std::make_shared<const Graph>(load_trace(path));
   cfg.backend = "sim";

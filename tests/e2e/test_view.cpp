@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "tests/support/cli.h"
+#include "tests/support/logs.h"
 #include "vtensor/train/trainer.h"
 
 using namespace vtensor;
@@ -164,28 +165,11 @@ TEST(CliView, TimelinePageHasOneBarPerOpAndTheBudgetAtItsHeight) {
 }
 
 // A compaction is an event of the timeline like a swap: a log whose guided iterations compact
-// once (the fragmentation case of Capuchin's tests: d fits the budget but no hole) shows it at
-// its op in the report's points, with the bytes it moved, and as a mark on the page.
+// once (test::write_fragmenting_log, also Capuchin's fragmentation test) shows it at its op in
+// the report's points, with the bytes it moved, and as a mark on the page.
 TEST(CliView, CompactionIsAMarkAtItsOp) {
   const std::string log = temp("fragment.log"), report = temp("frag.json"), html = temp("frag.html");
-  {
-    std::ofstream out(log);
-    out << R"({"INSTRUCTION":"ANNOTATE","ANNOTATION":"START"})" "\n"
-        << R"({"INSTRUCTION":"CONSTANT","NAME":"w"})" "\n"
-        << R"({"INSTRUCTION":"MEMORY","NAME":"w","MEMORY":"1048576"})" "\n";
-    auto call = [&](const char* name, const char* args, const char* result, const char* bytes) {
-      out << R"({"INSTRUCTION":"CALL","NAME":")" << name << R"(","ARGS":[)" << args << R"(],"RESULT":[")" << result
-          << R"("],"TIME":"1000000"})" "\n"
-          << R"({"INSTRUCTION":"MEMORY","NAME":")" << result << R"(","MEMORY":")" << bytes << R"("})" "\n";
-    };
-    call("f", R"("w")", "a", "2097152");
-    call("f", R"("w")", "b", "3145728");
-    call("f", R"("w")", "c", "2097152");
-    out << R"({"INSTRUCTION":"RELEASE","NAME":"b"})" "\n";
-    call("g", R"("w")", "d", "4194304");
-    call("h", R"("a","c","d")", "e", "65536");
-    for (const char* n : {"a", "c", "d", "e"}) out << R"({"INSTRUCTION":"RELEASE","NAME":")" << n << R"("})" "\n";
-  }
+  vtensor::test::write_fragmenting_log(log);
   auto r = run_cli("replay --trace " + log + " --gpu p100-16g --budget 10MiB --policy capuchin --iters 3 --report " + report +
                    " --html " + html);
   ASSERT_EQ(r.code, 0) << r.output;
