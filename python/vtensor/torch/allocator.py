@@ -11,7 +11,8 @@ free block and the fragmentation (pytorch#29554); last_oom() returns it.
 
 On CUDA (torch >= 2.0) the arena is plugged in with torch.cuda.memory.CUDAPluggableAllocator, whose
 C entry points are vtensor_torch_malloc / vtensor_torch_free in the extension; the arena is one
-cudaMalloc of the budget. That path has not run here (no GPU, torch 1.13). Without CUDA the same C
+cudaMalloc of the budget. That path is tested by python/tests/test_cuda.py on a lent GPU
+(bench/cuda_bench.sh's python-cuda step), which has not run yet. Without CUDA the same C
 entry points are driven over a host arena by HostDevice (ctypes), which is how the tests check it.
 Deviations from PyTorch's CUDACachingAllocator: one fixed arena, nothing returned to the driver,
 no per-stream pools (torch's stream argument is ignored: one stream's order is assumed, as with
