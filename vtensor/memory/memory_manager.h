@@ -59,7 +59,9 @@ struct MemoryCounters {
   double recompute_ms = 0, stall_ms = 0;  // compute time spent recomputing / waiting for copies
   uint64_t evictions = 0;                 // victims taken by the OOM ladder
   uint64_t compactions = 0, compacted_bytes = 0;  // defragmentation moves
-  double compact_ms = 0;  // compute time of those moves (the waits for copies before them are stall)
+  // The moves' time on the backend's clock (the sim's compute stream; on cuda the host's enqueueing
+  // unless VTENSOR_CUDA_SYNC_TIMING=1, as recompute_ms); the waits for copies before them are stall.
+  double compact_ms = 0;
   uint64_t reordered_bytes = 0;  // of those, placed tensors moved above the packed ones (pack_start_state)
   uint64_t lean_conv_fallbacks = 0;  // convolutions run with the lean algorithm: no room for the fast one's workspace
   uint64_t host_skipped_swaps = 0;  // swap-outs not taken for lack of host budget (planned or eviction)
