@@ -64,6 +64,61 @@ TEST(GpuSpecs, ADescriptionThatIsNotAStringIsBadInput) {
   }
 }
 
+// A calibrated GPU: "base" takes a GPU's figures, "kind_scale" multiplies the cost model's
+// prediction of each named op kind (launch included) and leaves the others alone.
+TEST(GpuSpecs, ACalibrationScalesItsKindsOnTopOfItsBase) {
+  std::istringstream in(R"({"name": "h100-fit", "base": "h100-80g", "kind_scale": {"conv2d": 1.5, "relu": 0.5}})");
+  const std::vector<GpuSpec> specs = read_gpu_specs(in, "fit.json");
+  ASSERT_EQ(specs.size(), 1u);
+  const GpuSpec& fit = specs[0];
+  const GpuSpec& h100 = find_gpu("h100-80g");
+  EXPECT_EQ(fit.name, "h100-fit");
+  EXPECT_EQ(fit.memory_bytes, h100.memory_bytes);
+  EXPECT_EQ(fit.fp32_tflops, h100.fp32_tflops);
+  EXPECT_EQ(fit.hbm_gbps, h100.hbm_gbps);
+  EXPECT_EQ(fit.h2d_gbps, h100.h2d_gbps);
+  EXPECT_EQ(fit.d2h_gbps, h100.d2h_gbps);
+  EXPECT_EQ(fit.launch_us, h100.launch_us);
+  ModelConfig mc{.name = "resnet50", .batch = 8};
+  Graph g = build_model(mc);
+  int scaled = 0;
+  for (const Op& op : g.ops()) {
+    const double want = op.kind == OpKind::kConv2d ? 1.5 : op.kind == OpKind::kRelu ? 0.5 : 1.0;
+    scaled += want != 1.0;
+    EXPECT_NEAR(predict_op(fit, g, op).total_ms, want * predict_op(h100, g, op).total_ms, 1e-12) << op.name;
+  }
+  EXPECT_GT(scaled, 0);
+  // A field given replaces the base's; d2h follows a new h2d unless given too.
+  std::istringstream more(R"({"name": "h100-slow-link", "base": "h100-80g", "h2d_gbps": 20})");
+  const GpuSpec slow = read_gpu_specs(more, "fit.json").at(0);
+  EXPECT_EQ(slow.h2d_gbps, 20);
+  EXPECT_EQ(slow.d2h_gbps, 20);
+  EXPECT_TRUE(slow.kind_scale.empty());
+}
+
+TEST(GpuSpecs, ABadCalibrationNamesWhatIsWrong) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"name": "f", "base": "no-such-gpu"})", "'base': --gpu: unknown GPU 'no-such-gpu'; accepted: titan-x-12g"},
+      {R"({"name": "f", "base": 3})", "'base' must be a GPU's name"},
+      {R"({"name": "f", "base": "h100-80g", "kind_scale": {"conv3d": 2}})", "unknown op kind 'conv3d'; accepted: data, conv2d"},
+      {R"({"name": "f", "base": "h100-80g", "kind_scale": {"conv2d": 0}})", "'kind_scale' of 'conv2d' must be a positive number"},
+      {R"({"name": "f", "base": "h100-80g", "kind_scale": {"conv2d": "x"}})", "'kind_scale' of 'conv2d' must be a positive number"},
+      {R"({"name": "f", "base": "h100-80g", "kind_scale": [1]})", "'kind_scale' must be an object"},
+      {R"({"name": "f", "memory": "1GiB", "fp32_tflops": 1, "hbm_gbps": 1})", "missing field 'h2d_gbps'"},
+  };
+  for (const auto& [text, want] : cases) {
+    SCOPED_TRACE(text);
+    std::istringstream in(text);
+    try {
+      read_gpu_specs(in, "fit.json");
+      FAIL() << "accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("fit.json"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(CostModel, ConvIsComputeBoundReluIsMemoryBound) {
   ModelConfig mc{.name = "resnet50", .batch = 64};
   Graph g = build_model(mc);

@@ -57,9 +57,11 @@ OpCost predict_op(const GpuSpec& gpu, const Graph& g, const Op& op, ConvAlgo alg
   KindEfficiency e = efficiency(op.kind);
   const bool conv = op.kind == OpKind::kConv2d || op.kind == OpKind::kConv2dBwdData || op.kind == OpKind::kConv2dBwdFilter;
   if (conv && algo == ConvAlgo::kLean) e.compute *= kLeanConvSpeed;
-  c.compute_ms = c.flops / (gpu.fp32_tflops * 1e12 * e.compute) * 1e3;
-  c.memory_ms = c.bytes / (gpu.hbm_gbps * 1e9 * e.memory) * 1e3;
-  c.launch_ms = gpu.launch_us * 1e-3;
+  // A calibrated GPU (GpuSpec::kind_scale) scales the whole op, launch included, as it was fitted.
+  const double s = gpu.kind_scale.empty() ? 1.0 : gpu.kind_scale.at(static_cast<size_t>(op.kind));
+  c.compute_ms = s * c.flops / (gpu.fp32_tflops * 1e12 * e.compute) * 1e3;
+  c.memory_ms = s * c.bytes / (gpu.hbm_gbps * 1e9 * e.memory) * 1e3;
+  c.launch_ms = s * gpu.launch_us * 1e-3;
   c.total_ms = c.launch_ms + std::max(c.compute_ms, c.memory_ms);
   return c;
 }

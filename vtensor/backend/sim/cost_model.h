@@ -5,7 +5,9 @@
 // (in-place inputs read and written); a view (reshape) costs nothing, an embedding gather reads
 // only the rows it copies. Copies over the host link take bytes / (link bandwidth x
 // link efficiency). Replayed ops (OpKind::kReplay) take their recorded time.
-// Not validated on hardware yet: the efficiencies are typical figures, not measured ones.
+// The efficiencies are typical figures, not measured ones. A GPU loaded with a calibration
+// (GpuSpec::kind_scale, fitted to op times measured on the device by bench/calibrate_gpu.py)
+// scales each op kind's prediction by its factor.
 #pragma once
 #include <string>
 

@@ -1,5 +1,6 @@
 #include "vtensor/backend/sim/gpu_specs.h"
 
+#include <cmath>
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -54,6 +55,26 @@ double number(const nlohmann::json& j, const char* key, const std::string& where
   return j[key].get<double>();
 }
 
+// "kind_scale": {"conv2d": 1.3, ...}: per OpKind, 1 where not given.
+std::vector<double> kind_scale(const nlohmann::json& j, const std::string& where) {
+  constexpr size_t kKinds = static_cast<size_t>(OpKind::kReplay) + 1;
+  if (!j.is_object()) throw std::invalid_argument(where + ": 'kind_scale' must be an object of op kind -> factor");
+  std::vector<double> scale(kKinds, 1.0);
+  for (const auto& [name, v] : j.items()) {
+    size_t k = 0;
+    while (k < kKinds && name != to_string(static_cast<OpKind>(k))) ++k;
+    if (k == kKinds) {
+      std::string accepted;
+      for (size_t i = 0; i < kKinds; ++i) accepted += (i ? ", " : "") + std::string(to_string(static_cast<OpKind>(i)));
+      throw std::invalid_argument(where + ": 'kind_scale': unknown op kind '" + name + "'; accepted: " + accepted);
+    }
+    if (!v.is_number() || !(v.get<double>() > 0) || !std::isfinite(v.get<double>()))
+      throw std::invalid_argument(where + ": 'kind_scale' of '" + name + "' must be a positive number");
+    scale[k] = v.get<double>();
+  }
+  return scale;
+}
+
 }  // namespace
 
 void check_gpu_spec(const GpuSpec& g, const std::string& where) {
@@ -105,19 +126,36 @@ std::vector<GpuSpec> read_gpu_specs(std::istream& in, const std::string& path) {
     if (!o.is_object()) throw std::invalid_argument(where + ": expected an object");
     if (!o.contains("name") || !o["name"].is_string()) throw std::invalid_argument(where + ": missing string field 'name'");
     GpuSpec g;
+    const bool based = o.contains("base");
+    if (based) {
+      if (!o["base"].is_string()) throw std::invalid_argument(where + ": 'base' must be a GPU's name");
+      try {
+        g = find_gpu(o["base"].get<std::string>());
+      } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument(where + ": 'base': " + e.what());
+      }
+      g.description += " (" + o["name"].get<std::string>() + ", from " + path + ")";
+    }
     g.name = o["name"].get<std::string>();
     if (o.contains("description") && !o["description"].is_string())
       throw std::invalid_argument(where + ": 'description' must be a string");
-    g.description = o.value("description", g.name + " (from " + path + ")");
-    if (!o.contains("memory")) throw std::invalid_argument(where + ": missing field 'memory'");
-    if (o["memory"].is_string()) g.memory_bytes = parse_bytes(o["memory"].get<std::string>(), where + " 'memory'");
-    else if (o["memory"].is_number_unsigned()) g.memory_bytes = o["memory"].get<size_t>();
-    else throw std::invalid_argument(where + ": 'memory' must be bytes or a size such as \"16GiB\"");
-    g.fp32_tflops = number(o, "fp32_tflops", where);
-    g.hbm_gbps = number(o, "hbm_gbps", where);
-    g.h2d_gbps = number(o, "h2d_gbps", where);
-    g.d2h_gbps = number(o, "d2h_gbps", where, g.h2d_gbps);
-    g.launch_us = number(o, "launch_us", where, 5);
+    g.description = o.value("description", based ? g.description : g.name + " (from " + path + ")");
+    if (!o.contains("memory")) {
+      if (!based) throw std::invalid_argument(where + ": missing field 'memory'");
+    } else if (o["memory"].is_string()) {
+      g.memory_bytes = parse_bytes(o["memory"].get<std::string>(), where + " 'memory'");
+    } else if (o["memory"].is_number_unsigned()) {
+      g.memory_bytes = o["memory"].get<size_t>();
+    } else {
+      throw std::invalid_argument(where + ": 'memory' must be bytes or a size such as \"16GiB\"");
+    }
+    g.fp32_tflops = number(o, "fp32_tflops", where, based ? g.fp32_tflops : -1);
+    g.hbm_gbps = number(o, "hbm_gbps", where, based ? g.hbm_gbps : -1);
+    const bool h2d_given = o.contains("h2d_gbps");
+    g.h2d_gbps = number(o, "h2d_gbps", where, based ? g.h2d_gbps : -1);
+    g.d2h_gbps = number(o, "d2h_gbps", where, based && !h2d_given ? g.d2h_gbps : g.h2d_gbps);  // default: the h2d figure
+    g.launch_us = number(o, "launch_us", where, based ? g.launch_us : 5);
+    if (o.contains("kind_scale")) g.kind_scale = kind_scale(o["kind_scale"], where);
     check_gpu_spec(g, where);
     specs.push_back(g);
   }

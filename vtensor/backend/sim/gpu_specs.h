@@ -1,11 +1,14 @@
 // Published figures of the GPUs the sim backend models, by name, and a loader for more from a
 // JSON file (--gpu-file). Only vendor figures here; how much of them real kernels reach is the
-// cost model's business (cost_model.h).
+// cost model's business (cost_model.h), unless a loaded GPU carries a calibration (kind_scale:
+// per op kind, the measured time over the cost model's, fitted by bench/calibrate_gpu.py).
 #pragma once
 #include <cstddef>
 #include <istream>
 #include <string>
 #include <vector>
+
+#include "vtensor/ops/op.h"
 
 namespace vtensor {
 
@@ -18,6 +21,9 @@ struct GpuSpec {
   double h2d_gbps = 0;       // host link, host to device, GB/s (theoretical)
   double d2h_gbps = 0;       // host link, device to host, GB/s (theoretical)
   double launch_us = 5;      // kernel launch overhead
+  // A calibration: per OpKind (indexed by its value), the factor the cost model multiplies its
+  // prediction of that kind's ops by. Empty: none (the built-in GPUs).
+  std::vector<double> kind_scale;
 };
 
 const std::vector<GpuSpec>& gpu_table();
@@ -27,7 +33,10 @@ std::vector<std::string> gpu_names();
 const GpuSpec& find_gpu(const std::string& name);
 // Reads {"name": ..., "memory": "16GiB" | bytes, "fp32_tflops": ..., "hbm_gbps": ...,
 // "h2d_gbps": ..., "d2h_gbps": ..., "launch_us": ...} (one object or an array of them) and makes
-// the GPUs findable by name. Throws std::invalid_argument naming the file and the bad field.
+// the GPUs findable by name. An entry with "base": NAME starts from that GPU's figures (built in
+// or loaded before), and the fields it gives replace them. "kind_scale": {"conv2d": 1.3, ...}
+// (op kind names as `vtensor costs` writes them, factors > 0) calibrates the cost model per op
+// kind. Throws std::invalid_argument naming the file and the bad field.
 std::vector<std::string> load_gpu_file(const std::string& path);
 // The parse and checks of load_gpu_file without registering anything; `path` names the input in
 // the messages.
