@@ -81,7 +81,7 @@ sim_vs_device() {
     ./build/vtensor train --model "$model" --backend cuda --policy capuchin --iters 2 --quiet \
       --trace "$OUT_DIR/trace_${model}.jsonl" || { rc=1; continue; }
     python3 bench/sim_vs_device.py --vtensor build/vtensor --trace "$OUT_DIR/trace_${model}.jsonl" --model "$model" \
-      --gpu h100-80g --out "$OUT_DIR/sim_vs_device_${model}.csv" || rc=1
+      --gpu h100-80g --out "$OUT_DIR/sim_vs_device_${model}.csv" --ops-out "$OUT_DIR/sim_vs_device_ops_${model}.csv" || rc=1
   done
   return $rc
 }

@@ -1758,6 +1758,57 @@ EXPERIMENTS["auto-planned"] = {
                 ("25%: caching → planned", lambda c: _planned_cell(c, "25%"))]}
 
 
+# The sim calibrated to the H100 (bench/calibrate_gpu.py, from the op times CUPTI measured there):
+# none's iteration and auto's overhead at 50% / 25% on the spec's figures, on the calibrated ones,
+# and as measured on the H100 (docs/gpu-runs/2026-11-27/device-waits, budgets from the device's
+# own peak of none).
+CALIBRATED_GPU = ("h100-80g-cupti", os.path.join("bench", "gpus", "h100-80g-cupti.json"))
+H100_RUNS = os.path.join(ROOT, "docs", "gpu-runs", "2026-11-27", "device-waits", "cuda_policies.json")
+
+
+def _calibrated_sweep(row, gpu, gpu_file=None):
+    args = _lp_sweep({**row, "gpu": gpu}, False)
+    return args + (["--gpu-file", os.path.join(ROOT, gpu_file)] if gpu_file else [])
+
+
+def _h100(model, policy, fraction):
+    try:
+        with open(H100_RUNS) as f:
+            runs = json.load(f)
+    except OSError as e:
+        sys.exit(f"sim-calibrated: {H100_RUNS}: {e.strerror}")
+    hit = [r for r in runs if r["model"] == model and r["policy"] == policy and r["fraction"] == fraction]
+    return hit[0] if hit else None
+
+
+def _calibrated_cell(c, budget):
+    h = _h100(c.row["model"], "auto", {"50%": 0.5, "25%": 0.25}[budget])
+    measured = f"{h['overhead']:.2f}×" if h and h["status"] == "ok" else ("OOM" if h else "not run")
+    return f"{_lp_cell(c, 'spec', budget)} → {_lp_cell(c, 'calibrated', budget)} (H100: {measured})"
+
+
+def _calibrated_none(c):
+    t = {k: float(c.rep[k][0]["unmanaged_ms"]) for k in ("spec", "calibrated")}
+    h = _h100(c.row["model"], "none", 1.0)
+    return f"{t['spec']:.1f} → {t['calibrated']:.1f} ms (H100: {h['iter_ms']:.1f} ms)" if h else ""
+
+
+EXPERIMENTS["sim-calibrated"] = {
+    "kind": "runs", "serial": True,  # auto's planning limit makes its choice depend on the machine's speed
+    "about": "the sim on the H100's spec (h100-80g) against the sim calibrated per op kind to the op times measured "
+             "on an H100 (h100-80g-cupti: `bench/calibrate_gpu.py`, bench/gpus/h100-80g-cupti.json): `vtensor sweep "
+             "--model M --batch B [--seq S] --backend sim --gpu G [--gpu-file bench/gpus/h100-80g-cupti.json] --iters 4 "
+             "--policies none,auto --budgets 50%,25% [--densities D]`; in brackets the same run measured on the H100 "
+             "(docs/gpu-runs/2026-11-27/device-waits/cuda_policies.json, budgets from the device's peak of none)",
+    "rows": [dict(m) for m in PAPER_MODELS],
+    "runs": [("spec", lambda r, got: _calibrated_sweep(r, "h100-80g")),
+             ("calibrated", lambda r, got: _calibrated_sweep(r, *CALIBRATED_GPU))],
+    "columns": [("model", lambda c: c.row["model"]),
+                ("none's iteration: spec → calibrated", _calibrated_none),
+                ("auto at 50%: spec → calibrated", lambda c: _calibrated_cell(c, "50%")),
+                ("auto at 25%: spec → calibrated", lambda c: _calibrated_cell(c, "25%"))]}
+
+
 # auto over a longer run. The tables above time guided iterations 1-3 (`sweep --iters 4`); a user
 # trains for thousands. The same rows for 10 iterations: 1-3 against 4-9, and the slowest of them.
 def _steady_cell(c, what):

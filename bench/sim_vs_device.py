@@ -13,6 +13,8 @@ Usage (on the GPU machine, after `vtensor train --model resnet50 --backend cuda 
   python3 bench/sim_vs_device.py --trace bench-out/trace_resnet50.jsonl --model resnet50 --gpu h100-80g \\
       --out bench-out/sim_vs_device_resnet50.csv
 --any-clock takes the first iteration's times whatever clock they came from (to try it on cpu).
+--ops-out CSV also writes one row per op (its kind, FLOPs, bytes, measured and predicted ms): what a
+calibration by op size needs (bench/calibrate_gpu.py fits one factor per kind from --out).
 """
 import argparse
 import csv
@@ -51,6 +53,7 @@ def main():
     ap.add_argument("--gpu-file", help="JSON file with more GPUs for --gpu")
     ap.add_argument("--any-clock", action="store_true")
     ap.add_argument("--out", required=True, help="CSV, one row per op kind and one for all")
+    ap.add_argument("--ops-out", help="CSV, one row per op")
     a = ap.parse_args()
     it, op_ms, ops = measured_op_times(a.trace, a.any_clock)
     with tempfile.TemporaryDirectory() as tmp:
@@ -71,6 +74,13 @@ def main():
     for row, op in zip(predicted, ops):
         if op and op.get("kind") != row["kind"]:
             sys.exit(f"op {row['op']}: the trace's kind {op.get('kind')} is not the model's {row['kind']}: not the same model")
+    if a.ops_out:
+        os.makedirs(os.path.dirname(a.ops_out) or ".", exist_ok=True)
+        with open(a.ops_out, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["op", "name", "kind", "flops", "bytes", "measured_ms", "predicted_ms"])
+            for row, ms in zip(predicted, op_ms):
+                w.writerow([row["op"], row["name"], row["kind"], row["flops"], row["bytes"], round(ms, 6), row["total_ms"]])
     by_kind = {}
     for row, ms in zip(predicted, op_ms):
         pred = float(row["total_ms"])

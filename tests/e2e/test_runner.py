@@ -114,7 +114,7 @@ class Runner(unittest.TestCase):
 
 
 DOCS = [os.path.join(ROOT, "docs", f) for f in sorted(os.listdir(os.path.join(ROOT, "docs"))) if f.endswith(".md")]
-COMMAND = re.compile(r"bench/run\.py|build/vtensor|build/bench/|vtensor (train|replay|sweep|maxbatch|costs)")
+COMMAND = re.compile(r"bench/\w+\.(?:py|sh)|build/vtensor|build/bench/|vtensor (train|replay|sweep|maxbatch|costs)")
 REFERENCE = "<!-- table: reference, not a measurement -->"
 
 
@@ -122,7 +122,7 @@ class SimVsDevice(unittest.TestCase):
     """bench/sim_vs_device.py on a cpu trace (its op times are the host's, so --any-clock): one row
     per op kind and one for all, the all row the sum of the others, the model's non-view ops all
     counted; without --any-clock it refuses a trace with no device-timed iteration, and it refuses a
-    trace of another model."""
+    trace of another model. Then bench/calibrate_gpu.py fitted to that CSV."""
 
     def test_per_kind_rows_and_refusals(self):
         binary = os.environ.get("VTENSOR_BINARY", os.path.join(ROOT, "build", "vtensor"))
@@ -158,6 +158,39 @@ class SimVsDevice(unittest.TestCase):
             self.assertGreaterEqual(int(total[0]["ops"]), header["num_ops"] - 5)  # views aside
             for r in kinds:
                 self.assertGreater(float(r["predicted_ms"]), 0)
+            # --ops-out: one row per op, their times the per-kind rows' sums.
+            ops_out = os.path.join(tmp, "ops.csv")
+            p = subprocess.run([*script, "--trace", trace, "--model", "resnet-tiny", "--any-clock", "--out", out,
+                                "--ops-out", ops_out], capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            with open(ops_out) as f:
+                ops = list(csv.DictReader(f))
+            self.assertEqual(len(ops), header["num_ops"])
+            conv = [r for r in kinds if r["kind"] == "conv2d"][0]
+            self.assertAlmostEqual(sum(float(o["measured_ms"]) for o in ops if o["kind"] == "conv2d"),
+                                   float(conv["measured_ms"]), places=2)
+
+            # bench/calibrate_gpu.py on that CSV: per kind measured / predicted, and the calibrated
+            # model predicts the measured iteration; a CSV of another model is refused, nothing written.
+            calibrate = [sys.executable, os.path.join(ROOT, "bench", "calibrate_gpu.py"), "--vtensor", binary,
+                         "--base", "h100-80g", "--name", "fit"]
+            spec = os.path.join(tmp, "fit.json")
+            p = subprocess.run([*calibrate, "--run", f"gpt-tiny={out}", "--out", spec], capture_output=True, text=True)
+            self.assertNotEqual(p.returncode, 0)
+            self.assertIn("or the model / batch is not the CSV's", p.stderr)
+            self.assertFalse(os.path.exists(spec))
+            check = os.path.join(tmp, "check.csv")
+            p = subprocess.run([*calibrate, "--run", f"resnet-tiny={out}", "--out", spec, "--check-out", check],
+                               capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            with open(spec) as f:
+                fit = json.load(f)
+            self.assertEqual(fit["base"], "h100-80g")
+            self.assertAlmostEqual(fit["kind_scale"]["conv2d"],
+                                   float(conv["measured_ms"]) / float(conv["predicted_ms"]), delta=1e-3 * fit["kind_scale"]["conv2d"])
+            with open(check) as f:
+                row = list(csv.DictReader(f))[0]
+            self.assertAlmostEqual(float(row["calibrated_ms"]) / float(row["measured_ms"]), 1.0, places=2)
 
 
 class Docs(unittest.TestCase):
