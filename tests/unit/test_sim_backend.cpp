@@ -88,12 +88,15 @@ TEST(GpuSpecs, ACalibrationScalesItsKindsOnTopOfItsBase) {
     EXPECT_NEAR(predict_op(fit, g, op).total_ms, want * predict_op(h100, g, op).total_ms, 1e-12) << op.name;
   }
   EXPECT_GT(scaled, 0);
-  // A field given replaces the base's; d2h follows a new h2d unless given too.
-  std::istringstream more(R"({"name": "h100-slow-link", "base": "h100-80g", "h2d_gbps": 20})");
+  // A field given replaces the base's; d2h follows a new h2d unless given too. A link's measured
+  // figures come with link_efficiency 1: a copy then takes bytes / that bandwidth.
+  std::istringstream more(R"({"name": "h100-slow-link", "base": "h100-80g", "h2d_gbps": 20, "link_efficiency": 1})");
   const GpuSpec slow = read_gpu_specs(more, "fit.json").at(0);
   EXPECT_EQ(slow.h2d_gbps, 20);
   EXPECT_EQ(slow.d2h_gbps, 20);
   EXPECT_TRUE(slow.kind_scale.empty());
+  EXPECT_DOUBLE_EQ(predict_copy_ms(slow, size_t{20} << 20, true), (20 << 20) / 20e9 * 1e3);
+  EXPECT_DOUBLE_EQ(predict_copy_ms(h100, size_t{20} << 20, false), (20 << 20) / (63e9 * kLinkEfficiency) * 1e3);
 }
 
 TEST(GpuSpecs, ABadCalibrationNamesWhatIsWrong) {
@@ -104,6 +107,7 @@ TEST(GpuSpecs, ABadCalibrationNamesWhatIsWrong) {
       {R"({"name": "f", "base": "h100-80g", "kind_scale": {"conv2d": 0}})", "'kind_scale' of 'conv2d' must be a positive number"},
       {R"({"name": "f", "base": "h100-80g", "kind_scale": {"conv2d": "x"}})", "'kind_scale' of 'conv2d' must be a positive number"},
       {R"({"name": "f", "base": "h100-80g", "kind_scale": [1]})", "'kind_scale' must be an object"},
+      {R"({"name": "f", "base": "h100-80g", "link_efficiency": 1.5})", "'link_efficiency' must be in (0, 1]"},
       {R"({"name": "f", "memory": "1GiB", "fp32_tflops": 1, "hbm_gbps": 1})", "missing field 'h2d_gbps'"},
   };
   for (const auto& [text, want] : cases) {

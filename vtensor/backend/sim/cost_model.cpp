@@ -68,7 +68,8 @@ OpCost predict_op(const GpuSpec& gpu, const Graph& g, const Op& op, ConvAlgo alg
 
 double predict_copy_ms(const GpuSpec& gpu, size_t bytes, bool to_device) {
   const double gbps = to_device ? gpu.h2d_gbps : gpu.d2h_gbps;
-  return static_cast<double>(bytes) / (gbps * 1e9 * kLinkEfficiency) * 1e3;
+  const double efficiency = gpu.link_efficiency > 0 ? gpu.link_efficiency : kLinkEfficiency;
+  return static_cast<double>(bytes) / (gbps * 1e9 * efficiency) * 1e3;
 }
 
 double predict_move_ms(const GpuSpec& gpu, size_t bytes) {

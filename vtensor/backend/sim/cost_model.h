@@ -34,7 +34,8 @@ struct KindEfficiency {
   double memory;   // fraction of HBM bandwidth
 };
 
-// Achieved fraction of the host link's theoretical bandwidth with pinned buffers.
+// Achieved fraction of the host link's theoretical bandwidth with pinned buffers (unless the GPU
+// gives its own: GpuSpec::link_efficiency).
 constexpr double kLinkEfficiency = 0.8;
 
 // A memory-lean convolution algorithm (no im2col workspace: cuDNN's IMPLICIT_GEMM, the choice

@@ -156,6 +156,11 @@ std::vector<GpuSpec> read_gpu_specs(std::istream& in, const std::string& path) {
     g.d2h_gbps = number(o, "d2h_gbps", where, based && !h2d_given ? g.d2h_gbps : g.h2d_gbps);  // default: the h2d figure
     g.launch_us = number(o, "launch_us", where, based ? g.launch_us : 5);
     if (o.contains("kind_scale")) g.kind_scale = kind_scale(o["kind_scale"], where);
+    if (o.contains("link_efficiency")) {
+      g.link_efficiency = number(o, "link_efficiency", where);
+      if (!(g.link_efficiency > 0 && g.link_efficiency <= 1))
+        throw std::invalid_argument(where + ": 'link_efficiency' must be in (0, 1]");
+    }
     check_gpu_spec(g, where);
     specs.push_back(g);
   }

@@ -24,6 +24,9 @@ struct GpuSpec {
   // A calibration: per OpKind (indexed by its value), the factor the cost model multiplies its
   // prediction of that kind's ops by. Empty: none (the built-in GPUs).
   std::vector<double> kind_scale;
+  // The fraction of h2d_gbps / d2h_gbps a pinned copy reaches; 0: the cost model's kLinkEfficiency.
+  // A calibration gives the link's measured figures with 1.
+  double link_efficiency = 0;
 };
 
 const std::vector<GpuSpec>& gpu_table();
@@ -36,7 +39,8 @@ const GpuSpec& find_gpu(const std::string& name);
 // the GPUs findable by name. An entry with "base": NAME starts from that GPU's figures (built in
 // or loaded before), and the fields it gives replace them. "kind_scale": {"conv2d": 1.3, ...}
 // (op kind names as `vtensor costs` writes them, factors > 0) calibrates the cost model per op
-// kind. Throws std::invalid_argument naming the file and the bad field.
+// kind, and "link_efficiency" (in (0, 1]) the host link. Throws std::invalid_argument naming the
+// file and the bad field.
 std::vector<std::string> load_gpu_file(const std::string& path);
 // The parse and checks of load_gpu_file without registering anything; `path` names the input in
 // the messages.
