@@ -11,11 +11,15 @@ left out (fitted on the others only; a kind no other model has keeps factor 1).
 
 One factor per kind cannot follow size: ResNet-50's small convolutions and VGG-16's large ones
 share "conv2d" (docs/benchmarks.md, "The sim against the device").
+--link CSV (build/bench/vtensor_swap_bandwidth's output on the same device) also sets the host link
+to the bandwidth vtensor's swap path measured one way at the largest size, each direction
+("h2d_gbps", "d2h_gbps", with "link_efficiency" 1). Both ways at once the device gave less (about
+100 GB/s in all against 2 x 55 on the H100): the sim's two copy lanes do not share the link.
 
 Usage:
   python3 bench/calibrate_gpu.py --base h100-80g --name h100-80g-cupti --out bench/gpus/h100-80g-cupti.json \\
       --run resnet50=docs/gpu-runs/2026-11-27/host-waits/sim_vs_device_resnet50.csv --run vgg16=... \\
-      [--check-out bench-out/calibration.csv]
+      [--link docs/gpu-runs/2026-11-27/host-waits/swap_bandwidth.csv] [--check-out bench-out/calibration.csv]
 --run MODEL[:BATCH]=CSV: the model (and batch, if not its preset) the CSV was measured on.
 """
 import argparse
@@ -50,6 +54,30 @@ def read_kinds(path):
     if total is None:
         sys.exit(f"--run: {path}: no 'all' row")
     return kinds, total
+
+
+def read_link(path):
+    """{"h2d": GB/s, "d2h": GB/s}: the swap path's one-way figure at the largest size measured."""
+    try:
+        with open(path) as f:
+            rows = list(csv.DictReader(f))
+    except OSError as e:
+        sys.exit(f"--link: {path}: {e.strerror}")
+    need = {"size_mib", "direction", "vtensor_gbps"}
+    if not rows or not need <= set(rows[0]):
+        sys.exit(f"--link: {path}: not the CSV of vtensor_swap_bandwidth (columns {', '.join(sorted(need))})")
+    link = {}
+    for d in ("h2d", "d2h"):
+        at = [r for r in rows if r["direction"] == d]
+        if not at:
+            sys.exit(f"--link: {path}: no {d} row")
+        try:
+            link[d] = float(max(at, key=lambda r: float(r["size_mib"]))["vtensor_gbps"])
+        except ValueError:
+            sys.exit(f"--link: {path}: size_mib / vtensor_gbps of a {d} row are not numbers")
+        if not link[d] > 0:
+            sys.exit(f"--link: {path}: the {d} bandwidth is not positive")
+    return link
 
 
 def costs_by_kind(vtensor, model, batch, gpu, gpu_file=None):
@@ -91,6 +119,7 @@ def main():
     ap.add_argument("--name", required=True, help="the calibrated GPU's name")
     ap.add_argument("--run", action="append", required=True, metavar="MODEL[:BATCH]=CSV")
     ap.add_argument("--out", required=True, help="the --gpu-file JSON to write")
+    ap.add_argument("--link", help="CSV of build/bench/vtensor_swap_bandwidth on the same device: the host link's figures")
     ap.add_argument("--check-out", help="CSV: per model, measured against predicted before and after")
     a = ap.parse_args()
     if not os.access(a.vtensor, os.X_OK):
@@ -116,6 +145,10 @@ def main():
             "description": f"{a.base} calibrated per op kind to op times measured on the device "
                            f"({', '.join(r['model'] for r in runs)}; bench/calibrate_gpu.py)",
             "kind_scale": {k: round(v, 4) for k, v in scale.items()}}
+    if a.link:
+        link = read_link(a.link)
+        spec.update({"h2d_gbps": link["h2d"], "d2h_gbps": link["d2h"], "link_efficiency": 1})
+        spec["description"] += f"; host link as measured one way, {link['h2d']} / {link['d2h']} GB/s"
     tmp = a.out + ".tmp"
     os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
     with open(tmp, "w") as f:

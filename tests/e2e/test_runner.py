@@ -191,6 +191,23 @@ class SimVsDevice(unittest.TestCase):
             with open(check) as f:
                 row = list(csv.DictReader(f))[0]
             self.assertAlmostEqual(float(row["calibrated_ms"]) / float(row["measured_ms"]), 1.0, places=2)
+            # --link: the swap path's one-way figures at the largest size, as measured (efficiency 1).
+            link = os.path.join(tmp, "link.csv")
+            with open(link, "w") as f:
+                f.write("size_mib,direction,plain_gbps,vtensor_gbps,ratio\n"
+                        "1,h2d,40,39,0.98\n1,d2h,40,38,0.95\n64,h2d,55,54.5,0.99\n64,d2h,55,53.5,0.97\n64,both,99,98,0.99\n")
+            p = subprocess.run([*calibrate, "--run", f"resnet-tiny={out}", "--out", spec, "--link", link],
+                               capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            with open(spec) as f:
+                fit = json.load(f)
+            self.assertEqual((fit["h2d_gbps"], fit["d2h_gbps"], fit["link_efficiency"]), (54.5, 53.5, 1))
+            with open(link, "w") as f:
+                f.write("size_mib,direction,vtensor_gbps\n64,h2d,55\n")
+            p = subprocess.run([*calibrate, "--run", f"resnet-tiny={out}", "--out", spec, "--link", link],
+                               capture_output=True, text=True)
+            self.assertNotEqual(p.returncode, 0)
+            self.assertIn("no d2h row", p.stderr)
 
 
 class Docs(unittest.TestCase):
