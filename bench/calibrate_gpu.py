@@ -31,16 +31,21 @@ import sys
 import tempfile
 
 
-def read_kinds(path):
-    """{kind: (measured_ms, predicted_ms)} and the 'all' row's measured ms."""
+def read_rows(path, flag, need, writer):
+    """The rows of a CSV that must have the columns `need` (written by `writer`), or exit naming it."""
     try:
         with open(path) as f:
             rows = list(csv.DictReader(f))
     except OSError as e:
-        sys.exit(f"--run: {path}: {e.strerror}")
-    need = {"kind", "measured_ms", "predicted_ms"}
+        sys.exit(f"{flag}: {path}: {e.strerror}")
     if not rows or not need <= set(rows[0]):
-        sys.exit(f"--run: {path}: not a CSV of bench/sim_vs_device.py (columns {', '.join(sorted(need))})")
+        sys.exit(f"{flag}: {path}: not a CSV of {writer} (columns {', '.join(sorted(need))})")
+    return rows
+
+
+def read_kinds(path):
+    """{kind: (measured_ms, predicted_ms)} and the 'all' row's measured ms."""
+    rows = read_rows(path, "--run", {"kind", "measured_ms", "predicted_ms"}, "bench/sim_vs_device.py")
     kinds, total = {}, None
     for r in rows:
         try:
@@ -58,14 +63,7 @@ def read_kinds(path):
 
 def read_link(path):
     """{"h2d": GB/s, "d2h": GB/s}: the swap path's one-way figure at the largest size measured."""
-    try:
-        with open(path) as f:
-            rows = list(csv.DictReader(f))
-    except OSError as e:
-        sys.exit(f"--link: {path}: {e.strerror}")
-    need = {"size_mib", "direction", "vtensor_gbps"}
-    if not rows or not need <= set(rows[0]):
-        sys.exit(f"--link: {path}: not the CSV of vtensor_swap_bandwidth (columns {', '.join(sorted(need))})")
+    rows = read_rows(path, "--link", {"size_mib", "direction", "vtensor_gbps"}, "build/bench/vtensor_swap_bandwidth")
     link = {}
     for d in ("h2d", "d2h"):
         at = [r for r in rows if r["direction"] == d]
