@@ -3,7 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pkgs=(build-essential cmake ninja-build python3 libopenblas-dev nlohmann-json3-dev libcli11-dev libgtest-dev libbenchmark-dev)
-pkgs+=(coinor-libclp-dev)  # the linear program of policy auto (vtensor/policy/lp.h)
+pkgs+=(coinor-libclp-dev coinor-libcbc-dev)  # the linear and integer programs of policy auto (vtensor/policy/lp.h)
 pkgs+=(python3-dev pybind11-dev python3-torch python3-pytest)  # the Python package (python/) and its tests
 pkgs+=(clang libclang-rt-dev)  # the sanitizer jobs and libFuzzer targets (scripts/sanitize.sh, scripts/fuzz.sh)
 # The browser test (tests/e2e/test_view.cpp) opens a timeline page in headless Chromium: large,

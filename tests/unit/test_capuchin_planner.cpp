@@ -851,6 +851,68 @@ TEST(LinearProgram, TheLinkAndARecomputationShareTheBytesOverTheBudget) {
   EXPECT_EQ(lp_pins(link), (std::vector<PlanPin>{{0 + 1, 2, CapuchinDecision::kSwap}}));
 }
 
+// The integer program (LpOptions::integer_time_limit_s; Cbc): each gap the LP moves in part is
+// swapped or recomputed whole. On the trace above: recomputing all of A costs op 0's 1 ms;
+// swapping all of it moves 100 MiB each way within op 1's segment, 9 ms past its own 1 ms at
+// 10 MiB/ms; the LP's 4/11 ms mixed both. Not recomputable, A must be swapped whole: 9 ms where
+// the LP's half swap cost 4. A gap the LP moves whole stays so (the neighbourhood): nothing to decide.
+TEST(LinearProgram, TheIntegerProgramMovesEachGapWhole) {
+  LpOptions o;
+  o.integer_time_limit_s = 10;
+  TraceBuilder tb = lp_trace(3, 10);
+  tb.in.budget = 100 * kMiB;
+  const TensorId a = tb.tensor(100 * kMiB, 0, {}, true);
+  tb.accesses(a, {0, 2});
+  tb.access(tb.tensor(50 * kMiB, 1, {}, false), 1);
+  const LpResult r = solve_lp(tb.in, o);
+  EXPECT_NEAR(r.overhead_ms, 4.0 / 11, 1e-6) << "the LP's own optimum is unchanged";
+  ASSERT_EQ(r.integer.status, "optimal");
+  EXPECT_NEAR(r.integer.overhead_ms, 1.0, 1e-6);
+  EXPECT_NEAR(r.integer.bound_ms, 1.0, 1e-6);
+  EXPECT_EQ(r.integer.integer_columns, 2);
+  EXPECT_EQ(r.integer.fixed_gaps, 0);
+  ASSERT_EQ(r.integer.gaps.size(), 1u);
+  EXPECT_EQ(r.integer.gaps[0].id, a);
+  EXPECT_NEAR(r.integer.gaps[0].recompute, 1.0, 1e-9);
+  EXPECT_NEAR(r.integer.gaps[0].swap, 0.0, 1e-9);
+  LpResult ir = r;
+  ir.gaps = r.integer.gaps;
+  EXPECT_EQ(lp_pins(ir), (std::vector<PlanPin>{{a, 2, CapuchinDecision::kRecompute}}));
+
+  TraceBuilder tl = lp_trace(3, 10);
+  tl.in.budget = 100 * kMiB;
+  tl.accesses(tl.tensor(100 * kMiB, 0, {}, false), {0, 2});
+  tl.access(tl.tensor(50 * kMiB, 1, {}, false), 1);
+  const LpResult link = solve_lp(tl.in, o);
+  EXPECT_NEAR(link.overhead_ms, 4.0, 1e-6);
+  ASSERT_EQ(link.integer.status, "optimal");
+  EXPECT_NEAR(link.integer.overhead_ms, 9.0, 1e-6);
+  ASSERT_EQ(link.integer.gaps.size(), 1u);
+  EXPECT_NEAR(link.integer.gaps[0].swap, 1.0, 1e-9);
+  // Off by default: the LP alone.
+  EXPECT_EQ(solve_lp(tl.in).integer.status, "not run");
+
+  // A swapped whole by the LP (A 100 MiB back at op 6, B 100 MiB at ops 2-3): fixed, the same plan.
+  TraceBuilder tw = lp_trace(7, 50);
+  tw.in.budget = 100 * kMiB;
+  const TensorId w = tw.tensor(100 * kMiB, 0, {}, false);
+  tw.accesses(w, {0, 6});
+  tw.live(tw.tensor(100 * kMiB, 2, {}, false), 2, 3);
+  const LpResult whole = solve_lp(tw.in, o);
+  ASSERT_EQ(whole.integer.status, "optimal");
+  EXPECT_EQ(whole.integer.integer_columns, 0);
+  EXPECT_EQ(whole.integer.fixed_gaps, 1);
+  EXPECT_NEAR(whole.integer.overhead_ms, 0.0, 1e-6);
+  ASSERT_EQ(whole.integer.gaps.size(), 1u);
+  EXPECT_NEAR(whole.integer.gaps[0].swap, 1.0, 1e-9);
+  // Without the neighbourhood every gap is decided, to the same optimum here.
+  o.integer_neighbourhood = false;
+  const LpResult all = solve_lp(tw.in, o);
+  EXPECT_EQ(all.integer.fixed_gaps, 0);
+  EXPECT_EQ(all.integer.integer_columns, 2);
+  EXPECT_NEAR(all.integer.overhead_ms, 0.0, 1e-6);
+}
+
 namespace {
 // A (100 MiB, made by op 0, read again at op `back`, not recomputable) and B (`b_mib`,
 // alive at ops b_from..b_to), budget 100 MiB, `ops` ops of 1 ms: the LP's optimum, no overhead.

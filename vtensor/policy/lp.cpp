@@ -1,5 +1,6 @@
 #include "vtensor/policy/lp.h"
 
+#include <coin/Cbc_C_Interface.h>
 #include <coin/Clp_C_Interface.h>
 
 #include <algorithm>
@@ -422,6 +423,30 @@ LpResult solve_lp(const PlannerInput& input, const LpOptions& opt) {
   }
   out.status = "optimal";
   out.bound = true;
+  // A solution's moved gaps, with their timing.
+  auto moved_gaps = [&](const double* sol) {
+    std::vector<LpGap> v;
+    for (const Gap& g : gaps) {
+      const double x = std::clamp(sol[g.x], 0.0, 1.0), y = std::clamp(sol[g.y], 0.0, 1.0);
+      if (!(x > 1e-6 || y > 1e-6)) continue;
+      LpGap lg{g.id, g.a, g.b % n, static_cast<size_t>(std::llround(g.mib * kMiB)), x, y, std::max(0.0, g.rec_ms)};
+      // Timing: the op after which the copy back starts (its first segment with any).
+      if (x > 1e-6 && g.b < n)
+        for (size_t i = 0; i < g.seg.size(); ++i)
+          if (sol[g.in0 + static_cast<int>(i)] > 1e-6 * x) {
+            lg.in_after_op = g.a + g.seg_off[i];
+            break;
+          }
+      if (lg.in_after_op >= 0) {
+        const double copy_ns = g.mib * kMiB * in.swap_ns_per_byte, back_ns = tl.start[static_cast<size_t>(g.b)];
+        int q = lg.in_after_op;
+        while (q > g.a && back_ns - tl.start[static_cast<size_t>(q) + 1] < copy_ns) --q;
+        lg.whole_in_after_op = q;
+      }
+      v.push_back(lg);
+    }
+    return v;
+  };
   const double* sol = Clp_primalColumnSolution(model.get());
   for (int e : extra) out.overhead_ms += sol[e];
   for (const Gap& g : gaps) {
@@ -429,25 +454,69 @@ LpResult solve_lp(const PlannerInput& input, const LpOptions& opt) {
     out.swapped_bytes += x * g.mib * kMiB;
     out.recomputed_bytes += y * g.mib * kMiB;
     if (y > 0) out.recompute_ms += y * g.rec_ms;
-    if (!(x > 1e-6 || y > 1e-6)) continue;
-    LpGap lg{g.id, g.a, g.b % n, static_cast<size_t>(std::llround(g.mib * kMiB)), x, y, std::max(0.0, g.rec_ms)};
-    // Timing: the op after which the copy back starts (its first segment with any).
-    if (x > 1e-6 && g.b < n)
-      for (size_t i = 0; i < g.seg.size(); ++i)
-        if (sol[g.in0 + static_cast<int>(i)] > 1e-6 * x) {
-          lg.in_after_op = g.a + g.seg_off[i];
-          break;
-        }
-    if (lg.in_after_op >= 0) {
-      const double copy_ns = g.mib * kMiB * in.swap_ns_per_byte, back_ns = tl.start[static_cast<size_t>(g.b)];
-      int q = lg.in_after_op;
-      while (q > g.a && back_ns - tl.start[static_cast<size_t>(q) + 1] < copy_ns) --q;
-      lg.whole_in_after_op = q;
-    }
-    out.gaps.push_back(lg);
   }
+  out.gaps = moved_gaps(sol);
   out.stall_ms = std::max(0.0, out.overhead_ms - out.recompute_ms);
-  return finish();
+  out.wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+
+  // The integer program: the same rows, each gap's x and y whole (over the optimum's
+  // neighbourhood: the gaps it moves whole or not at all stay so). Cbc starts from the LP's
+  // rounding up and stops at the time limit with its best.
+  if (opt.integer_time_limit_s > 0) {
+    const auto i0 = std::chrono::steady_clock::now();
+    LpInteger& ip = out.integer;
+    std::vector<double> lo = mx.col_lo, hi = mx.col_hi;
+    std::vector<int> start_cols;
+    std::vector<double> start_vals;
+    for (const Gap& g : gaps) {
+      const double x = std::clamp(sol[g.x], 0.0, 1.0), y = std::clamp(sol[g.y], 0.0, 1.0);
+      const bool whole = (x < 1e-6 || x > 1 - 1e-6) && (y < 1e-6 || y > 1 - 1e-6);
+      if (whole && opt.integer_neighbourhood) {
+        lo[static_cast<size_t>(g.x)] = hi[static_cast<size_t>(g.x)] = std::round(x);
+        lo[static_cast<size_t>(g.y)] = hi[static_cast<size_t>(g.y)] = std::round(y);
+        ++ip.fixed_gaps;
+        continue;
+      }
+      ip.integer_columns += 2;
+      // The first solution: the LP's rounded up (feasible: more off the device everywhere, and
+      // E absorbs the link and the recomputations), the larger fraction deciding.
+      const bool rec = y > 1e-6 && y >= x, swp = !rec && x > 1e-6;
+      start_cols.push_back(g.x), start_vals.push_back(swp ? 1 : 0);
+      start_cols.push_back(g.y), start_vals.push_back(rec ? 1 : 0);
+    }
+    if (ip.integer_columns == 0) {  // the optimum moves every gap whole or not at all: it is the answer
+      ip.status = "optimal";
+      ip.overhead_ms = ip.bound_ms = out.overhead_ms;
+      ip.gaps = out.gaps;
+      ip.wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - i0).count();
+      return out;
+    }
+    std::unique_ptr<Cbc_Model, void (*)(Cbc_Model*)> cbc(Cbc_newModel(), Cbc_deleteModel);
+    Cbc_setLogLevel(cbc.get(), 0);
+    Cbc_loadProblem(cbc.get(), out.columns, out.rows, start.data(), index.data(), value.data(), lo.data(), hi.data(),
+                    mx.obj.data(), mx.row_lo.data(), mx.row_hi.data());
+    for (const Gap& g : gaps)
+      if (lo[static_cast<size_t>(g.x)] != hi[static_cast<size_t>(g.x)] || lo[static_cast<size_t>(g.y)] != hi[static_cast<size_t>(g.y)])
+        Cbc_setInteger(cbc.get(), g.x), Cbc_setInteger(cbc.get(), g.y);
+    if (!start_cols.empty())
+      Cbc_setMIPStartI(cbc.get(), static_cast<int>(start_cols.size()), start_cols.data(), start_vals.data());
+    Cbc_setMaximumSeconds(cbc.get(), opt.integer_time_limit_s);
+    Cbc_solve(cbc.get());
+    const double* best = Cbc_bestSolution(cbc.get());
+    // The LP's optimum bounds the integer program too (Cbc's bound is -inf before its root).
+    ip.bound_ms = std::max(Cbc_getBestPossibleObjValue(cbc.get()), out.overhead_ms);
+    if (best) {
+      ip.overhead_ms = 0;
+      for (int e : extra) ip.overhead_ms += best[e];
+      ip.gaps = moved_gaps(best);
+      ip.status = Cbc_isProvenOptimal(cbc.get()) ? "optimal" : "time limit";
+    } else {
+      ip.status = Cbc_isProvenInfeasible(cbc.get()) ? "infeasible" : "no solution";
+      ip.overhead_ms = kInf;
+    }
+    ip.wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - i0).count();
+  }
+  return out;
 }
 
 std::vector<PlanPin> lp_pins(const LpResult& r, double threshold, LpTiming timing, bool capped) {

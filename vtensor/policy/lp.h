@@ -15,9 +15,10 @@
 //   least a threshold; auto uses 0.3), it gives PlanPins that Capuchin's greedy completes: auto
 //   rehearses them as more starts for its search, also timed (each prefetch no later than the
 //   optimum's copy back, or than the whole tensor's copy must start), and capped (rounded up, the
-//   swaps carry more bytes than the optimum moves). Deviations: a relaxation, not the ILP the
-//   issue names (the integer program over ~10^4 gaps x segments does not solve within the
-//   planning limit here).
+//   swaps carry more bytes than the optimum moves). The integer program (integer_time_limit_s,
+//   COIN-OR Cbc) makes each gap's x and y whole over the optimum's neighbourhood (the gaps it
+//   moves in part); off by default: the optimum is nearly whole on the paper models, and Cbc's
+//   time would come out of auto's planning limit.
 #pragma once
 #include <string>
 #include <vector>
@@ -35,6 +36,12 @@ struct LpOptions {
   // Gaps of fewer bytes than this fraction of the budget leave the device at no cost (optimistic,
   // so the optimum still bounds; far fewer columns).
   double small_fraction = 1.0 / 1024;
+  // > 0: also the integer program (each gap swapped or recomputed whole; COIN-OR Cbc), within
+  // this many seconds, from the LP's rounding as its first solution; 0: the LP only.
+  double integer_time_limit_s = 0;
+  // The integer program over the LP optimum's neighbourhood only: a gap the optimum moves whole
+  // or not at all stays so, the fractional ones are decided (exact over them, and far smaller).
+  bool integer_neighbourhood = true;
 };
 
 // One gap the optimum moves (swap or recompute > 0).
@@ -50,6 +57,18 @@ struct LpGap {
   int whole_in_after_op = -1;
 };
 
+// The integer program's answer (LpOptions::integer_time_limit_s).
+struct LpInteger {
+  std::string status = "not run";  // "optimal", "time limit", "no solution", ...
+  double overhead_ms = 0;          // its best plan's (each gap whole)
+  // Cbc's lower bound: on every whole-gap plan where nothing was fixed (integer_neighbourhood
+  // false), else over the neighbourhood only.
+  double bound_ms = 0;
+  int integer_columns = 0, fixed_gaps = 0;
+  double wall_ms = 0;
+  std::vector<LpGap> gaps;  // its best plan (fractions 0 or 1)
+};
+
 struct LpResult {
   std::string status = "not run";  // "optimal", "nothing over the budget", "working set", "time limit", ...
   bool bound = false;              // overhead_ms is a lower bound (solved to optimality)
@@ -61,6 +80,7 @@ struct LpResult {
   long long nonzeros = 0;
   double wall_ms = 0;
   std::vector<LpGap> gaps;
+  LpInteger integer;
 };
 
 LpResult solve_lp(const PlannerInput& in, const LpOptions& opt = {});
