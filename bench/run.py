@@ -1734,6 +1734,47 @@ EXPERIMENTS["auto-lp"] = {
                 ("25%: without → with the LP starts", lambda c: f"{_lp_cell(c, 'off', '25%')} → {_lp_cell(c, 'lp', '25%')}")]}
 
 
+
+# What the integer program buys (lp.h, Cbc over the LP's fractional gaps): auto without it
+# (default) and with --auto-ilp 2, the same rows and reports as auto-search-models.
+def _ilp_cell(c):
+    lp = (c.rep.get("ilp") or {}).get("policy_report", {}).get("lp") or {}
+    ip = lp.get("integer")
+    if not ip or c.rep.get("budgets") is None:
+        return {}
+    unmanaged = float(c.rep["budgets"][0]["unmanaged_ms"])
+    compute = lp["compute_ms"]
+    out = {"lp": _lp(lp, unmanaged), "gaps": f"{ip['integer_columns'] // 2} / {ip['integer_columns'] // 2 + ip['fixed_gaps']}",
+           "ilp": f"{(compute + ip['overhead_ms']) / unmanaged:.3f}× ({ip['status']}, {ip['wall_ms'] / 1e3:.1f} s; "
+                  f"bound {(compute + ip['bound_ms']) / unmanaged:.3f}×)" if ip["overhead_ms"] is not None
+                  else f"{ip['status']} ({ip['wall_ms'] / 1e3:.1f} s)"}
+    times = []
+    for run in ("lp", "ilp"):
+        r = (c.rep.get(run) or {}).get("policy_report", {})
+        times.append(f"{r['predicted_time_ms'] / unmanaged:.3f}×" if "predicted_time_ms" in r else "OOM")
+    out["auto"] = " → ".join(times)
+    srch = (c.rep.get("ilp") or {}).get("policy_report", {}).get("search", {})
+    out["start"] = f"{srch.get('start', '')} on {srch.get('start_policy', '')}" if srch.get("start_policy") else ""
+    return out
+
+
+EXPERIMENTS["auto-ilp"] = {
+    "kind": "runs", "serial": True,  # auto's planning limit makes its choice depend on the machine's speed
+    "about": "the integer program over the LP's fractional gaps (lp.h; COIN-OR Cbc, 2 s limit, the LP's rounding up as its "
+             "first solution; the gaps the LP moves whole or not at all stay so): per row `vtensor train ... --policy auto "
+             "--budget B --iters 2 --report R` on sim without and with `--auto-ilp 2` (B from a sweep of none); the LP's "
+             "optimum, the gaps the integer program decides / all gaps, its best plan and Cbc's bound over them (× unmanaged), "
+             "auto's time without → with it (× unmanaged), and the start its kept climb came from with it",
+    "rows": EXPERIMENTS["auto-search-models"]["rows"],
+    "runs": [("budgets", EXPERIMENTS["auto-search-models"]["runs"][0][1]),
+             ("lp", _auto_run), ("ilp", lambda r, got: _auto_run(r, got, "--auto-ilp", "2"))],
+    "columns": [("row", lambda c: c.row["name"]), ("GPU", lambda c: c.row["gpu"]), ("budget", lambda c: c.row["budget"]),
+                ("LP bound (× unmanaged; solve)", lambda c: _ilp_cell(c).get("lp", "")),
+                ("gaps decided / all", lambda c: _ilp_cell(c).get("gaps", "")),
+                ("integer program (status, wall; Cbc's bound)", lambda c: _ilp_cell(c).get("ilp", "")),
+                ("auto without → with it", lambda c: _ilp_cell(c).get("auto", "")),
+                ("start of the kept climb, with it", lambda c: _ilp_cell(c).get("start", ""))]}
+
 # auto on the planned pool (--allocator planned: every rehearsal and the run place their blocks
 # by the planner, from the first guided iteration) against the caching allocator (default), the
 # same sweep otherwise; with the planning limit, the planned pool's rehearsals cost more.

@@ -43,6 +43,9 @@ const char* const kAutoWindowHelp =
 const char* const kAutoLpHelp =
     "policy auto: the fastest candidates its linear program's rounded plans (untimed and timed) are rehearsed on, each plan's fastest a start for its search (0: none, the LP still bounds; default 3)";
 
+const char* const kAutoIlpHelp =
+    "policy auto: seconds for its integer program over the LP's fractional gaps (COIN-OR Cbc), whose plan is one more start for its search (0: none; default 0)";
+
 // --auto-search / --auto-window: a count >= 0; with a single policy, that policy must be auto (a
 // sweep applies it to its auto runs).
 void check_auto_count(const std::string& option, int value, const std::string& what, const TrainConfig& cfg, bool given,
@@ -60,6 +63,12 @@ void check_auto_search(const TrainConfig& cfg, const CLI::App& cmd, bool single_
   check_auto_count("--auto-window", cfg.auto_window, "no window search", cfg, cmd.get_option("--auto-window")->count() > 0,
                    single_policy);
   check_auto_count("--auto-lp", cfg.auto_lp, "no LP starts", cfg, cmd.get_option("--auto-lp")->count() > 0, single_policy);
+  if (cmd.get_option("--auto-ilp")->count() > 0) {
+    if (!(cfg.auto_ilp >= 0 && cfg.auto_ilp <= 60))
+      throw std::invalid_argument("--auto-ilp must be seconds in [0, 60] (0: no integer program), got " + format_number(cfg.auto_ilp));
+    if (single_policy && cfg.policy != "auto")
+      throw std::invalid_argument("--auto-ilp applies to --policy auto only, got --policy " + cfg.policy);
+  }
 }
 
 // --checkpoint-segments with a single policy: it must be checkpoint (a sweep applies it to its checkpoint runs).
@@ -361,6 +370,7 @@ CLI::App* add_sweep(CLI::App& app, ExperimentArgs& a) {
   c->add_option("--auto-search", a.cfg.auto_search, kAutoSearchHelp);
   c->add_option("--auto-window", a.cfg.auto_window, kAutoWindowHelp);
   c->add_option("--auto-lp", a.cfg.auto_lp, kAutoLpHelp);
+  c->add_option("--auto-ilp", a.cfg.auto_ilp, kAutoIlpHelp);
   c->add_option("--densities", a.cfg.densities_path, "runs of the compress policies and auto: non-zero counts recorded by a cpu run (train --densities-out)");
   c->add_option("--out", a.out, "output file, .csv or .json")->required();
   return c;
@@ -504,6 +514,7 @@ int vtensor::run_cli(int argc, char** argv, CliMode mode) {
   train->add_option("--auto-search", cfg.auto_search, kAutoSearchHelp);
   train->add_option("--auto-window", cfg.auto_window, kAutoWindowHelp);
   train->add_option("--auto-lp", cfg.auto_lp, kAutoLpHelp);
+  train->add_option("--auto-ilp", cfg.auto_ilp, kAutoIlpHelp);
   train->add_flag("--inplace-relu-grad", cfg.inplace_relu_grad, "relu backward writes dx over dy where dy dies (cuDNN's in-place ReLU, as in vDNN)");
   train->add_option("--weight-decay", cfg.optimizer.weight_decay, "weight decay (L2 for sgd and adam, decoupled for adamw)");
   train->add_option("--report", report, "write a JSON report to this file");

@@ -783,6 +783,50 @@ TEST(AutoSearch, TheWindowSearchCombinesMovesAndReplays) {
   EXPECT_LE(rep0["search"]["time_ms"].get<double>(), climbed);
 }
 
+// --auto-ilp: the integer program over the LP's fractional gaps (lp.h, Cbc) runs after the LP.
+// The LP relaxes it, so its plan costs no less than the LP's optimum, and Cbc's bound lies
+// between them; where its plan differs from the LP's roundings it is rehearsed as more starts
+// ("ilp", "ilp-timed", "ilp-whole"), none below the LP's optimum; the run is the prediction; and
+// on cpu the run stays bit-identical to none. bert-tiny at 25% on p100-16g leaves 11 gaps to decide.
+TEST(AutoSearch, TheIntegerProgramIsAStartAndTheRunStaysBitIdentical) {
+  const AutoRun base = train(config("bert-tiny", "none", 0, 2, "p100-16g"));
+  const size_t budget = align_up(static_cast<size_t>(static_cast<double>(max_peak(base)) * 0.25));
+  TrainConfig cfg = config("bert-tiny", "auto", budget, 4, "p100-16g");
+  cfg.auto_ilp = 1;
+  Trainer t(cfg);
+  auto* a = dynamic_cast<AutoPolicy*>(&t.memory().policy());
+  ASSERT_NE(a, nullptr);
+  const AutoRun r = run(t, cfg);
+  const auto& l = r.report["lp"];
+  ASSERT_EQ(l["status"].get<std::string>(), "optimal") << l.dump();
+  ASSERT_TRUE(l.contains("integer")) << l.dump();
+  const auto& ip = l["integer"];
+  const std::string status = ip["status"].get<std::string>();
+  ASSERT_TRUE(status == "optimal" || status == "time limit") << ip.dump();
+  EXPECT_GT(ip["integer_columns"].get<int>(), 0) << "nothing to decide: the check proves nothing";
+  const double lp = l["overhead_ms"].get<double>(), eps = 1e-9 * l["compute_ms"].get<double>();
+  EXPECT_GE(ip["overhead_ms"].get<double>(), lp - eps) << ip.dump();
+  EXPECT_GE(ip["bound_ms"].get<double>(), lp - eps) << ip.dump();
+  EXPECT_LE(ip["bound_ms"].get<double>(), ip["overhead_ms"].get<double>() + eps) << ip.dump();
+  int integer_starts = 0;
+  for (const auto& x : l["rehearsals"]) {
+    if (x["variant"].get<std::string>().rfind("ilp", 0) != 0) continue;
+    ++integer_starts;
+    if (x["trained"].get<bool>()) EXPECT_GE(x["predicted_time_ms"].get<double>(), l["time_ms"].get<double>() - eps) << x.dump();
+  }
+  EXPECT_GT(integer_starts, 0) << l.dump();
+  EXPECT_NEAR(r.report["predicted_time_ms"].get<double>(), mean_guided_ms(r), 1e-9 * mean_guided_ms(r));
+  EXPECT_LE(max_peak(r), budget);
+
+  // On cpu, real training: bit-identical to none at half the peak.
+  const AutoRun cpu_base = train(config("bert-tiny", "none", 0, 4));
+  TrainConfig cpu = config("bert-tiny", "auto", align_up(max_peak(cpu_base) / 2), 4);
+  cpu.auto_ilp = 1;
+  const AutoRun cpu_run = train(cpu);
+  ASSERT_TRUE(cpu_run.report["lp"].contains("integer")) << cpu_run.report["lp"].dump();
+  expect_bit_identical(cpu_base, cpu_run);
+}
+
 // Under auto the planned pool plans from the first guided iteration (the measured one runs
 // another schedule), keeps the plan through auto's packing at each iteration's end, and serves
 // the later iterations from it without a fallback (bert-tiny at 55%, where the plan fits; at 50%

@@ -89,6 +89,9 @@ TEST(Cli, BadArgumentsNameTheArgumentAndExitTwo) {
            {"sweep --model resnet-tiny --policies auto --auto-window -1 --out x.csv", "--auto-window must be a rehearsal count >= 0"},
            {"train --model resnet-tiny --policy capuchin --auto-lp 2", "--auto-lp applies to --policy auto only"},
            {"sweep --model resnet-tiny --policies auto --auto-lp -1 --out x.csv", "--auto-lp must be a rehearsal count >= 0"},
+           {"train --model resnet-tiny --policy dtr --auto-ilp 1", "--auto-ilp applies to --policy auto only"},
+           {"train --model resnet-tiny --policy auto --auto-ilp 99", "--auto-ilp must be seconds in [0, 60]"},
+           {"sweep --model resnet-tiny --policies auto --auto-ilp -1 --out x.csv", "--auto-ilp must be seconds in [0, 60]"},
            {"train", "--model"},
            {"fly", "fly"},
        }) {

@@ -8,6 +8,12 @@
 
 namespace vtensor {
 
+std::string format_number(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", v);
+  return b;
+}
+
 std::string format_bytes(size_t bytes) {
   char buf[64];
   const double b = static_cast<double>(bytes);

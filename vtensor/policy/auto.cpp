@@ -164,6 +164,7 @@ constexpr size_t kWindowAnchors = 8;
 // start's name in the report.
 std::string lp_variant_label(const AutoPolicy::LpVariant& v) {
   std::string s = v.timing == LpTiming::kLp ? "lp-timed" : v.timing == LpTiming::kWhole ? "lp-whole" : "lp";
+  if (v.integer) return "i" + s;  // "ilp", "ilp-timed", "ilp-whole"
   if (v.capped) s += "-capped";
   if (v.threshold != AutoPolicy::kLpThresholds[0]) {
     char buf[16];
@@ -511,7 +512,9 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       const auto b0 = std::chrono::steady_clock::now();
       bound_ = overhead_bound(in);
       bound_wall_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - b0).count();
-      lp_ = solve_lp(in);
+      LpOptions lo;
+      lo.integer_time_limit_s = ilp_seconds_;
+      lp_ = solve_lp(in, lo);
       // The rounded plans: at each threshold, with Capuchin's prefetch triggers, with the LP's
       // prefetch times and with those moved earlier for the whole tensor, then the last with
       // the swaps capped at the LP's bytes (the same pins once).
@@ -524,6 +527,17 @@ void AutoPolicy::choose(const AccessTrace& trace) {
           for (const auto& w : lp_variants_) seen = seen || w.pins == v.pins;
           if (!seen) lp_variants_.push_back(std::move(v));
         }
+      // The integer program's plan (each gap whole already), with the same three timings.
+      if (!lp_.integer.gaps.empty()) {
+        LpResult ir = lp_;
+        ir.gaps = lp_.integer.gaps;
+        for (const LpTiming timing : {LpTiming::kPlanner, LpTiming::kLp, LpTiming::kWhole}) {
+          LpVariant v{lp_pins(ir, 0.5, timing), 0.5, timing, false, true};
+          bool seen = v.pins.empty();
+          for (const auto& w : lp_variants_) seen = seen || w.pins == v.pins;
+          if (!seen) lp_variants_.push_back(std::move(v));
+        }
+      }
     }
     rehearsals_.clear();
     const RehearsalResult* best = nullptr;
@@ -1109,6 +1123,14 @@ nlohmann::json AutoPolicy::report() const {
     const bool finite = l.bound && std::isfinite(l.overhead_ms);
     out["lp"]["overhead_ms"] = finite ? json(l.overhead_ms) : json(nullptr);
     out["lp"]["time_ms"] = finite ? json(l.compute_ms + l.overhead_ms) : json(nullptr);
+    if (l.integer.status != "not run") {
+      const auto& ip = l.integer;
+      const bool found = std::isfinite(ip.overhead_ms);
+      out["lp"]["integer"] = {{"status", ip.status}, {"overhead_ms", found ? json(ip.overhead_ms) : json(nullptr)},
+                              {"bound_ms", ip.bound_ms}, {"integer_columns", ip.integer_columns},
+                              {"fixed_gaps", ip.fixed_gaps}, {"gaps", ip.gaps.size()}, {"wall_ms", ip.wall_ms},
+                              {"time_limit_s", ilp_seconds_}};
+    }
   }
   out["plan"] = current().report();
   return out;
@@ -1147,6 +1169,14 @@ std::string AutoPolicy::summary() const {
     if (lp_.bound && std::isfinite(lp_.overhead_ms) && lp_.compute_ms > 0) {
       std::snprintf(buf, sizeof buf, "; LP bound %.2f ms (%.3fx)", lp_.compute_ms + lp_.overhead_ms,
                     1 + lp_.overhead_ms / lp_.compute_ms);
+      s += buf;
+    }
+    if (lp_.integer.status != "not run" && lp_.compute_ms > 0) {
+      if (std::isfinite(lp_.integer.overhead_ms))
+        std::snprintf(buf, sizeof buf, "; integer program %.2f ms (%s, %.1f s)", lp_.compute_ms + lp_.integer.overhead_ms,
+                      lp_.integer.status.c_str(), lp_.integer.wall_ms * 1e-3);
+      else
+        std::snprintf(buf, sizeof buf, "; integer program: %s (%.1f s)", lp_.integer.status.c_str(), lp_.integer.wall_ms * 1e-3);
       s += buf;
     }
   }

@@ -147,6 +147,7 @@ class AutoPolicy final : public Policy {
     double threshold = 0.5;
     LpTiming timing = LpTiming::kPlanner;
     bool capped = false;
+    bool integer = false;  // the integer program's plan (LpResult::integer), not the LP's rounding
   };
   // forced: run that candidate after the measured iteration without rehearsing (what a
   // rehearsal itself runs); empty: choose by rehearsal.
@@ -196,6 +197,9 @@ class AutoPolicy final : public Policy {
   // The LP's rounded plan is rehearsed on this many of the fastest Capuchin-based candidates (the
   // two fastest without wrap swaps, then the fastest with them), each a start for the search.
   void set_lp_rehearsals(int n) { lp_rehearsals_count_ = n; }
+  // Seconds for the integer program over the LP's fractional gaps (lp.h, Cbc; 0: none). Its plan,
+  // where it differs from the LP's rounding, is rehearsed as the LP's are: more starts.
+  void set_ilp_seconds(double s) { ilp_seconds_ = s; }
   // The densities the measured iteration had for the compression candidates (null: none).
   const std::shared_ptr<const DensityTable>& densities() const { return densities_; }
   double planning_ms() const { return planning_ms_; }
@@ -256,6 +260,7 @@ class AutoPolicy final : public Policy {
   int search_rehearsals_ = kDefaultSearchRehearsals;
   int window_rehearsals_ = kDefaultWindowRehearsals;
   int lp_rehearsals_count_ = kDefaultLpRehearsals;
+  double ilp_seconds_ = 0;
   double climbed_ms_ = 0;  // the plan's time after the climb, before the window search
   int windows_ = 0, window_tried_ = 0;
   std::vector<std::optional<size_t>> nonzeros_;  // per tensor, counted in the measured iteration

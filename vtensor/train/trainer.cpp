@@ -53,8 +53,11 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
                                 std::to_string(cfg_.auto_window));
   if (cfg_.auto_lp < -1)
     throw std::invalid_argument("--auto-lp must be a rehearsal count >= 0 (0: no LP starts), got " + std::to_string(cfg_.auto_lp));
+  if (!(cfg_.auto_ilp == -1 || (cfg_.auto_ilp >= 0 && cfg_.auto_ilp <= 60)))
+    throw std::invalid_argument("--auto-ilp must be seconds in [0, 60] (0: no integer program), got " + format_number(cfg_.auto_ilp));
   if (auto* a = dynamic_cast<AutoPolicy*>(policy.get())) {
     a->set_rehearser(rehearse);
+    if (cfg_.auto_ilp >= 0) a->set_ilp_seconds(cfg_.auto_ilp);
     if (cfg_.auto_lp >= 0) a->set_lp_rehearsals(cfg_.auto_lp);
     if (cfg_.auto_search >= 0) a->set_search_rehearsals(cfg_.auto_search);
     if (cfg_.auto_window >= 0) a->set_window_rehearsals(cfg_.auto_window);
