@@ -1758,28 +1758,29 @@ def _ilp_cell(c):
     return out
 
 
-EXPERIMENTS["auto-ilp"] = {
-    "kind": "runs", "serial": True,  # auto's planning limit makes its choice depend on the machine's speed
-    "about": "the integer program over the LP's fractional gaps (lp.h; COIN-OR Cbc, 2 s limit, the LP's rounding up as its "
-             "first solution; the gaps the LP moves whole or not at all stay so): per row `vtensor train ... --policy auto "
-             "--budget B --iters 2 --report R` on sim without and with `--auto-ilp 2` (B from a sweep of none); the LP's "
-             "optimum, the gaps the integer program decides / all gaps, its best plan and Cbc's bound over them (× unmanaged), "
-             "auto's time without → with it (× unmanaged), and the start its kept climb came from with it",
-    "rows": EXPERIMENTS["auto-search-models"]["rows"],
-    "runs": [("budgets", EXPERIMENTS["auto-search-models"]["runs"][0][1]),
-             ("lp", _auto_run), ("ilp", lambda r, got: _auto_run(r, got, "--auto-ilp", "2"))],
-    "columns": [("row", lambda c: c.row["name"]), ("GPU", lambda c: c.row["gpu"]), ("budget", lambda c: c.row["budget"]),
-                ("LP bound (× unmanaged; solve)", lambda c: _ilp_cell(c).get("lp", "")),
-                ("gaps decided / all", lambda c: _ilp_cell(c).get("gaps", "")),
-                ("integer program (status, wall; Cbc's bound)", lambda c: _ilp_cell(c).get("ilp", "")),
-                ("auto without → with it", lambda c: _ilp_cell(c).get("auto", "")),
-                ("start of the kept climb, with it", lambda c: _ilp_cell(c).get("start", ""))]}
+def auto_ilp(search):
+    rows = EXPERIMENTS[search]["rows"]
+    return {
+        "kind": "runs", "serial": True,  # auto's planning limit makes its choice depend on the machine's speed
+        "about": "the integer program over the LP's fractional gaps (lp.h; COIN-OR Cbc, 2 s limit, the LP's rounding up as "
+                 "its first solution; the gaps the LP moves whole or not at all stay so): per row `vtensor "
+                 f"{rows[0]['cmd']} ... --policy auto --budget B --iters 2 --report R` on sim without and with "
+                 "`--auto-ilp 2` (B from a sweep of none); the LP's optimum, the gaps the integer program decides / all "
+                 "gaps, its best plan and Cbc's bound over them (× unmanaged), auto's time without → with it "
+                 "(× unmanaged), and the start its kept climb came from with it",
+        "rows": rows,
+        "runs": [("budgets", EXPERIMENTS[search]["runs"][0][1]),
+                 ("lp", _auto_run), ("ilp", lambda r, got: _auto_run(r, got, "--auto-ilp", "2"))],
+        "columns": [("row", lambda c: c.row["name"]), ("GPU", lambda c: c.row["gpu"]), ("budget", lambda c: c.row["budget"]),
+                    ("LP bound (× unmanaged; solve)", lambda c: _ilp_cell(c).get("lp", "")),
+                    ("gaps decided / all", lambda c: _ilp_cell(c).get("gaps", "")),
+                    ("integer program (status, wall; Cbc's bound)", lambda c: _ilp_cell(c).get("ilp", "")),
+                    ("auto without → with it", lambda c: _ilp_cell(c).get("auto", "")),
+                    ("start of the kept climb, with it", lambda c: _ilp_cell(c).get("start", ""))]}
 
-# auto on the planned pool (--allocator planned: every rehearsal and the run place their blocks
-# by the planner, from the first guided iteration) against the caching allocator (default), the
-# same sweep otherwise; with the planning limit, the planned pool's rehearsals cost more.
-def _allocator_sweep(row, allocator):
-    return _lp_sweep(row, False) + ["--allocator", allocator]
+
+EXPERIMENTS["auto-ilp"] = auto_ilp("auto-search-models")
+EXPERIMENTS["auto-ilp-logs"] = auto_ilp("auto-search-logs")
 
 
 def _planned_cell(c, budget):

@@ -226,10 +226,13 @@ CLI::App* add_replay(CLI::App& app, ReplayArgs& a) {
   c->add_option("--html", a.html, "write the last iteration's memory timeline as an HTML page");
   c->add_flag("--timeline", a.cfg.timeline, "put the last iteration's per-op memory timeline in the report");
   c->add_flag("--quiet", a.quiet, "no per-iteration lines");
+  c->add_option("--auto-ilp", a.cfg.auto_ilp, kAutoIlpHelp);
   return c;
 }
 
 int cmd_replay(ReplayArgs a) {
+  if (a.cfg.auto_ilp != -1 && a.cfg.policy != "auto")
+    throw std::invalid_argument("--auto-ilp applies to --policy auto only, got --policy " + a.cfg.policy);
   if (!a.budget_text.empty()) a.cfg.budget = parse_bytes(a.budget_text, "--budget");
   a.cfg.host_budget = parse_host_budget(a.host_budget_text);
   check_output_path(a.report, "--report");

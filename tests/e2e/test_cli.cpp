@@ -92,6 +92,7 @@ TEST(Cli, BadArgumentsNameTheArgumentAndExitTwo) {
            {"train --model resnet-tiny --policy dtr --auto-ilp 1", "--auto-ilp applies to --policy auto only"},
            {"train --model resnet-tiny --policy auto --auto-ilp 99", "--auto-ilp must be seconds in [0, 60]"},
            {"sweep --model resnet-tiny --policies auto --auto-ilp -1 --out x.csv", "--auto-ilp must be seconds in [0, 60]"},
+           {"replay --trace dtr:lstm --gpu p100-16g --policy dtr --auto-ilp 1", "--auto-ilp applies to --policy auto only"},
            {"train", "--model"},
            {"fly", "fly"},
        }) {

@@ -52,6 +52,7 @@ TrainResult replay_trace(const ReplayConfig& c, const std::function<void(const I
   cfg.host_budget = c.host_budget;
   cfg.iters = c.iters;
   cfg.timeline = c.timeline;
+  cfg.auto_ilp = c.auto_ilp;
   Trainer t(cfg);
   return t.run(on_iteration);
 }

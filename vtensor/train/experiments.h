@@ -20,6 +20,7 @@ struct ReplayConfig {
   size_t host_budget = 0;  // 0: unlimited
   int iters = 3;
   bool timeline = false;  // the last iteration's per-op memory timeline
+  double auto_ilp = -1;   // policy auto: TrainConfig::auto_ilp
 };
 TrainResult replay_trace(const ReplayConfig& c, const std::function<void(const IterationStats&)>& on_iteration = {});
 
