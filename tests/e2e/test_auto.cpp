@@ -206,6 +206,60 @@ TEST(AutoEdf, SwapOutsIssuedLaterThanTheirEvictionKeepTheRunBitIdentical) {
   EXPECT_GT(deferred, 0) << "no swap-out was issued later than its eviction";
 }
 
+// A persistent tensor the plan keeps but the passive fallback evicts (momentum at the optimizer
+// step, where the weights, their gradients and momentum do not fit) costs its wait at its first
+// use or for its copy out: the rehearsal reports that gap over the iteration's end
+// (RehearsedGap::wrap, from its last use to its first) with the stall it cost, and a pin on it
+// has the plan swap the tensor over the end instead. With those, the gaps account for the
+// iteration's stall and recompute time, where they used to leave a persistent tensor's out.
+TEST(AutoWrap, TheFallbacksEvictionsOfPersistentTensorsAreGapsTheSearchPins) {
+  int found = 0;
+  for (const std::string model : {"bert-tiny", "gpt-tiny", "resnet-tiny"}) {
+    SCOPED_TRACE(model);
+    const AutoRun base = train(config(model, "none", 0, 2, "p100-16g"));
+    Trainer t(config(model, "none", 0, 1, "p100-16g"));
+    const Graph& g = t.graph();
+    RehearsalSetup s;
+    s.graph = &g;
+    s.gpu = "p100-16g";
+    s.iterations = 2;  // one guided iteration: its stall is the one the gaps' costs add up
+    RehearsalResult r;
+    for (const size_t part : {4, 3}) {  // 25% of the peak, or more where that is below an op's working set
+      s.budget = align_up(max_peak(base) / part);
+      if ((r = rehearse("capuchin", s)).trained) break;
+    }
+    ASSERT_TRUE(r.trained) << r.error;
+    double attributed = 0, over_the_end = 0;
+    const RehearsedGap* kept = nullptr;
+    for (const auto& x : r.gaps) {
+      attributed += x.cost_ms;
+      if (x.wrap) over_the_end += x.cost_ms;
+      if (!x.wrap) continue;
+      EXPECT_TRUE(g.tensor(x.id).persistent()) << g.tensor(x.id).name;
+      int first = -1, last = -1;
+      for (const Op& op : g.ops())
+        for (const auto* ids : {&op.inputs, &op.outputs, &op.inplace})
+          for (TensorId u : *ids)
+            if (u == x.id) last = op.index, first = first < 0 ? op.index : first;
+      EXPECT_EQ(x.back_op, first) << g.tensor(x.id).name;
+      EXPECT_EQ(x.evict_op, last) << g.tensor(x.id).name;
+      if (x.decision == CapuchinDecision::kKeep && x.cost_ms > 0 && (!kept || x.cost_ms > kept->cost_ms)) kept = &x;
+    }
+    // Without the gaps over the end these presets leave 10-28% of it out. (A wait for a copy out
+    // inside a restore counts for both gaps, hence no upper bound.)
+    EXPECT_GE(attributed, 0.95 * (r.stall_ms + r.recompute_ms)) << "over the end: " << over_the_end;
+    if (!kept) continue;
+    ++found;
+    s.pins = {{kept->id, kept->back_op, CapuchinDecision::kSwap}};
+    const RehearsalResult pinned = rehearse("capuchin", s);
+    ASSERT_TRUE(pinned.trained) << pinned.error;
+    bool wrapped = false;
+    for (const auto& x : pinned.gaps) wrapped = wrapped || (x.wrap && x.id == kept->id && x.decision == CapuchinDecision::kSwap);
+    EXPECT_TRUE(wrapped) << g.tensor(kept->id).name << " not swapped over the iteration's end";
+  }
+  EXPECT_GT(found, 0) << "no tiny preset had a persistent tensor evicted by the fallback at 25%";
+}
+
 // The memory manager puts a new plan's wrap-swapped tensors on the host at the end of the
 // iteration that made it (Policy::on_host_at_start), as the later iterations' own swap-outs do:
 // the first guided iteration then starts from the state the later ones start from, where it used

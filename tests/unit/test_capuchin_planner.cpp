@@ -707,12 +707,13 @@ TEST(CapuchinPlanner, WorkspaceCountsInTheCurve) {
 // Persistent tensors swapped across the iteration boundary (PlannerInput::wrap_persistent):
 // 6 ops of 10 ns, 0.1 ns per byte; A (100 B) lives over ops 0-2, P (persistent, 100 B) is used at
 // op `use` only, like momentum in the optimizer step; budget 150 B, so ops 0-2 are over.
-CapuchinPlan wrap_plan(int use, bool wrap) {
+CapuchinPlan wrap_plan(int use, bool wrap, std::vector<PlanPin> pins = {}) {
   TraceBuilder tb(6);
   tb.in.op_ns.assign(6, 10.0);
   tb.in.swap_ns_per_byte = 0.1;
   tb.in.budget = 150;
   tb.in.wrap_persistent = wrap;
+  tb.in.pins = std::move(pins);
   const TensorId a = tb.tensor(100, 0, {}, false);
   tb.accesses(a, {0, 2});
   const TensorId pt = tb.tensor(100, -1, {}, false, true);
@@ -743,6 +744,31 @@ TEST(CapuchinPlanner, WrapSwapsTakePersistentTensorsAcrossTheIterationBoundary) 
   EXPECT_EQ(q.memory_after, (std::vector<size_t>{200, 100, 100, 0, 100, 100}));
   // Off by default (Capuchin's own planning stays within one iteration).
   EXPECT_TRUE(wrap_plan(4, false).wrap_swaps.empty());
+}
+
+// A pin on a persistent tensor's gap over the iteration's end (id, its first use): policy auto's
+// search swaps it so where the plan kept it, keeps it where the plan swapped it, or prefetches it
+// earlier. P is tensor 2 (after the trace's clock and A), used at op 4 (wrap_plan).
+TEST(CapuchinPlanner, WrapSwapsFollowTheSearchsPins) {
+  // Pinned without wrap_persistent: swapped as the greedy would (prefetch after op 2).
+  const CapuchinPlan pinned = wrap_plan(4, false, {{2, 4, CapuchinDecision::kSwap}});
+  ASSERT_EQ(pinned.wrap_swaps.size(), 1u);
+  EXPECT_EQ(pinned.wrap_swaps[0].trigger_op, 2);
+  EXPECT_TRUE(pinned.fits);
+  // A pin on another op is not its gap: nothing swapped.
+  EXPECT_TRUE(wrap_plan(4, false, {{2, 3, CapuchinDecision::kSwap}}).wrap_swaps.empty());
+  // Kept: not swapped, and A alone cannot leave (its gap is one op), so the plan does not fit.
+  const CapuchinPlan kept = wrap_plan(4, true, {{2, 4, CapuchinDecision::kKeep}});
+  EXPECT_TRUE(kept.wrap_swaps.empty());
+  EXPECT_FALSE(kept.fits);
+  // Prefetched one op earlier: back over op 2, which is over the budget again.
+  const CapuchinPlan early = wrap_plan(4, true, {{2, 4, CapuchinDecision::kSwap, 1}});
+  ASSERT_EQ(early.wrap_swaps.size(), 1u);
+  EXPECT_EQ(early.wrap_swaps[0].trigger_op, 1);
+  EXPECT_EQ(early.memory_after, (std::vector<size_t>{100, 100, 200, 100, 100, 100}));
+  EXPECT_FALSE(early.fits);
+  // Eight ops earlier stops at the iteration's first op.
+  EXPECT_EQ(wrap_plan(4, true, {{2, 4, CapuchinDecision::kSwap, 8}}).wrap_swaps.at(0).trigger_op, 0);
 }
 
 // The lower bound on swap / recompute plans (bound.h), on traces small enough to solve by hand.

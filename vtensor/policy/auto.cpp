@@ -264,7 +264,8 @@ std::optional<std::string> with_weight(const std::string& full, double w) {
 // (the greedy frees the bytes elsewhere), or run ahead of its access at the op before the
 // iteration's largest stall inside its gap, where the compute stream would wait on a copy anyway.
 // A gap the plan kept but the passive fallback evicted (and waited for): planned as a swap or a
-// recomputation.
+// recomputation. A wrap swap (a persistent tensor over the iteration's end): its prefetch
+// earlier, or kept (its cost may be the wait for its swap-out, which no prefetch moves).
 // The bound is the gap's measured cost; its fraction orders the moves.
 // A gap compressed instead (FreeLunch's codec for it; nullopt where none applies or the
 // densities are unknown).
@@ -285,7 +286,7 @@ std::vector<std::pair<double, PlanPin>> gap_moves(const Graph& g, const Rehearsa
                                                   const std::vector<double>& stall_at, const CompressMove& compress) {
   std::vector<std::pair<double, PlanPin>> moves;
   if (x.cost_ms <= kMinCostMs) return moves;
-  if (x.decision != CapuchinDecision::kCompress && compress)
+  if (x.decision != CapuchinDecision::kCompress && compress && !x.wrap)
     if (auto pin = compress(x)) moves.push_back({0.4 * x.cost_ms, *pin});
   if (x.decision == CapuchinDecision::kCompress) {
     moves.push_back({0.5 * x.cost_ms, {x.id, x.back_op, CapuchinDecision::kSwap}});
@@ -300,7 +301,8 @@ std::vector<std::pair<double, PlanPin>> gap_moves(const Graph& g, const Rehearsa
       m.trigger_shift += more;
       moves.push_back({promise * x.cost_ms, m});
     }
-    if (recomputable(g, x.id)) moves.push_back({0.5 * x.cost_ms, {x.id, x.back_op, CapuchinDecision::kRecompute}});
+    if (x.wrap) moves.push_back({0.5 * x.cost_ms, {x.id, x.back_op, CapuchinDecision::kKeep}});
+    if (recomputable(g, x.id) && !x.wrap) moves.push_back({0.5 * x.cost_ms, {x.id, x.back_op, CapuchinDecision::kRecompute}});
   } else if (x.decision == CapuchinDecision::kRecompute) {
     int at = -1;
     for (int op = x.evict_op + 2; op < x.back_op; ++op)  // recomputed after op - 1, in (evict_op, back_op - 1)
@@ -309,11 +311,26 @@ std::vector<std::pair<double, PlanPin>> gap_moves(const Graph& g, const Rehearsa
       moves.push_back({std::min(x.cost_ms, stall_at[static_cast<size_t>(at)]), {x.id, x.back_op, CapuchinDecision::kRecompute, 0, at - 1}});
     moves.push_back({0.75 * x.cost_ms, {x.id, x.back_op, CapuchinDecision::kSwap}});
     moves.push_back({0.25 * x.cost_ms, {x.id, x.back_op, CapuchinDecision::kKeep}});
+  } else if (x.wrap) {  // a persistent tensor kept, evicted by the fallback: swapped over the iteration's end
+    moves.push_back({0.75 * x.cost_ms, {x.id, x.back_op, CapuchinDecision::kSwap}});
+    moves.push_back({0.6 * x.cost_ms, {x.id, x.back_op, CapuchinDecision::kSwap, 8}});
   } else {  // kept by the plan, evicted by the fallback: planned instead
     moves.push_back({0.75 * x.cost_ms, {x.id, x.back_op, CapuchinDecision::kSwap}});
     if (recomputable(g, x.id)) moves.push_back({0.5 * x.cost_ms, {x.id, x.back_op, CapuchinDecision::kRecompute}});
   }
   return moves;
+}
+
+// Do two gaps' intervals share an op? A wrap gap is [evict_op, end) and [0, back_op].
+bool overlap(const RehearsedGap& a, const RehearsedGap& b) {
+  auto parts = [](const RehearsedGap& x) {
+    return x.wrap ? std::vector<std::pair<int, int>>{{x.evict_op, std::numeric_limits<int>::max()}, {0, x.back_op}}
+                  : std::vector<std::pair<int, int>>{{x.evict_op, x.back_op}};
+  };
+  for (const auto& [lo, hi] : parts(a))
+    for (const auto& [lo2, hi2] : parts(b))
+      if (hi >= lo2 && lo <= hi2) return true;
+  return false;
 }
 
 std::vector<PlanPin> neighbours(const Graph& g, const RehearsalResult& r, const CompressMove& compress) {
@@ -959,7 +976,7 @@ void AutoPolicy::window_search(const RehearsalSetup& setup, RehearsalResult& bes
     size_t combos = 1;
     std::vector<const RehearsedGap*> join{&a};
     for (const RehearsedGap* x : order)
-      if (x != &a && x->back_op >= a.evict_op && x->evict_op <= a.back_op) join.push_back(x);
+      if (x != &a && overlap(*x, a)) join.push_back(x);
     for (const RehearsedGap* x : join) {
       if (gaps.size() == kWindowGaps) break;
       std::vector<PlanPin> opts;

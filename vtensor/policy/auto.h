@@ -16,7 +16,9 @@
 //   halved or doubled, where that rehearses faster),
 //   from each rehearsal (what each gap it swaps or recomputes cost),
 //   hill climbing over PlanPins (capuchin.h): a stalling swap prefetched earlier or recomputed, a
-//   recomputation swapped, kept, or run ahead of its access before a stall; each neighbour is
+//   recomputation swapped, kept, or run ahead of its access before a stall, a persistent tensor's
+//   gap over the iteration's end (a wrap swap, or the fallback's eviction) prefetched earlier,
+//   kept or swapped; each neighbour is
 //   rehearsed with the greedy planning the rest, the fastest of each round of 4 kept if it wins;
 //   where no gap's move is left, the plan's fraction of the budget +-0.02 / 0.04 (3 times at most).
 //   At most 256 rehearsals; then, with densities, 128 more that may also compress a gap
@@ -101,13 +103,15 @@ struct RehearsalSetup {
 
 // One access gap of a rehearsed Capuchin-based plan: what the plan decided and what it cost in
 // the last guided iteration (stall on its swap-in or swap-out, or its recomputation; a kept gap
-// costs when the passive fallback evicted it). The search's input.
+// costs when the passive fallback evicted it). The search's input. A wrap swap's gap
+// (CapuchinPlan::wrap_swaps) runs from evict_op over the iteration's end to back_op.
 struct RehearsedGap {
   TensorId id = kNoTensor;
   int evict_op = -1, back_op = -1, trigger_op = -1;
   CapuchinDecision decision = CapuchinDecision::kKeep;
   size_t bytes = 0;
   double cost_ms = 0;
+  bool wrap = false;
 };
 
 struct RehearsalResult {

@@ -110,7 +110,7 @@ class Planner {
     find_candidates();
     out_.memory_before = mem_;
     out_.peak_before = peak();
-    if (in_.wrap_persistent && mode_ != CapuchinMode::kRecompute) wrap_swaps();
+    wrap_swaps(in_.wrap_persistent && mode_ != CapuchinMode::kRecompute);
     apply_pins();
     if (mode_ != CapuchinMode::kRecompute) hidden_swaps();
     greedy();
@@ -660,17 +660,29 @@ class Planner {
   // end before its first use; taken, largest first, where the prefetch hides and the tensor is
   // then off over some op above the budget. The swap-out is not queued on the D2H lane model (the
   // iteration's end has no other swap-outs); the prefetch is.
-  void wrap_swaps() {
+  // A pin on its gap (id, first use) comes first: a swap (with wrap_persistent or not; its
+  // prefetch moved earlier as a swap's pin moves it; taken where the prefetch is late too) or a
+  // keep. Without wrap_persistent only the pinned are taken.
+  void wrap_swaps(bool unpinned) {
     const size_t n = n_ops();
     const double period = start_[n];
     std::vector<size_t> order;
+    std::vector<const PlanPin*> pin_of(in_.tensors.size(), nullptr);
     for (size_t id = 0; id < in_.tensors.size(); ++id) {
       const auto& t = in_.tensors[id];
-      if (t.persistent && t.bytes > 0 && !t.excluded && !ops_of_[id].empty()) order.push_back(id);
+      if (!t.persistent || t.bytes == 0 || t.excluded || ops_of_[id].empty()) continue;
+      for (const PlanPin& q : in_.pins)
+        if (static_cast<size_t>(q.id) == id && q.back_op == ops_of_[id].front()) pin_of[id] = &q;
+      if (unpinned || (pin_of[id] && pin_of[id]->decision == CapuchinDecision::kSwap)) order.push_back(id);
     }
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return in_.tensors[a].bytes > in_.tensors[b].bytes; });
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      if ((pin_of[a] != nullptr) != (pin_of[b] != nullptr)) return pin_of[a] != nullptr;
+      return in_.tensors[a].bytes > in_.tensors[b].bytes;
+    });
     for (size_t id : order) {
-      if (fits()) return;
+      const PlanPin* pin = pin_of[id];
+      if (!pin && fits()) return;
+      if (pin && pin->decision != CapuchinDecision::kSwap) continue;
       const auto& t = in_.tensors[id];
       const int u1 = ops_of_[id].front(), um = ops_of_[id].back();
       if (u1 < 1) continue;  // no op to prefetch after
@@ -688,9 +700,11 @@ class Planner {
       }
       const double ready = out_end > period ? out_end - period : 0;  // the host copy exists (this iteration's clock)
       auto in_start = [&](int p) { return h2d_.earliest_fit(std::max(start_[static_cast<size_t>(p) + 1], ready), swap_ns); };
-      const int p = walk_back_trigger(u1 - 1, lo, [&](int q) { return in_start(q) + swap_ns; },
-                                      start_[static_cast<size_t>(u1)], mem_, in_.budget);
-      if (p < lo || in_start(p) + swap_ns > start_[static_cast<size_t>(u1)] + kEpsNs) continue;  // not hidden
+      int p = walk_back_trigger(u1 - 1, lo, [&](int q) { return in_start(q) + swap_ns; },
+                                start_[static_cast<size_t>(u1)], mem_, in_.budget);
+      if (p < lo || (!pin && in_start(p) + swap_ns > start_[static_cast<size_t>(u1)] + kEpsNs)) continue;  // not hidden
+      if (pin && (pin->trigger_shift > 0 || (pin->trigger_op >= 0 && pin->trigger_op < p)))
+        p = std::max(lo, (pin->trigger_op >= 0 ? std::min(p, pin->trigger_op) : p) - pin->trigger_shift);
       const bool wraps = release >= static_cast<int>(n);
       const bool over = hits_over(lo, p) || (!wraps && hits_over(release + 1, static_cast<int>(n) - 1));
       if (!over) continue;
@@ -867,7 +881,7 @@ std::string CapuchinPolicy::name() const {
 
 void CapuchinPolicy::begin_iteration(int iteration) {
   std::fill(late_.begin(), late_.end(), 0);
-  if (guided_) std::fill(cost_ms_.begin(), cost_ms_.end(), 0.0);
+  if (guided_) std::fill(cost_ms_.begin(), cost_ms_.end(), 0.0), std::fill(wrap_cost_ms_.begin(), wrap_cost_ms_.end(), 0.0);
   current_op_ = -1;
 }
 
@@ -966,14 +980,34 @@ void CapuchinPolicy::end_iteration(const AccessTrace& trace) {
     candidates_of_[static_cast<size_t>(plan_.candidates[k].id)].push_back(static_cast<int>(k));
   late_.assign(plan_.candidates.size(), 0);
   cost_ms_.assign(plan_.candidates.size(), 0.0);
+  wrap_cost_ms_.assign(view_->graph().num_tensors(), 0.0);
+  first_use_.assign(view_->graph().num_tensors(), -1);
+  last_use_.assign(view_->graph().num_tensors(), -1);
+  for (const auto& [id, op] : measured_sequence_) {
+    const auto i = static_cast<size_t>(id);
+    if (i >= first_use_.size()) continue;
+    if (first_use_[i] < 0) first_use_[i] = op;
+    last_use_[i] = std::max(last_use_[i], op);
+  }
   swap_ns_per_byte_ = trace.swap_ns_per_byte;
   index_plan();
   guided_ = true;
   ++measurements_;
 }
 
+// A persistent tensor's gap over the iteration's end: from its last use to its first.
+bool CapuchinPolicy::wrap_gap(TensorId id, int op_index) const {
+  const auto i = static_cast<size_t>(id);
+  return i < first_use_.size() && view_->graph().tensor(id).persistent() && (op_index < 0 || first_use_[i] == op_index);
+}
+
 void CapuchinPolicy::on_restore(TensorId id, int op_index, Residency from, double waited_ms) {
-  if (!guided_ || static_cast<size_t>(id) >= candidates_of_.size() || candidates_of_[static_cast<size_t>(id)].empty()) return;
+  if (!guided_) return;
+  if (wrap_gap(id, op_index)) {  // a wrap swap's late prefetch, or the fallback's eviction
+    wrap_cost_ms_[static_cast<size_t>(id)] += waited_ms;
+    return;
+  }
+  if (static_cast<size_t>(id) >= candidates_of_.size() || candidates_of_[static_cast<size_t>(id)].empty()) return;
   size_t k = static_cast<size_t>(candidates_of_[static_cast<size_t>(id)].front());
   for (int ci : candidates_of_[static_cast<size_t>(id)])
     if (plan_.candidates[static_cast<size_t>(ci)].back_op == op_index) k = static_cast<size_t>(ci);
@@ -992,6 +1026,7 @@ void CapuchinPolicy::on_swap_out_wait(TensorId id, double waited_ms) {
     if (c.evict_op <= current_op_ && current_op_ < c.back_op) k = ci;
   }
   if (k >= 0) cost_ms_[static_cast<size_t>(k)] += waited_ms;
+  else if (wrap_gap(id, -1)) wrap_cost_ms_[static_cast<size_t>(id)] += waited_ms;  // out after its last use
 }
 
 // The wrap swaps' tensors: copied out after their last use, back before their first.
@@ -1031,14 +1066,33 @@ nlohmann::json CapuchinPolicy::report() const {
     tensors.push_back(t);
   }
   json wraps = json::array();  // persistent tensors swapped across the iteration boundary
-  for (const auto& w : plan_.wrap_swaps)
+  for (size_t k = 0; k < plan_.wrap_swaps.size(); ++k) {
+    const auto& w = plan_.wrap_swaps[k];
     wraps.push_back({{"tensor", w.id},
                      {"name", view_ ? view_->graph().tensor(w.id).name : std::string()},
                      {"bytes", w.bytes},
                      {"evict_after_op", w.evict_op},
                      {"freed_after_op", w.release_op},
                      {"prefetch_after_op", w.trigger_op},
-                     {"back_access_op", w.back_op}});
+                     {"back_access_op", w.back_op},
+                     {"measured_cost_ms", static_cast<size_t>(w.id) < wrap_cost_ms_.size() ? wrap_cost_ms_[static_cast<size_t>(w.id)] : 0.0}});
+  }
+  // Persistent tensors the plan kept that the passive fallback evicted: their gap over the
+  // iteration's end and what it cost (stall on the copy back, waits for the copy out).
+  json evicted = json::array();
+  std::vector<char> wrapped(wrap_cost_ms_.size(), 0);
+  for (const auto& w : plan_.wrap_swaps)
+    if (static_cast<size_t>(w.id) < wrapped.size()) wrapped[static_cast<size_t>(w.id)] = 1;
+  for (size_t i = 0; i < wrap_cost_ms_.size(); ++i)
+    if (!wrapped[i] && wrap_cost_ms_[i] > 0) {
+      const auto id = static_cast<TensorId>(i);
+      evicted.push_back({{"tensor", id},
+                         {"name", view_->graph().tensor(id).name},
+                         {"bytes", view_->graph().tensor(id).bytes()},
+                         {"evict_after_op", last_use(id)},
+                         {"back_access_op", first_use(id)},
+                         {"measured_cost_ms", wrap_cost_ms_[i]}});
+    }
   return {{"mode", name()},
           {"guided", guided_},
           {"measurements", measurements_},
@@ -1057,7 +1111,8 @@ nlohmann::json CapuchinPolicy::report() const {
           {"trigger_moves", trigger_moves_},
           {"plan", plan_.plan.str()},
           {"tensors", tensors},
-          {"wrap_swaps", wraps}};
+          {"wrap_swaps", wraps},
+          {"evicted_persistent", evicted}};
 }
 
 std::string CapuchinPolicy::summary() const {

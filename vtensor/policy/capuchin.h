@@ -15,7 +15,7 @@
 // swap whose tensor a chosen recomputation reads is prefetched for that recomputation, and a chain
 // pays for a source still on the host or still copying back (the paper leaves this open); the passive
 // fallback stays on; the plan ignores the host budget; for policy auto only, persistent tensors
-// may also be swapped across the iteration boundary (wrap_persistent) and the feedback stops
+// may also be swapped across the iteration boundary (wrap_persistent, or a pin) and the feedback stops
 // after the guided iterations auto rehearsed (set_feedback_iterations) and its D2H queue may be
 // in deadline order (deadline_swap_outs). Full notes: docs/design.md.
 #pragma once
@@ -94,7 +94,8 @@ struct PlannerInput {
 
 // A persistent tensor swapped across the iteration boundary: out after its last use, its block
 // freed after `release_op` (>= num_ops: that op of the next iteration less num_ops), back by a
-// prefetch after `trigger_op`, before its first use.
+// prefetch after `trigger_op`, before its first use. Its gap, for a PlanPin, is (id, back_op):
+// no gap within the iteration ends at a tensor's first use.
 struct WrapSwap {
   TensorId id = kNoTensor;
   size_t bytes = 0;
@@ -183,6 +184,12 @@ class CapuchinPolicy final : public Policy {
   // Per plan candidate, what its gap cost the last guided iteration (stall on its swap-in or on
   // its swap-out, its recomputation), as on_restore / on_swap_out_wait measured it.
   const std::vector<double>& measured_cost_ms() const { return cost_ms_; }
+  // Likewise per tensor, its gap over the iteration's end (persistent tensors): a wrap swap's late
+  // prefetch at its first use and the waits for its swap-out, or those of the passive fallback's
+  // eviction of a tensor the plan kept. The gap: from last_use(id) to first_use(id) (-1: unused).
+  const std::vector<double>& measured_wrap_cost_ms() const { return wrap_cost_ms_; }
+  int first_use(TensorId id) const { return static_cast<size_t>(id) < first_use_.size() ? first_use_[static_cast<size_t>(id)] : -1; }
+  int last_use(TensorId id) const { return static_cast<size_t>(id) < last_use_.size() ? last_use_[static_cast<size_t>(id)] : -1; }
   bool guided() const { return guided_; }
   const CapuchinPlan& plan() const { return plan_; }
   int measurements() const { return measurements_; }
@@ -190,6 +197,7 @@ class CapuchinPolicy final : public Policy {
 
  private:
   void index_plan();
+  bool wrap_gap(TensorId id, int op_index) const;
 
   CapuchinMode mode_;
   const MemoryView* view_ = nullptr;
@@ -201,6 +209,8 @@ class CapuchinPolicy final : public Policy {
   std::vector<char> late_;                                   // per candidate, this iteration
   std::vector<double> cost_ms_;                              // per candidate, last guided iteration
   std::vector<std::vector<int>> candidates_of_;              // tensor -> its candidates (one per gap)
+  std::vector<double> wrap_cost_ms_;                         // per tensor, its gap over the iteration's end
+  std::vector<int> first_use_, last_use_;                    // per tensor, in the measured iteration
   int measurements_ = 0, trigger_moves_ = 0, guided_iterations_ = 0;
   int current_op_ = -1;
   double swap_ns_per_byte_ = 0;

@@ -61,6 +61,21 @@ RehearsalResult rehearse(const std::string& candidate, const RehearsalSetup& set
         if (cands[k].decision != CapuchinDecision::kKeep || (k < cost.size() && cost[k] > 0))
           r.gaps.push_back({cands[k].id, cands[k].evict_op, cands[k].back_op, cands[k].trigger_op, cands[k].decision,
                             cands[k].bytes, k < cost.size() ? cost[k] : 0.0});
+      // The gaps over the iteration's end: the wrap swaps, and the persistent tensors the plan
+      // kept that the passive fallback evicted.
+      const auto& wrap_cost = c->measured_wrap_cost_ms();
+      std::vector<char> wrapped(wrap_cost.size(), 0);
+      for (const WrapSwap& w : c->plan().wrap_swaps) {
+        r.gaps.push_back({w.id, w.evict_op, w.back_op, w.trigger_op, CapuchinDecision::kSwap, w.bytes,
+                          wrap_cost[static_cast<size_t>(w.id)], true});
+        wrapped[static_cast<size_t>(w.id)] = 1;
+      }
+      for (size_t id = 0; id < wrap_cost.size(); ++id)
+        if (!wrapped[id] && wrap_cost[id] > 0) {
+          const auto t = static_cast<TensorId>(id);
+          r.gaps.push_back({t, c->last_use(t), c->first_use(t), -1, CapuchinDecision::kKeep,
+                            setup.graph->tensor(t).bytes(), wrap_cost[id], true});
+        }
     }
   } catch (const RehearsalTimeout& e) {
     r.error = e.what();
