@@ -256,8 +256,33 @@ TEST(AutoWrap, TheFallbacksEvictionsOfPersistentTensorsAreGapsTheSearchPins) {
     bool wrapped = false;
     for (const auto& x : pinned.gaps) wrapped = wrapped || (x.wrap && x.id == kept->id && x.decision == CapuchinDecision::kSwap);
     EXPECT_TRUE(wrapped) << g.tensor(kept->id).name << " not swapped over the iteration's end";
+    // All of them at once (the climb's group move): swapped over the end together, but for those
+    // that no longer lower the bytes over the budget once the others are off (the greedy's test).
+    s.pins.clear();
+    for (const auto& x : r.gaps)
+      if (x.wrap && x.decision == CapuchinDecision::kKeep) s.pins.push_back({x.id, x.back_op, CapuchinDecision::kSwap});
+    const RehearsalResult all = rehearse("capuchin", s);
+    ASSERT_TRUE(all.trained) << all.error;
+    size_t swapped = 0, one = 0;
+    for (const auto& x : all.gaps) swapped += x.wrap && x.decision == CapuchinDecision::kSwap;
+    for (const auto& x : pinned.gaps) one += x.wrap && x.decision == CapuchinDecision::kSwap;
+    EXPECT_GT(swapped, one);
+    EXPECT_LE(swapped, s.pins.size());
   }
   EXPECT_GT(found, 0) << "no tiny preset had a persistent tensor evicted by the fallback at 25%";
+  // auto's climb tries them all at once where a plan leaves two or more evicted.
+  const AutoRun base = train(config("bert-tiny", "none", 0, 2, "p100-16g"));
+  TrainConfig cfg = config("bert-tiny", "auto", align_up(max_peak(base) / 4), 2, "p100-16g");
+  Trainer t(cfg);
+  unlimited_planning(t);
+  auto* ap = dynamic_cast<AutoPolicy*>(&t.memory().policy());
+  ASSERT_NE(ap, nullptr);
+  ap->set_search_rehearsals(16);  // the move heads each round of the climb
+  ap->set_window_rehearsals(0);
+  const AutoRun a = run(t, cfg);
+  int group = 0;
+  for (const auto& m : a.report["search"]["tried"]) group += m[0].get<std::string>().find("evicted persistent over the end") != std::string::npos;
+  EXPECT_GT(group, 0) << a.report["search"]["tried"].dump();
 }
 
 // The memory manager puts a new plan's wrap-swapped tensors on the host at the end of the

@@ -909,6 +909,16 @@ void AutoPolicy::search(const RehearsalSetup& setup, const RehearsalResult& base
       batch.push_back(std::move(pins));
       return batch.size() == kSearchBatch || done + static_cast<int>(batch.size()) >= cap;
     };
+    if (done < cap && phase == 0) {
+      // The persistent tensors the fallback evicted, swapped over the iteration's end together:
+      // each alone saves one copy's wait, and there may be more of them than rehearsals.
+      std::vector<PlanPin> group = best.pins;
+      int n = 0;
+      for (const auto& x : best.gaps)
+        if (x.wrap && x.decision == CapuchinDecision::kKeep && x.cost_ms > kMinCostMs)
+          group = with_pin(std::move(group), {x.id, x.back_op, CapuchinDecision::kSwap}), ++n;
+      if (n >= 2) add(best.policy, std::move(group), "swap the " + std::to_string(n) + " evicted persistent over the end");
+    }
     if (done < cap)
       for (const PlanPin& m : neighbours(*setup.graph, best, phase == 0 ? none : compress))
         if (add(best.policy, with_pin(best.pins, m), to_string(m))) break;

@@ -18,7 +18,7 @@
 //   hill climbing over PlanPins (capuchin.h): a stalling swap prefetched earlier or recomputed, a
 //   recomputation swapped, kept, or run ahead of its access before a stall, a persistent tensor's
 //   gap over the iteration's end (a wrap swap, or the fallback's eviction) prefetched earlier,
-//   kept or swapped; each neighbour is
+//   kept or swapped (the evicted ones also all at once); each neighbour is
 //   rehearsed with the greedy planning the rest, the fastest of each round of 4 kept if it wins;
 //   where no gap's move is left, the plan's fraction of the budget +-0.02 / 0.04 (3 times at most).
 //   At most 256 rehearsals; then, with densities, 128 more that may also compress a gap
