@@ -233,8 +233,8 @@ TEST(AutoWrap, TheFallbacksEvictionsOfPersistentTensorsAreGapsTheSearchPins) {
     const RehearsedGap* kept = nullptr;
     for (const auto& x : r.gaps) {
       attributed += x.cost_ms;
-      if (x.wrap) over_the_end += x.cost_ms;
       if (!x.wrap) continue;
+      over_the_end += x.cost_ms;
       EXPECT_TRUE(g.tensor(x.id).persistent()) << g.tensor(x.id).name;
       int first = -1, last = -1;
       for (const Op& op : g.ops())

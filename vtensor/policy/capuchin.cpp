@@ -1066,8 +1066,7 @@ nlohmann::json CapuchinPolicy::report() const {
     tensors.push_back(t);
   }
   json wraps = json::array();  // persistent tensors swapped across the iteration boundary
-  for (size_t k = 0; k < plan_.wrap_swaps.size(); ++k) {
-    const auto& w = plan_.wrap_swaps[k];
+  for (const auto& w : plan_.wrap_swaps)
     wraps.push_back({{"tensor", w.id},
                      {"name", view_ ? view_->graph().tensor(w.id).name : std::string()},
                      {"bytes", w.bytes},
@@ -1076,7 +1075,6 @@ nlohmann::json CapuchinPolicy::report() const {
                      {"prefetch_after_op", w.trigger_op},
                      {"back_access_op", w.back_op},
                      {"measured_cost_ms", static_cast<size_t>(w.id) < wrap_cost_ms_.size() ? wrap_cost_ms_[static_cast<size_t>(w.id)] : 0.0}});
-  }
   // Persistent tensors the plan kept that the passive fallback evicted: their gap over the
   // iteration's end and what it cost (stall on the copy back, waits for the copy out).
   json evicted = json::array();
