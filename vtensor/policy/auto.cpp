@@ -145,6 +145,11 @@ constexpr double kMinGain = 1e-5;
 constexpr double kMinCostMs = 1e-3;
 constexpr int kMaxLosses = 4;
 constexpr int kCompressRehearsals = 128;
+// The starts' climbs (AutoPolicy::choose): in the first round each start climbs for at most
+// this part of the search's time (an equal share each); then the kResumedClimbs lowest so far
+// share the rest (the others go on in what they leave).
+constexpr double kFirstRoundShare = 0.4;
+constexpr size_t kResumedClimbs = 2;
 // The climb's headroom moves (AutoPolicy::search): the plan fraction changed by these, at most
 // this many times per climb.
 const std::vector<double> kHeadroomSteps = {-0.04, -0.02, 0.02, 0.04};
@@ -725,22 +730,56 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       for (size_t i = 0; i < order.size(); ++i) order[i] = i;
       std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return starts[a]->time_ms < starts[b]->time_ms; });
       const double limit = search_limit_ms();
-      for (size_t i = 0; i < starts.size() && search_rehearsals_ > 0; ++i) {
-        const RehearsalResult* next = starts[order[i]];
-        const double spent = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-        search_until_ms_ = spent + std::max(0.0, limit - spent) / static_cast<double>(starts.size() - i);
-        const RehearsalResult first = chosen_result_;
-        const std::vector<PlanPin> first_pins = pins_;
-        const double first_climbed = climbed_ms_;
-        chosen_result_ = *next;
-        pins_ = next->pins;
-        search(s, *next, t0);
-        if (!(chosen_result_.trained && chosen_result_.time_ms < first.time_ms))
-          chosen_result_ = first, pins_ = first_pins, climbed_ms_ = first_climbed;
-        else {
-          start_ms_ = next->time_ms, start_ = labels[order[i]], start_policy_ = next->policy;
-        }
+      auto now_ms = [&] { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(); };
+      std::vector<Climb> climbs;
+      for (size_t i : order) {
+        Climb c;
+        c.best = *starts[i];
+        c.label = labels[i], c.start_ms = starts[i]->time_ms, c.start_policy = starts[i]->policy;
+        climbs.push_back(std::move(c));
       }
+      // Each of `which` in turn until `until`, the first `shares` of them with an equal share of
+      // the time (a share one leaves unused goes to the next; the rest get what is left).
+      auto climb = [&](const std::vector<size_t>& which, double until, size_t shares) {
+        for (size_t k = 0; k < which.size(); ++k) {
+          const double spent = now_ms();
+          const size_t n = std::max<size_t>(1, std::min(shares, which.size()) - std::min(k, shares - 1));
+          search_until_ms_ = spent + std::max(0.0, until - spent) / static_cast<double>(n);
+          search(s, climbs[which[k]], t0);
+        }
+      };
+      if (search_rehearsals_ > 0 && !climbs.empty()) {
+        // First every start, fastest first, for first_round_rehearsals_ rehearsals (within
+        // kFirstRoundShare of the time); then the kResumedClimbs lowest so far go on where they
+        // paused, then the rest: where a climb ends depends on where it starts, and its first
+        // rounds say more about that than the start's own time.
+        std::vector<size_t> all(climbs.size());
+        for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+        const double spent = now_ms();
+        const bool rounds = first_round_rehearsals_ > 0;
+        for (Climb& c : climbs)
+          if (rounds) c.pause_at = first_round_rehearsals_;
+        climb(all, rounds ? spent + std::max(0.0, limit - spent) * kFirstRoundShare : limit, all.size());
+        std::vector<size_t> open;
+        for (size_t i : all) {
+          climbs[i].first_round_ms = climbs[i].best.time_ms;
+          climbs[i].pause_at = std::numeric_limits<int>::max();
+          if (!climbs[i].ended && climbs[i].best.trained) open.push_back(i);
+        }
+        std::stable_sort(open.begin(), open.end(), [&](size_t a, size_t b) { return climbs[a].best.time_ms < climbs[b].best.time_ms; });
+        climb(open, limit, kResumedClimbs);
+      }
+      for (const Climb& c : climbs)
+        if (c.best.trained && c.best.time_ms < chosen_result_.time_ms) {
+          chosen_result_ = c.best, pins_ = c.best.pins;
+          climbed_ms_ = c.climbed ? c.climbed_ms : c.best.time_ms;
+          start_ms_ = c.start_ms, start_ = c.label, start_policy_ = c.start_policy;
+        }
+      climbs_ = nlohmann::json::array();
+      for (const Climb& c : climbs)
+        climbs_.push_back({{"start", c.label}, {"policy", c.start_policy}, {"start_ms", c.start_ms},
+                           {"first_round_ms", c.first_round_ms}, {"time_ms", c.best.time_ms},
+                           {"rehearsals", c.done}, {"window_rehearsals", c.window_done}, {"ended", c.ended}});
       search_until_ms_ = std::numeric_limits<double>::infinity();
       chosen_ = chosen_result_.policy;
       choose_start_state(s, t0);
@@ -854,14 +893,16 @@ void AutoPolicy::choose_start_state(const RehearsalSetup& setup, std::chrono::st
 // planning the rest around it) and keeps the fastest if it beats the best so far; it ends when no
 // neighbour is left, after search_rehearsals_ rehearsals, or kSearchTimeMs past the candidates'
 // time limit.
-void AutoPolicy::search(const RehearsalSetup& setup, const RehearsalResult& base, std::chrono::steady_clock::time_point t0) {
-  RehearsalResult best = base;
-  std::vector<std::string> tried{plan_key(best.policy, best.pins)};
-  // Moves that did not win, by gap and decision: one that lost kMaxLosses times is not tried again
-  // (from a neighbouring plan it mostly loses again; the budget goes to the untried).
-  std::map<std::string, int> lost;
+void AutoPolicy::search(const RehearsalSetup& setup, Climb& c, std::chrono::steady_clock::time_point t0) {
+  if (c.ended) return;
+  RehearsalResult& best = c.best;
+  if (c.tried.empty()) c.tried.push_back(plan_key(best.policy, best.pins)), c.cap = search_rehearsals_;
+  // Moves that did not win, by gap and decision (c.lost): one that lost kMaxLosses times is not
+  // tried again (from a neighbouring plan it mostly loses again; the budget goes to the untried).
+  auto& lost = c.lost;
+  auto& tried = c.tried;
   const double limit = std::min(search_limit_ms(), search_until_ms_);
-  int done = 0;
+  int& done = c.done;
   auto spent = [&] { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(); };
   // Compression moves need the densities the rehearsal sizes them with, and the codecs' rate.
   const Graph& g = *setup.graph;
@@ -893,10 +934,12 @@ void AutoPolicy::search(const RehearsalSetup& setup, const RehearsalResult& base
   // climb elsewhere, and as often to a worse end as to a better one (docs/experiments.md).
   const bool compressing = static_cast<bool>(compress);
   const CompressMove none;
-  int cap = search_rehearsals_;
-  int headroom_rounds = 0;
-  for (int phase = 0; phase < (compressing ? 2 : 1); ++phase, cap = done + kCompressRehearsals)
-  while (spent() < limit) {
+  int& cap = c.cap;
+  int& headroom_rounds = c.headroom_rounds;
+  for (int& phase = c.phase; !c.climbed && phase < (compressing ? 2 : 1); ++phase, cap = done + kCompressRehearsals)
+  while (true) {
+    // The share is spent, or the first round's rehearsals: resumed here if the start goes on.
+    if (spent() >= limit || c.rehearsed() >= c.pause_at) return;
     std::vector<std::vector<PlanPin>> batch;
     std::vector<std::string> moves, policies;
     auto add = [&](const std::string& policy, std::vector<PlanPin> pins, const std::string& move) {
@@ -934,7 +977,7 @@ void AutoPolicy::search(const RehearsalSetup& setup, const RehearsalResult& base
     run_parallel(batch.size(), [&](size_t i) {
       RehearsalSetup si = setup;
       si.pins = batch[i];
-      si.time_limit_ms = std::max(1.0, limit - spent());
+      si.time_limit_ms = std::max(1.0, search_limit_ms() - spent());  // a share's end does not cut a rehearsal
       res[i] = rehearser_(policies[i], si);
     });
     done += static_cast<int>(batch.size());
@@ -949,10 +992,11 @@ void AutoPolicy::search(const RehearsalSetup& setup, const RehearsalResult& base
       if (static_cast<int>(i) != better) ++lost[moves[i]];
     if (better >= 0) best = res[static_cast<size_t>(better)];
   }
-  climbed_ms_ = best.time_ms;
-  if (window_rehearsals_ > 0) window_search(setup, best, compress, tried, t0);
-  chosen_result_ = best;
-  pins_ = best.pins;
+  if (!c.climbed) c.climbed = true, c.climbed_ms = best.time_ms;
+  if (window_rehearsals_ > 0)
+    window_search(setup, c, compress, t0);
+  else
+    c.ended = true;
 }
 
 // Window search, after the climb: one move at a time stops where every single move loses, but two
@@ -965,14 +1009,18 @@ void AutoPolicy::search(const RehearsalSetup& setup, const RehearsalResult& base
 // it wins and the windows start again from it; otherwise the next gap anchors a window. Ends after
 // window_rehearsals_ rehearsals, at the planning limit, or when no anchor is left; what the climb
 // found stays the fallback.
-void AutoPolicy::window_search(const RehearsalSetup& setup, RehearsalResult& best, const CompressMove& compress,
-                               std::vector<std::string>& tried, std::chrono::steady_clock::time_point t0) {
+void AutoPolicy::window_search(const RehearsalSetup& setup, Climb& c, const CompressMove& compress,
+                               std::chrono::steady_clock::time_point t0) {
   const Graph& g = *setup.graph;
   const double limit = std::min(search_limit_ms(), search_until_ms_);
   auto spent = [&] { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(); };
-  int done = 0;
-  size_t anchor = 0;
-  while (done < window_rehearsals_ && spent() < limit) {
+  RehearsalResult& best = c.best;
+  auto& tried = c.tried;
+  int& done = c.window_done;
+  size_t& anchor = c.anchor;
+  while (true) {
+    if (done >= window_rehearsals_) break;
+    if (spent() >= limit || c.rehearsed() >= c.pause_at) return;  // resumed here if the start goes on
     std::vector<const RehearsedGap*> order;
     for (const auto& x : best.gaps)
       if (x.cost_ms > kMinCostMs) order.push_back(&x);
@@ -1002,12 +1050,12 @@ void AutoPolicy::window_search(const RehearsalSetup& setup, RehearsalResult& bes
     }
     // Every combination but the plan as it is, in mixed radix (digit 0: the gap as it is).
     std::vector<std::vector<PlanPin>> batch;
-    std::vector<std::string> moves;
-    for (size_t c = 1; c < combos; ++c) {
+    std::vector<std::string> moves, keys;
+    for (size_t code = 1; code < combos; ++code) {
       auto pins = best.pins;
       std::string move;
       int changed = 0;
-      for (size_t k = 0, rest = c; k < options.size(); rest /= options[k].size() + 1, ++k)
+      for (size_t k = 0, rest = code; k < options.size(); rest /= options[k].size() + 1, ++k)
         if (const size_t d = rest % (options[k].size() + 1); d > 0) {
           pins = with_pin(std::move(pins), options[k][d - 1]);
           move += (move.empty() ? "" : " + ") + to_string(options[k][d - 1]);
@@ -1017,6 +1065,7 @@ void AutoPolicy::window_search(const RehearsalSetup& setup, RehearsalResult& bes
       const std::string key = plan_key(best.policy, pins);
       if (std::find(tried.begin(), tried.end(), key) != tried.end()) continue;
       tried.push_back(key);
+      keys.push_back(key);
       batch.push_back(std::move(pins));
       moves.push_back("window: " + move);
     }
@@ -1029,14 +1078,19 @@ void AutoPolicy::window_search(const RehearsalSetup& setup, RehearsalResult& bes
       }
       RehearsalSetup si = setup;
       si.pins = batch[i];
-      si.time_limit_ms = std::max(1.0, limit - spent());
+      si.time_limit_ms = std::max(1.0, search_limit_ms() - spent());
       res[i] = rehearser_(best.policy, si);
     });
-    done += static_cast<int>(n);
     ++windows_;
     int better = -1;
+    bool cut = false;  // the share ran out within the window: its rest is rehearsed on resuming
     for (size_t i = 0; i < n; ++i) {
-      if (!res[i].trained && res[i].error.rfind("not rehearsed", 0) == 0) continue;
+      if (!res[i].trained && res[i].error.rfind("not rehearsed", 0) == 0) {
+        tried.erase(std::find(tried.begin(), tried.end(), keys[i]));
+        cut = true;
+        continue;
+      }
+      ++done;
       searched_.push_back(res[i]);
       searched_moves_.push_back(moves[i]);
       ++window_tried_;
@@ -1046,10 +1100,11 @@ void AutoPolicy::window_search(const RehearsalSetup& setup, RehearsalResult& bes
     if (better >= 0) {
       best = res[static_cast<size_t>(better)];
       anchor = 0;
-    } else {
+    } else if (!cut) {
       ++anchor;
     }
   }
+  c.ended = true;
 }
 
 namespace {
@@ -1107,6 +1162,7 @@ nlohmann::json AutoPolicy::report() const {
     json edf = json::array();  // starts faster with the D2H queue in the other order (one more start each)
     for (const auto& e : edf_starts_) edf.push_back({{"policy", e.policy}, {"time_ms", e.time_ms}, {"from_ms", e.start_ms}});
     out["search"]["edf_starts"] = edf;
+    out["search"]["climbs"] = climbs_;  // in the order they started, fastest start first
   }
   if (packed_long_ms_ > 0) {  // the start state: each over kLongRunIterations (mean of the guided ones)
     out["start_state"] = {{"reordered", reorder_}, {"iterations", kLongRunIterations},

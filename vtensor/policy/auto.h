@@ -32,7 +32,8 @@
 //   a fraction of it), and so with only the swaps whose whole bytes the LP's own cover.
 //   Each start is also rehearsed with its D2H queue in deadline order (",edf": a swap-out may go
 //   ahead of queued ones prefetched later, PlannerInput::deadline_swap_outs); where that is
-//   faster it is one more start (neither order wins on every row).
+//   faster it is one more start (neither order wins on every row). Each start climbs for 32
+//   rehearsals first; the two lowest then go on where they paused, then the rest.
 // Deviations from the design: an LP relaxation rounded, then local and windowed
 // enumeration with the rehearsal as its cost model, not an ILP / DP (the cost of a gap's choice
 // depends on the queues and the arena the rest leaves); no arena placement of its own (the planned pool measured slower under it).
@@ -49,9 +50,10 @@
 #include <chrono>
 #include <functional>
 #include <limits>
-#include <stdexcept>
+#include <map>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -198,6 +200,9 @@ class AutoPolicy final : public Policy {
   void set_search_rehearsals(int n) { search_rehearsals_ = n; }
   // The window search after the climb: at most this many rehearsals (0: none).
   void set_window_rehearsals(int n) { window_rehearsals_ = n; }
+  // The search's first round: each start's climb pauses after this many rehearsals (0: none, each
+  // climbs to its end in turn); the lowest climbs then go on first.
+  void set_first_round_rehearsals(int n) { first_round_rehearsals_ = n; }
   // The LP's rounded plan is rehearsed on this many of the fastest Capuchin-based candidates (the
   // two fastest without wrap swaps, then the fastest with them), each a start for the search.
   void set_lp_rehearsals(int n) { lp_rehearsals_count_ = n; }
@@ -220,10 +225,30 @@ class AutoPolicy final : public Policy {
   const Policy& current() const { return active_ ? *active_ : *measuring_; }
   void choose(const AccessTrace& trace);
   void choose_start_state(const RehearsalSetup& setup, std::chrono::steady_clock::time_point t0);
-  void search(const RehearsalSetup& setup, const RehearsalResult& base, std::chrono::steady_clock::time_point t0);
+  // One start's search (the climb, then the window search), resumable where its share of the
+  // planning time ended it.
+  struct Climb {
+    RehearsalResult best;
+    std::string label;  // the start: "candidate", "headroom", an LP variant's label
+    double start_ms = 0;
+    std::string start_policy;
+    std::vector<std::string> tried;  // plan keys rehearsed
+    std::map<std::string, int> lost;  // moves that did not win, by gap and decision
+    int done = 0, phase = 0, cap = 0, headroom_rounds = 0;
+    bool climbed = false;  // the climb ended; the window search goes on
+    double climbed_ms = 0;
+    int window_done = 0;
+    size_t anchor = 0;
+    bool ended = false;  // nothing left to rehearse
+    int pause_at = std::numeric_limits<int>::max();  // it pauses once it has rehearsed this many
+    double first_round_ms = 0;  // its plan's time when the first round paused it
+    int rehearsed() const { return done + window_done; }
+  };
+  nlohmann::json climbs_ = nlohmann::json::array();  // each start's climb, for the report
+  void search(const RehearsalSetup& setup, Climb& c, std::chrono::steady_clock::time_point t0);
   using CompressMove = std::function<std::optional<PlanPin>(const RehearsedGap&)>;
-  void window_search(const RehearsalSetup& setup, RehearsalResult& best, const CompressMove& compress,
-                     std::vector<std::string>& tried, std::chrono::steady_clock::time_point t0);
+  void window_search(const RehearsalSetup& setup, Climb& c, const CompressMove& compress,
+                     std::chrono::steady_clock::time_point t0);
   bool counts_nonzeros() const;
   std::shared_ptr<const DensityTable> measured_densities(std::string* why) const;
 
@@ -263,6 +288,7 @@ class AutoPolicy final : public Policy {
   double element_ns_per_byte_ = 0;  // the codecs' rate, from the measured ReLU ops
   int search_rehearsals_ = kDefaultSearchRehearsals;
   int window_rehearsals_ = kDefaultWindowRehearsals;
+  int first_round_rehearsals_ = kDefaultFirstRoundRehearsals;
   int lp_rehearsals_count_ = kDefaultLpRehearsals;
   double ilp_seconds_ = 0;
   double climbed_ms_ = 0;  // the plan's time after the climb, before the window search
@@ -290,6 +316,7 @@ class AutoPolicy final : public Policy {
   static constexpr double kSearchTimeMs = 1300;
   static constexpr int kDefaultSearchRehearsals = 256;
   static constexpr int kDefaultWindowRehearsals = 256;
+  static constexpr int kDefaultFirstRoundRehearsals = 32;
   static constexpr int kDefaultLpRehearsals = 3;
 };
 
