@@ -892,7 +892,8 @@ void AutoPolicy::choose_start_state(const RehearsalSetup& setup, std::chrono::st
 // model): each round rehearses up to kSearchBatch neighbours (a gap's decision changed, the greedy
 // planning the rest around it) and keeps the fastest if it beats the best so far; it ends when no
 // neighbour is left, after search_rehearsals_ rehearsals, or kSearchTimeMs past the candidates'
-// time limit.
+// time limit. It pauses (resumable: all of its state is in `c`) when its share of the time or
+// the first round's rehearsals are spent.
 void AutoPolicy::search(const RehearsalSetup& setup, Climb& c, std::chrono::steady_clock::time_point t0) {
   if (c.ended) return;
   RehearsalResult& best = c.best;
