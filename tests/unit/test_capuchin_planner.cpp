@@ -258,6 +258,54 @@ TEST(CapuchinPlanner, TheLaneAndTheTriggerWalkAnswerAsTheirDefinitions) {
   }
 }
 
+// The planner's curve keeps its bytes over the budget and its count of ops over it as it
+// changes: after any adds, marks, commits and rollbacks (nested), it must answer as the plain
+// functions do on a plain vector given the same adds, and a rollback must restore it exactly.
+TEST(CapuchinPlanner, TheCurveAnswersAsThePlainCurveThroughTrialsAndRollbacks) {
+  unsigned seed = 777;
+  auto next = [&](unsigned m) { return (seed = seed * 1103515245u + 12345u) / 65536u % m; };
+  const int n = 12;  // short, so that the curve goes under the budget and back over
+  const size_t budget = 1000;
+  std::vector<size_t> plain(n);
+  for (auto& m : plain) m = 600 + next(400);
+  MemoryCurve curve(plain, budget);
+  struct Trial {
+    size_t mark;
+    std::vector<size_t> before;
+  };
+  std::vector<Trial> open;
+  int fitted = 0, over = 0;
+  for (int step = 0; step < 2000; ++step) {
+    const unsigned what = next(10);
+    if (what == 0 && open.size() < 4) {
+      open.push_back({curve.mark(), plain});
+    } else if (what == 1 && !open.empty()) {
+      curve.rollback(open.back().mark);
+      plain = open.back().before;
+      open.pop_back();
+    } else if (what == 2 && !open.empty()) {
+      curve.commit(open.back().mark);
+      open.pop_back();
+    } else {
+      const int first = static_cast<int>(next(n + 4)) - 2, last = first + static_cast<int>(next(6));
+      long long delta = static_cast<long long>(next(300)) - (curve.fits() ? 100 : 200);  // to the budget and over
+      for (int i = std::max(first, 0); i <= last && i < n; ++i)  // never below zero
+        delta = std::max(delta, -static_cast<long long>(plain[static_cast<size_t>(i)]));
+      curve.add(first, last, delta);
+      curve_add(plain, first, last, delta);
+    }
+    ASSERT_EQ(curve.values(), plain) << "step " << step;
+    ASSERT_EQ(static_cast<double>(curve.excess()), curve_excess(plain, budget)) << "step " << step;
+    ASSERT_EQ(curve.fits(), curve_peak(plain) <= budget) << "step " << step;
+    (curve.fits() ? fitted : over) += 1;
+    ASSERT_EQ(curve.peak(), curve_peak(plain));
+    const int a = static_cast<int>(next(n)), b = a + static_cast<int>(next(8));
+    ASSERT_EQ(curve.over(a, b), curve_over(plain, budget, a, b));
+  }
+  EXPECT_GT(fitted, 100);
+  EXPECT_GT(over, 100);
+}
+
 TEST(CapuchinPlanner, RecomputeRanksByMspsAndUpdatesAfterEachChoice) {
   // a = data (op 0); b = f(a) (op 1); c = g(b) (op 2, 5 ns); c is read again at op 8, a and b at op 9.
   TraceBuilder t(10, {0, 10, 20, 25, 35, 45, 55, 65, 75, 85});

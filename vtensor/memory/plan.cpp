@@ -128,4 +128,34 @@ void curve_add(std::vector<size_t>& mem, int first, int last, long long delta) {
     mem[static_cast<size_t>(i)] = static_cast<size_t>(static_cast<long long>(mem[static_cast<size_t>(i)]) + delta);
 }
 
+MemoryCurve::MemoryCurve(std::vector<size_t> mem, size_t budget) : mem_(std::move(mem)), budget_(budget) {
+  for (size_t m : mem_)
+    if (m > budget_) excess_ += m - budget_, ++over_ops_;
+}
+
+void MemoryCurve::apply(int first, int last, long long delta) {
+  const int end = std::min(last, static_cast<int>(mem_.size()) - 1);
+  for (int i = std::max(first, 0); i <= end; ++i) {
+    size_t& m = mem_[static_cast<size_t>(i)];
+    if (m > budget_) excess_ -= m - budget_, --over_ops_;
+    m = static_cast<size_t>(static_cast<long long>(m) + delta);
+    if (m > budget_) excess_ += m - budget_, ++over_ops_;
+  }
+}
+
+void MemoryCurve::add(int first, int last, long long delta) {
+  apply(first, last, delta);
+  if (marks_ > 0) journal_.push_back({first, last, delta});
+}
+
+void MemoryCurve::rollback(size_t mark) {
+  for (size_t k = journal_.size(); k-- > mark;) apply(journal_[k].first, journal_[k].last, -journal_[k].delta);
+  journal_.resize(mark);
+  commit(mark);
+}
+
+void MemoryCurve::commit(size_t) {
+  if (marks_ > 0 && --marks_ == 0) journal_.clear();
+}
+
 }  // namespace vtensor

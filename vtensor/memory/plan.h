@@ -83,6 +83,38 @@ double curve_excess(const std::vector<size_t>& mem, size_t budget);
 bool curve_over(const std::vector<size_t>& mem, size_t budget, int first, int last);
 void curve_add(std::vector<size_t>& mem, int first, int last, long long delta);
 
+// The same curve for a planner that tries a choice and undoes it: the bytes over the budget
+// (summed over the ops, exact) and the count of ops over it are kept as the curve changes, so
+// excess() and fits() cost nothing and add() costs its range. mark() starts a trial; rollback()
+// undoes the adds since its mark (in reverse, so the curve is restored exactly), commit() keeps
+// them. Marks nest.
+class MemoryCurve {
+ public:
+  MemoryCurve() = default;
+  MemoryCurve(std::vector<size_t> mem, size_t budget);
+  const std::vector<size_t>& values() const { return mem_; }
+  size_t operator[](size_t i) const { return mem_[i]; }
+  size_t size() const { return mem_.size(); }
+  size_t peak() const { return curve_peak(mem_); }
+  bool fits() const { return over_ops_ == 0; }
+  unsigned long long excess() const { return excess_; }
+  bool over(int first, int last) const { return curve_over(mem_, budget_, first, last); }
+  void add(int first, int last, long long delta);
+  size_t mark() { ++marks_; return journal_.size(); }
+  void rollback(size_t mark);
+  void commit(size_t mark);
+
+ private:
+  void apply(int first, int last, long long delta);
+  struct Add { int first, last; long long delta; };
+  std::vector<size_t> mem_;
+  size_t budget_ = 0;
+  unsigned long long excess_ = 0;
+  size_t over_ops_ = 0;
+  std::vector<Add> journal_;
+  int marks_ = 0;
+};
+
 // The plan's actions by the op after which they run, in plan order: a guided iteration's
 // per-op lookup (actions naming no op or one past num_ops are left out).
 std::vector<std::vector<Action>> actions_by_op(const Plan& plan, size_t num_ops);

@@ -108,7 +108,7 @@ class Planner {
   CapuchinPlan run() {
     measure();
     find_candidates();
-    out_.memory_before = mem_;
+    out_.memory_before = mem_.values();
     out_.peak_before = peak();
     wrap_swaps(in_.wrap_persistent && mode_ != CapuchinMode::kRecompute);
     apply_pins();
@@ -116,7 +116,7 @@ class Planner {
     greedy();
     if (mode_ != CapuchinMode::kRecompute) refine_triggers();
     issue_swap_outs();
-    out_.memory_after = mem_;
+    out_.memory_after = mem_.values();
     out_.peak_after = peak();
     out_.fits = out_.peak_after <= in_.budget;
     sort_actions(out_.plan);
@@ -135,17 +135,17 @@ class Planner {
 
   size_t n_ops() const { return static_cast<size_t>(in_.num_ops); }
   double dur(int op) const { return start_[static_cast<size_t>(op) + 1] - start_[static_cast<size_t>(op)]; }
-  size_t peak() const { return curve_peak(mem_); }
-  bool fits() const { return peak() <= in_.budget; }
-  double excess() const { return curve_excess(mem_, in_.budget); }  // bytes over the budget, summed over the ops
-  bool hits_over(int first, int last) const { return curve_over(mem_, in_.budget, first, last); }
-  void add_mem(int first, int last, long long delta) { curve_add(mem_, first, last, delta); }
+  size_t peak() const { return mem_.peak(); }
+  bool fits() const { return mem_.fits(); }
+  unsigned long long excess() const { return mem_.excess(); }  // bytes over the budget, summed over the ops
+  bool hits_over(int first, int last) const { return mem_.over(first, last); }
+  void add_mem(int first, int last, long long delta) { mem_.add(first, last, delta); }
 
   // Op start times, live intervals and the unmanaged memory curve from the trace.
   void measure() {
     PlannerTimeline tl = planner_timeline(in_);
     start_ = std::move(tl.start), first_ = std::move(tl.first), last_ = std::move(tl.last);
-    ops_of_ = std::move(tl.ops_of), mem_ = std::move(tl.mem);
+    ops_of_ = std::move(tl.ops_of), mem_ = MemoryCurve(std::move(tl.mem), in_.budget);
     for (size_t i = 0; i < mem_.size(); ++i)
       if (mem_[i] > in_.budget) {
         if (out_.peak_window_first < 0) out_.peak_window_first = static_cast<int>(i);
@@ -216,7 +216,7 @@ class Planner {
     if (r.release < 0 || r.release + 1 > b - 1) return r;
     auto in_start = [&](int p) { return h2d_.earliest_fit(std::max(start_[static_cast<size_t>(p) + 1], r.out_end), c.swap_ns); };
     const int p = walk_back_trigger(b - 1, r.release + 1, [&](int q) { return in_start(q) + c.swap_ns; },
-                                    start_[static_cast<size_t>(b)], mem_, in_.budget);
+                                    start_[static_cast<size_t>(b)], mem_.values(), in_.budget);
     r.trigger = p;
     r.in_start = in_start(p);
     r.stall = std::max(0.0, r.in_start + c.swap_ns - start_[static_cast<size_t>(b)]);
@@ -282,7 +282,7 @@ class Planner {
   // delayed swap-out would no longer end before its prefetch, or when a chosen recomputation
   // would read a tensor mid swap-out.
   bool apply_swap(CapuchinCandidate& c, const SwapEval& s) {
-    const std::vector<size_t> mem = mem_;
+    const size_t mark = mem_.mark();
     const std::vector<int> q = outq_;
     const CopyLane h2d = h2d_;
     std::vector<int> releases, issued;
@@ -290,7 +290,7 @@ class Planner {
       releases.push_back(out_.candidates[static_cast<size_t>(k)].release_op);
       issued.push_back(out_.candidates[static_cast<size_t>(k)].swap_out_op);
     }
-    const double over = excess();
+    const auto over = excess();
     const int k = static_cast<int>(&c - out_.candidates.data());
     c.decision = CapuchinDecision::kSwap;
     c.trigger_op = s.trigger;
@@ -305,7 +305,7 @@ class Planner {
     const bool queued = queue_swap_outs(pos);
     if (std::find(moved_.begin(), moved_.end(), k) == moved_.end()) moved_.push_back(k);
     if (!queued || excess() >= over || cancels_a_recompute()) {
-      mem_ = mem, outq_ = q, h2d_ = h2d;
+      mem_.rollback(mark), outq_ = q, h2d_ = h2d;
       for (size_t i = 0; i < q.size(); ++i) {
         auto& x = out_.candidates[static_cast<size_t>(q[i])];
         x.release_op = releases[i], x.swap_out_op = issued[i];
@@ -315,6 +315,7 @@ class Planner {
       c.release_op = -1, c.swap_out_op = -1;
       return false;
     }
+    mem_.commit(mark);
     c.swap_stall_ns = s.stall;
     c.prefetch_start_ns = s.in_start;
     c.order = order_++;
@@ -508,7 +509,7 @@ class Planner {
       add_mem(s.release_op + 1, s.trigger_op, static_cast<long long>(s.bytes));
       const double out_end = out_end_[static_cast<size_t>(k)];
       auto in_start = [&](int q) { return h2d_.earliest_fit(std::max(start_[static_cast<size_t>(q) + 1], out_end), s.swap_ns); };
-      const int q = walk_back_trigger(b - 1, s.release_op + 1, [&](int x) { return in_start(x) + s.swap_ns; }, t, mem_, in_.budget);
+      const int q = walk_back_trigger(b - 1, s.release_op + 1, [&](int x) { return in_start(x) + s.swap_ns; }, t, mem_.values(), in_.budget);
       const bool better = q < b && q > s.release_op && in_start(q) + s.swap_ns < demand_end;
       const int trig = better ? q : s.trigger_op;
       add_mem(s.release_op + 1, trig, -static_cast<long long>(s.bytes));
@@ -535,7 +536,7 @@ class Planner {
       int p = c.trigger_op;
       while (in_start(p) + c.swap_ns > start_[static_cast<size_t>(c.back_op)] + kEpsNs && p - 1 >= c.release_op + 1 &&
              mem_[static_cast<size_t>(p)] + c.bytes <= in_.budget) {
-        mem_[static_cast<size_t>(p)] += c.bytes;
+        add_mem(p, p, static_cast<long long>(c.bytes));
         --p;
       }
       const double s = in_start(p);
@@ -585,18 +586,19 @@ class Planner {
             c.pinned = false;
             break;
           }
-          const std::vector<size_t> mem = mem_;
+          const size_t mark = mem_.mark();
           const std::vector<int> held = held_from_;
-          const double over = excess();
+          const auto over = excess();
           apply_recompute(c, chain);
           if (excess() >= over || breaks_a_recompute(c)) {
-            mem_ = mem, held_from_ = held;
+            mem_.rollback(mark), held_from_ = held;
             c.decision = CapuchinDecision::kKeep;
             c.order = -1, --order_;
             c.pinned = false;
             out_.plan.actions.pop_back();
             break;
           }
+          mem_.commit(mark);
           recompute_taken(c, true);
           if (p.ahead_op > c.evict_op && p.ahead_op < c.back_op - 1) {  // back on the device from ahead_op + 1
             c.ahead_op = p.ahead_op;
@@ -625,15 +627,16 @@ class Planner {
       return codec_.earliest_fit(std::max(start_[static_cast<size_t>(q) + 1], cs + p.codec_ns), p.codec_ns);
     };
     const int q = walk_back_trigger(b - 1, release + 1, [&](int x) { return d_start(x) + p.codec_ns; },
-                                    start_[static_cast<size_t>(b)], mem_, in_.budget);
-    const std::vector<size_t> mem = mem_;
-    const double over = excess();
+                                    start_[static_cast<size_t>(b)], mem_.values(), in_.budget);
+    const size_t mark = mem_.mark();
+    const auto over = excess();
     add_mem(release + 1, q, -static_cast<long long>(c.bytes));
     add_mem(e + 1, b - 1, static_cast<long long>(p.capacity));
     if (excess() >= over) {
-      mem_ = mem;
+      mem_.rollback(mark);
       return false;
     }
+    mem_.commit(mark);
     const double ds = d_start(q);
     codec_.add(cs, p.codec_ns);
     codec_.add(ds, p.codec_ns);
@@ -701,7 +704,7 @@ class Planner {
       const double ready = out_end > period ? out_end - period : 0;  // the host copy exists (this iteration's clock)
       auto in_start = [&](int p) { return h2d_.earliest_fit(std::max(start_[static_cast<size_t>(p) + 1], ready), swap_ns); };
       int p = walk_back_trigger(u1 - 1, lo, [&](int q) { return in_start(q) + swap_ns; },
-                                start_[static_cast<size_t>(u1)], mem_, in_.budget);
+                                start_[static_cast<size_t>(u1)], mem_.values(), in_.budget);
       if (p < lo || (!pin && in_start(p) + swap_ns > start_[static_cast<size_t>(u1)] + kEpsNs)) continue;  // not hidden
       if (pin && (pin->trigger_shift > 0 || (pin->trigger_op >= 0 && pin->trigger_op < p)))
         p = std::max(lo, (pin->trigger_op >= 0 ? std::min(p, pin->trigger_op) : p) - pin->trigger_shift);
@@ -797,17 +800,18 @@ class Planner {
       // A drop can cost memory elsewhere (later recomputations bring it back early): undo one
       // that does not lower the bytes over the budget, or that leaves a recomputation without a
       // source.
-      const std::vector<size_t> mem = mem_;
+      const size_t mark = mem_.mark();
       const std::vector<int> held = held_from_;
-      const double over = excess();
+      const auto over = excess();
       apply_recompute(c, o.chain);
       if (excess() >= over || breaks_a_recompute(c)) {
-        mem_ = mem, held_from_ = held;
+        mem_.rollback(mark), held_from_ = held;
         c.decision = CapuchinDecision::kKeep;
         c.order = -1;
         --order_;
         out_.plan.actions.pop_back();
       } else {
+        mem_.commit(mark);
         recompute_taken(c, false);
       }
     }
@@ -823,7 +827,7 @@ class Planner {
   std::vector<double> start_;
   std::vector<int> first_, last_;
   std::vector<std::vector<int>> ops_of_, cands_of_;
-  std::vector<size_t> mem_;
+  MemoryCurve mem_;  // the predicted curve as the choices change it
   std::vector<int> held_from_;  // per candidate: first op a recomputation holds it back from, -1: none
   CopyLane h2d_;
   CopyLane codec_;  // the compression stream (pinned compressions)
