@@ -116,12 +116,12 @@ std::vector<std::pair<size_t, size_t>> CachingAllocator::compact(const std::func
   for (const auto& [off, b] : blocks_) {
     if (b.free) continue;
     const size_t dst = movable(off) ? cursor : off;
-    if (dst > cursor) packed.emplace(cursor, Block{dst - cursor, true, -1});
-    packed.emplace(dst, b);
+    if (dst > cursor) packed.emplace_hint(packed.end(), cursor, Block{dst - cursor, true, -1});
+    packed.emplace_hint(packed.end(), dst, b);  // ascending: each goes at the end
     if (dst != off) moves.emplace_back(off, dst);
     cursor = dst + b.size;
   }
-  if (cursor < capacity_) packed.emplace(cursor, Block{capacity_ - cursor, true, -1});
+  if (cursor < capacity_) packed.emplace_hint(packed.end(), cursor, Block{capacity_ - cursor, true, -1});
   blocks_ = std::move(packed);
   free_set_.clear();
   for (const auto& [off, b] : blocks_)

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <map>
 #include <stdexcept>
 
 #include "vtensor/core/errors.h"
@@ -847,23 +846,34 @@ bool MemoryManager::compact() {
   // What owns each movable block: a tensor's own block, a tensor's compressed buffer, or the
   // sliding workspace (kNoTensor).
   struct Owner {
+    size_t offset;
     TensorId id;
     bool buffer;
   };
-  std::map<size_t, Owner> owner;
+  std::vector<Owner> owner;  // by offset; at a shared offset, the first listed
   for (size_t i = 0; i < states_.size(); ++i) {
     State& s = states_[i];
     if (s.residency == Residency::kSwappingIn || s.residency == Residency::kDecompressing) wait_copy(s);
     if (s.residency == Residency::kResident || s.residency == Residency::kSwappingIn || s.residency == Residency::kDecompressing)
-      owner.emplace(s.offset, Owner{static_cast<TensorId>(i), false});
-    if (s.has_buffer) owner.emplace(s.comp_offset, Owner{static_cast<TensorId>(i), true});
+      owner.push_back({s.offset, static_cast<TensorId>(i), false});
+    if (s.has_buffer) owner.push_back({s.comp_offset, static_cast<TensorId>(i), true});
   }
-  if (has_sliding_) owner.emplace(sliding_offset_, Owner{kNoTensor, true});
-  auto moves = allocator_->compact([&](size_t off) { return owner.count(off) > 0; });
+  if (has_sliding_) owner.push_back({sliding_offset_, kNoTensor, true});
+  const auto by_offset = [](const Owner& a, const Owner& b) { return a.offset < b.offset; };
+  std::stable_sort(owner.begin(), owner.end(), by_offset);
+  owner.erase(std::unique(owner.begin(), owner.end(), [](const Owner& a, const Owner& b) { return a.offset == b.offset; }),
+              owner.end());
+  const auto find = [&](size_t off) {
+    const auto it = std::lower_bound(owner.begin(), owner.end(), Owner{off, kNoTensor, false}, by_offset);
+    return it != owner.end() && it->offset == off ? &*it : nullptr;
+  };
+  auto moves = allocator_->compact([&](size_t off) { return find(off) != nullptr; });
   char* base = static_cast<char*>(backend_.arena_base());
   const double t0 = backend_.now_ms();
   for (const auto& [from, to] : moves) {  // ascending: each moves down into space already vacated
-    const Owner o = owner.at(from);
+    const Owner* found = find(from);
+    if (!found) throw std::logic_error("compact: the allocator moved a block nothing owns");
+    const Owner o = *found;
     if (o.id == kNoTensor) {  // the sliding workspace holds nothing between compressions
       sliding_offset_ = to;
       continue;
