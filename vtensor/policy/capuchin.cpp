@@ -901,8 +901,6 @@ std::vector<Victim> CapuchinPolicy::choose_victims(size_t bytes, const MemoryVie
   // Guided, with the request within the budget: the space is fragmented, not short. Nothing to
   // evict; the memory manager compacts instead of swapping out what the plan keeps.
   if (guided_ && plan_.fits && view.allocated() + bytes <= view.budget()) return {};
-  std::vector<TensorView> cands;
-  for (TensorId id : view.evictable()) cands.push_back(view.view(id));
   auto awaited = [&](TensorId id) {
     if (!guided_ || static_cast<size_t>(id) >= candidates_of_.size()) return false;
     for (int k : candidates_of_[static_cast<size_t>(id)]) {
@@ -911,17 +909,26 @@ std::vector<Victim> CapuchinPolicy::choose_victims(size_t bytes, const MemoryVie
     }
     return false;
   };
-  std::sort(cands.begin(), cands.end(), [&](const TensorView& a, const TensorView& b) {
-    const bool wa = awaited(a.id), wb = awaited(b.id);
-    if (wa != wb) return wb;
-    return a.last_access != b.last_access ? a.last_access < b.last_access : a.id < b.id;
-  });
+  struct Cand {
+    TensorView v;
+    bool awaited;
+  };
+  std::vector<Cand> cands;
+  for (TensorId id : view.evictable()) cands.push_back({view.view(id), awaited(id)});
+  // In that order (a total one), taken from a heap: a request needs few of them.
+  const auto later = [](const Cand& a, const Cand& b) {
+    if (a.awaited != b.awaited) return a.awaited;
+    return a.v.last_access != b.v.last_access ? a.v.last_access > b.v.last_access : a.v.id > b.v.id;
+  };
+  std::make_heap(cands.begin(), cands.end(), later);
   // Host budget: a victim the host cannot take is dropped where it can be recomputed (not by
   // capuchin-swap, which never recomputes), else skipped for the next; when none can go, the
   // plain choice, which the memory manager refuses and reports as out of host memory.
   std::vector<Victim> out, plain;
   size_t freed = 0, plain_freed = 0, room = view.host_room();
-  for (const auto& c : cands) {
+  for (auto end = cands.end(); end != cands.begin(); --end) {
+    std::pop_heap(cands.begin(), end, later);
+    const TensorView& c = (end - 1)->v;
     if (plain_freed < bytes) plain.push_back({c.id, EvictAction::kSwap}), plain_freed += c.bytes;
     if (freed >= bytes) break;
     if (c.bytes <= room) {
