@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "vtensor/backend/backend.h"
+#include "vtensor/backend/sim/sim_backend.h"
 #include "vtensor/core/errors.h"
 #include "vtensor/memory/allocator.h"
 #include "vtensor/memory/memory_manager.h"
@@ -1185,6 +1186,58 @@ TEST(DeviceWaits, SwapWaitsAreTheDevicesAndCountAsStall) {
   }
   // The host's time in the call is not a stall: the device's waits alone.
   EXPECT_DOUBLE_EQ(stall, 0.25 * backend.compute_waits);
+}
+
+// Another policy, with the waits the manager tells it summed: the restores' and the swap-outs'.
+class WaitCounting : public Policy {
+ public:
+  explicit WaitCounting(std::unique_ptr<Policy> inner) : inner_(std::move(inner)) {}
+  std::string name() const override { return inner_->name(); }
+  void attach(const MemoryView& v) override { inner_->attach(v); }
+  void begin_iteration(int i) override { inner_->begin_iteration(i); }
+  std::vector<Action> after_op(int op) override { return inner_->after_op(op); }
+  std::vector<Victim> choose_victims(size_t bytes, const MemoryView& v) override { return inner_->choose_victims(bytes, v); }
+  void end_iteration(const AccessTrace& t) override { inner_->end_iteration(t); }
+  void on_restore(TensorId id, int op, Residency from, double ms) override {
+    restores_ms += ms;
+    inner_->on_restore(id, op, from, ms);
+  }
+  void on_swap_out_wait(TensorId id, double ms) override {
+    swap_outs_ms += ms;
+    inner_->on_swap_out_wait(id, ms);
+  }
+  double restores_ms = 0, swap_outs_ms = 0;
+
+ private:
+  std::unique_ptr<Policy> inner_;
+};
+
+// Each millisecond the compute stream waited is told to the policy once: a restore that had to
+// wait for another tensor's swap-out (to have its block) is told its own wait, and the swap-out
+// its. Charged to both, the search's per-gap costs (policy auto) counted that wait twice.
+TEST(DeviceWaits, ASwapOutWaitInsideARestoreIsToldOnce) {
+  Graph g = build_model(tiny("resnet-tiny", 8));
+  build_backward(g, OptimizerConfig{});
+  auto run = [&](size_t budget, WaitCounting** counting) {
+    auto backend = make_sim_backend({.arena_bytes = budget, .gpu = "p100-16g"});
+    auto policy = std::make_unique<WaitCounting>(make_policy("lru"));
+    if (counting) *counting = policy.get();
+    MemoryManager mm(*backend, g, make_allocator("caching", budget), std::move(policy));
+    Executor exec(g, *backend, mm);
+    mm.init_persistent(1);
+    std::vector<IterationStats> stats;
+    for (int it = 0; it < 3; ++it) stats.push_back(exec.run_iteration(it));
+    return stats;
+  };
+  size_t peak = 0;
+  for (const auto& s : run(size_t{256} << 20, nullptr)) peak = std::max(peak, s.peak_allocated);
+  WaitCounting* counting = nullptr;
+  const auto stats = run(align_up(peak * 2 / 5), &counting);
+  double waited = 0;
+  for (const auto& s : stats) waited += s.counters.stall_ms + s.counters.recompute_ms;
+  EXPECT_GT(counting->restores_ms, 0);
+  EXPECT_GT(counting->swap_outs_ms, 0);
+  EXPECT_LE(counting->restores_ms + counting->swap_outs_ms, waited * (1 + 1e-9));
 }
 
 }  // namespace

@@ -296,15 +296,18 @@ float* MemoryManager::access(TensorId id, AccessKind kind, int op_index) {
   id = storage_of(id);  // the trace and the policy see the base
   State& s = st(id);
   const Residency from = s.residency;
-  const double waited0 = counters_.stall_ms + counters_.recompute_ms;
+  // A swap-out the restore waited for (its allocation needed the block) is that swap's cost,
+  // told to the policy by on_swap_out_wait, not this access's.
+  const double waited0 = counters_.stall_ms + counters_.recompute_ms, out0 = swap_out_waits_ms_;
   restore(id);
+  const double waited = (counters_.stall_ms + counters_.recompute_ms - waited0) - (swap_out_waits_ms_ - out0);
   if (from == Residency::kCompressed || from == Residency::kDecompressing) {
-    s.stat.stall_ms += counters_.stall_ms + counters_.recompute_ms - waited0;
+    s.stat.stall_ms += waited;
     if (from == Residency::kCompressed) ++s.stat.on_demand, ++counters_.on_demand_decompressions;
   }
   if (from != Residency::kResident && from != Residency::kSwappingOut && from != Residency::kCompressing &&
       (kind == AccessKind::kRead || kind == AccessKind::kWrite))
-    policy_->on_restore(id, op_index, from, counters_.stall_ms + counters_.recompute_ms - waited0);
+    policy_->on_restore(id, op_index, from, waited);
   s.last_access = ++clock_;
   s.last_access_op = op_index;
   tracker_.record(id, op_index, kind, backend_.now_ms());
@@ -483,7 +486,7 @@ void MemoryManager::finish_swap_outs_due(uint64_t op_seq) {
     }
     const double stall0 = counters_.stall_ms;
     wait_copy(st(id), true);
-    if (counters_.stall_ms > stall0) policy_->on_swap_out_wait(id, counters_.stall_ms - stall0);
+    if (counters_.stall_ms > stall0) swap_out_waited(id, counters_.stall_ms - stall0);
     it = swapping_out_.erase(it);
     complete_swap_out(id);
   }
@@ -507,12 +510,17 @@ bool MemoryManager::finish_prefetches() {
   return any;
 }
 
+void MemoryManager::swap_out_waited(TensorId id, double ms) {
+  swap_out_waits_ms_ += ms;
+  policy_->on_swap_out_wait(id, ms);
+}
+
 bool MemoryManager::finish_oldest_swap_out() {
   if (swapping_out_.empty()) return false;
   TensorId id = swapping_out_.front();
   const double stall0 = counters_.stall_ms;
   wait_copy(st(id), true);
-  if (counters_.stall_ms > stall0) policy_->on_swap_out_wait(id, counters_.stall_ms - stall0);
+  if (counters_.stall_ms > stall0) swap_out_waited(id, counters_.stall_ms - stall0);
   swapping_out_.pop_front();
   complete_swap_out(id);
   return true;

@@ -254,6 +254,7 @@ class MemoryManager final : public MemoryView {
   bool can_recompute(TensorId id, std::vector<int8_t>& memo) const;
   bool can_recompute_uncached(TensorId id, std::vector<int8_t>& memo) const;
   bool finish_oldest_swap_out();           // waits for it, frees its block
+  void swap_out_waited(TensorId id, double ms);  // tells the policy; counted apart from the restores
   bool finish_prefetches();                // swapping_in -> resident for unlocked tensors
   void complete_swap_out(TensorId id);
   void cancel_swap_out(TensorId id);             // swapping_out -> resident
@@ -297,6 +298,7 @@ class MemoryManager final : public MemoryView {
   uint64_t clock_ = 0;
   uint64_t op_seq_ = 0;  // ops completed since construction
   uint64_t placements_ = 0;  // persistent tensors given a new block since construction
+  double swap_out_waits_ms_ = 0;  // the stall on_swap_out_wait was told, in all (access() leaves it out of a restore's)
   int iteration_ = 0;
   bool timeline_enabled_ = false;
   size_t op_scratch_ = 0;          // scratch bytes allocated since the last timeline point
