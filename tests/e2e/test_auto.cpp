@@ -826,11 +826,11 @@ TEST(AutoSearch, TheRefinedHeadroomIsAStartAndReplays) {
 }
 
 // The window search (after the climb) rehearses combinations of two or more gaps' moves; on
-// bert-tiny at 30% on p100-16g one of them wins where every single move had lost. What it
+// bert-tiny at 34% on p100-16g one of them wins where every single move had lost. What it
 // chose replays to the predicted run; with --auto-window 0 the plan is where a climb ended.
 TEST(AutoSearch, TheWindowSearchCombinesMovesAndReplays) {
   const AutoRun base = train(config("bert-tiny", "none", 0, 2, "p100-16g"));
-  const size_t budget = align_up(static_cast<size_t>(static_cast<double>(max_peak(base)) * 0.30));
+  const size_t budget = align_up(static_cast<size_t>(static_cast<double>(max_peak(base)) * 0.34));
   TrainConfig cfg = config("bert-tiny", "auto", budget, 4, "p100-16g");
   cfg.auto_lp = 0;
   Trainer t(cfg);

@@ -249,6 +249,31 @@ TEST(Capuchin, GuidedFragmentationCompactsInsteadOfEvicting) {
   std::filesystem::remove(path);
 }
 
+// The ladder's compaction moves what the request needs, not the whole arena: on a 12 MiB log
+// where d (4 MiB) finds 5 MiB free in two holes (test::write_two_hole_log), the guided
+// iterations move c (1 MiB) into the top hole, where sliding everything down moved c and x (4).
+TEST(Capuchin, GuidedCompactionMovesOnlyWhatTheRequestNeeds) {
+  const std::string path = test::temp_path("capuchin", "two_holes.log");
+  test::write_two_hole_log(path);
+  TrainConfig cfg;
+  cfg.graph = std::make_shared<const Graph>(load_trace(path));
+  cfg.backend = "sim";
+  cfg.gpu = "p100-16g";
+  cfg.policy = "capuchin";
+  cfg.budget = size_t{12} << 20;
+  Trainer t(cfg);
+  t.step();
+  for (int i = 0; i < 2; ++i) {
+    SCOPED_TRACE("guided iteration " + std::to_string(i + 1));
+    const IterationStats guided = t.step();
+    EXPECT_EQ(guided.counters.evictions, 0u);
+    EXPECT_EQ(guided.counters.compactions, 1u);
+    EXPECT_EQ(guided.counters.compacted_bytes, size_t{1} << 20);
+    EXPECT_NEAR(guided.counters.compact_ms, predict_move_ms(find_gpu("p100-16g"), size_t{1} << 20), 1e-9);
+  }
+  std::filesystem::remove(path);
+}
+
 }  // namespace
 
 // The planner's curve counts the conv workspaces the memory manager allocated in the measured

@@ -456,3 +456,120 @@ TEST(CachingAllocatorCompact, SlidesMovableBlocksDownAroundFixedOnes) {
 }
 
 }  // namespace
+
+namespace {
+
+using vtensor::CachingAllocator;
+constexpr size_t kU = vtensor::kAllocAlignment;
+
+size_t moved_bytes(const CachingAllocator& before, const std::vector<std::pair<size_t, size_t>>& moves) {
+  size_t bytes = 0;
+  for (const auto& m : moves) bytes += before.block_size(m.first);
+  return bytes;
+}
+
+// With a need, the OOM ladder's compaction moves what makes one block of that size and no more:
+// here one small block into a hole elsewhere, where a full compaction slides everything above
+// the first hole.
+TEST(CachingAllocatorCompact, ANeedMovesOneSmallBlockIntoAHoleElsewhere) {
+  CachingAllocator a(32 * kU);
+  std::vector<size_t> b;
+  for (size_t units : {1, 8, 1, 1, 2, 8, 11}) b.push_back(*a.allocate(units * kU));
+  // Free: b0 [0,1) and b2 [9,10), b4 [11,13): the holes are 1, 1 and 2 units; b3 [10,11) between.
+  a.free(b[0]);
+  a.free(b[2]);
+  a.free(b[4]);
+  const CachingAllocator before = a;
+  auto moves = a.compact([](size_t) { return true; }, 4 * kU);
+  a.check_invariants();
+  ASSERT_EQ(moves.size(), 1u);
+  EXPECT_EQ(moves[0], std::make_pair(b[3], size_t{0}));  // b3 into the 1-unit hole at 0
+  EXPECT_EQ(a.stats().largest_free_block, 4 * kU);      // [9, 13)
+  EXPECT_EQ(a.stats().allocated, before.stats().allocated);
+  EXPECT_EQ(a.allocate(4 * kU), std::optional<size_t>(9 * kU));
+  // The full compaction moves the four blocks above the first hole (b1, b3, b5, b6).
+  CachingAllocator full = before;
+  EXPECT_EQ(moved_bytes(before, full.compact([](size_t) { return true; })), 28 * kU);
+  // A need the largest free block already meets moves nothing.
+  CachingAllocator fits = before;
+  EXPECT_TRUE(fits.compact([](size_t) { return true; }, 2 * kU).empty());
+}
+
+// Where the window's blocks fit nowhere else, the window slides: b1 down by one unit.
+TEST(CachingAllocatorCompact, ANeedSlidesWhereNoHoleElsewhereTakesTheBlocks) {
+  CachingAllocator a(8 * kU);
+  std::vector<size_t> b;
+  for (size_t units : {1, 2, 1, 4}) b.push_back(*a.allocate(units * kU));
+  a.free(b[0]);
+  a.free(b[2]);  // holes [0,1) and [3,4); b1 [1,3) fits in neither
+  auto moves = a.compact([](size_t) { return true; }, 2 * kU);
+  a.check_invariants();
+  ASSERT_EQ(moves.size(), 1u);
+  EXPECT_EQ(moves[0], std::make_pair(b[1], size_t{0}));
+  EXPECT_EQ(a.allocate(2 * kU), std::optional<size_t>(2 * kU));
+  // Of the windows that hold the free bytes, the one with the fewest live bytes slides (a tie:
+  // the lower): holes of one unit around A (2 units), B (4) and C (2); A slides, not B.
+  CachingAllocator e(16 * kU);
+  std::vector<size_t> f;
+  for (size_t units : {1, 2, 1, 4, 1, 2, 1, 4}) f.push_back(*e.allocate(units * kU));
+  for (size_t i : {0, 2, 4, 6}) e.free(f[i]);
+  moves = e.compact([](size_t) { return true; }, 2 * kU);
+  e.check_invariants();
+  ASSERT_EQ(moves.size(), 1u);
+  EXPECT_EQ(moves[0], std::make_pair(f[1], size_t{0}));
+  // An unmovable block is a barrier: no window holds two free units, so nothing moves.
+  CachingAllocator c(8 * kU);
+  std::vector<size_t> d;
+  for (size_t units : {1, 2, 1, 4}) d.push_back(*c.allocate(units * kU));
+  c.free(d[0]);
+  c.free(d[2]);
+  EXPECT_TRUE(c.compact([&](size_t off) { return off != d[1]; }, 2 * kU).empty());
+  c.check_invariants();
+}
+
+// Random arenas: a compaction with a need makes a free block of that size whenever the full
+// compaction does, moves no more bytes than it, and keeps the allocator consistent; the blocks
+// keep their sizes and tags.
+TEST(CachingAllocatorCompact, ANeedNeverMovesMoreThanTheFullCompactionAndAlwaysMakesTheBlock) {
+  std::mt19937 rng(7);
+  int made = 0;
+  for (int round = 0; round < 400; ++round) {
+    CachingAllocator a(256 * kU);
+    std::vector<size_t> live;
+    for (int k = 0; k < 120; ++k) {
+      if (!live.empty() && rng() % 3 == 0) {
+        const size_t i = rng() % live.size();
+        a.free(live[i]);
+        live.erase(live.begin() + static_cast<long>(i));
+      } else if (auto off = a.allocate((1 + rng() % 12) * kU, k)) {
+        live.push_back(*off);
+      }
+    }
+    std::vector<size_t> fixed;
+    for (size_t off : live)
+      if (rng() % 8 == 0) fixed.push_back(off);
+    const auto movable = [&](size_t off) { return std::find(fixed.begin(), fixed.end(), off) == fixed.end(); };
+    if (a.stats().free_bytes == 0) continue;
+    const size_t need = (1 + rng() % (a.stats().free_bytes / kU)) * kU;  // at most what is free
+    CachingAllocator full = a;
+    const auto full_moves = full.compact(movable);
+    const CachingAllocator before = a;
+    const auto moves = a.compact(movable, need);
+    a.check_invariants();
+    EXPECT_EQ(a.stats().allocated, before.stats().allocated);
+    if (before.stats().largest_free_block >= need) {
+      EXPECT_TRUE(moves.empty());
+      continue;
+    }
+    EXPECT_EQ(a.stats().largest_free_block >= need, full.stats().largest_free_block >= need) << "round " << round;
+    EXPECT_LE(moved_bytes(before, moves), moved_bytes(before, full_moves)) << "round " << round;
+    for (const auto& [from, to] : moves) {
+      EXPECT_TRUE(movable(from));
+      EXPECT_EQ(a.block_size(to), before.block_size(from));
+    }
+    made += a.stats().largest_free_block >= need ? 1 : 0;
+  }
+  EXPECT_GT(made, 40);  // the case the test is about occurs
+}
+
+}  // namespace

@@ -57,10 +57,13 @@ class DeviceAllocator {
   // Peak figures restart from the current ones (PyTorch's reset_peak_memory_stats).
   virtual void reset_peak() = 0;
   // Defragmentation: slides every live block for which movable(offset) holds down to the
-  // lowest free address (blocks that are not movable stay put). Returns the moves
-  // (old offset, new offset) in ascending order; the caller moves the bytes in that order.
-  // Allocators that cannot compact return no moves.
-  virtual std::vector<std::pair<size_t, size_t>> compact(const std::function<bool(size_t)>& movable) { return {}; }
+  // lowest free address (blocks that are not movable stay put). With `need` > 0, only as much as
+  // makes one free block of `need` bytes, moving the fewest bytes (none where a free block of
+  // that size exists or cannot be made). Returns the moves (old offset, new offset) in ascending
+  // order; the caller moves the bytes in that order. Allocators that cannot compact return none.
+  virtual std::vector<std::pair<size_t, size_t>> compact(const std::function<bool(size_t)>& movable, size_t need = 0) {
+    return {};
+  }
   // Iteration boundaries (the planned pool records one iteration and plans the next ones).
   // repeats: the next iteration runs the ended one's schedule (Policy::iteration_repeats).
   virtual void begin_iteration(int iteration) {}

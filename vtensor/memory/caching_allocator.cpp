@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -109,8 +110,16 @@ void CachingAllocator::free(size_t offset) {
   record(AllocEvent::Kind::kFree, offset, size, tag);
 }
 
-std::vector<std::pair<size_t, size_t>> CachingAllocator::compact(const std::function<bool(size_t)>& movable) {
+std::vector<std::pair<size_t, size_t>> CachingAllocator::compact(const std::function<bool(size_t)>& movable, size_t need) {
   std::vector<std::pair<size_t, size_t>> moves;
+  if (need > 0) {
+    if (need > capacity_ || stats_.largest_free_block >= align_up(need)) return moves;
+    // Sliding bounds what a relocation may move: fewer bytes than the slide, or the slide.
+    const SlideWindow slide = plan_slide(movable, align_up(need));
+    if (!slide.found) return moves;
+    moves = relocate_window(movable, align_up(need), slide.live);
+    return moves.empty() ? apply_slide(slide) : moves;
+  }
   BlockMap packed;
   size_t cursor = 0;  // lowest address not yet taken; never above a live block's offset
   for (const auto& [off, b] : blocks_) {
@@ -130,15 +139,143 @@ std::vector<std::pair<size_t, size_t>> CachingAllocator::compact(const std::func
   return moves;
 }
 
-bool CachingAllocator::reserve(size_t offset, size_t bytes, int64_t tag) {
-  if (bytes == 0 || offset % kAllocAlignment != 0 || bytes % kAllocAlignment != 0 || offset > capacity_ ||
-      bytes > capacity_ - offset)
-    return false;
-  auto it = blocks_.upper_bound(offset);
-  if (it == blocks_.begin()) return false;
-  --it;
+// The blocks in address order.
+std::vector<CachingAllocator::BlockMap::iterator> CachingAllocator::ordered_blocks() {
+  std::vector<BlockMap::iterator> blocks;
+  blocks.reserve(blocks_.size());
+  for (auto it = blocks_.begin(); it != blocks_.end(); ++it) blocks.push_back(it);
+  return blocks;
+}
+
+// A free block of `need` bytes made by moving the live blocks of one window elsewhere: of the
+// windows of whole blocks that span `need` bytes (no unmovable live block inside) with fewer than
+// `below` live bytes, the ones with the fewest first (a tie: the lower), the first whose live
+// blocks all fit in the free blocks outside it (largest first, each in the smallest that takes
+// it, at its start). Those moves fill small holes instead of sliding what lies above them. No
+// moves where none fits.
+std::vector<std::pair<size_t, size_t>> CachingAllocator::relocate_window(const std::function<bool(size_t)>& movable,
+                                                                           size_t need, size_t below) {
+  constexpr size_t kTries = 8;
+  const auto blocks = ordered_blocks();
+  struct Window {
+    size_t live, lo, hi;
+  };
+  std::vector<Window> windows;
+  size_t lo = 0, span = 0, live = 0;
+  for (size_t hi = 0; hi < blocks.size(); ++hi) {
+    const auto& [off, b] = *blocks[hi];
+    if (!b.free && !movable(off)) {  // a barrier
+      lo = hi + 1, span = live = 0;
+      continue;
+    }
+    span += b.size;
+    if (!b.free) live += b.size;
+    for (; lo < hi && span - blocks[lo]->second.size >= need; ++lo) {
+      span -= blocks[lo]->second.size;
+      if (!blocks[lo]->second.free) live -= blocks[lo]->second.size;
+    }
+    if (span >= need && live < below) windows.push_back({live, lo, hi});
+  }
+  std::sort(windows.begin(), windows.end(),
+            [](const Window& a, const Window& b) { return a.live != b.live ? a.live < b.live : a.lo < b.lo; });
+  std::vector<std::pair<size_t, size_t>> moves;
+  for (size_t t = 0; t < std::min(kTries, windows.size()) && moves.empty(); ++t) {
+    const Window& w = windows[t];
+    std::set<FreeKey> holes = free_set_;
+    std::vector<std::pair<size_t, size_t>> live_blocks;  // (size, offset)
+    for (size_t k = w.lo; k <= w.hi; ++k) {
+      const auto& [off, b] = *blocks[k];
+      if (b.free) holes.erase({b.size, off});
+      else live_blocks.emplace_back(b.size, off);
+    }
+    std::sort(live_blocks.begin(), live_blocks.end(),
+              [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; });
+    for (const auto& [size, off] : live_blocks) {
+      const auto fit = holes.lower_bound({size, 0});
+      if (fit == holes.end()) {
+        moves.clear();
+        break;
+      }
+      const auto [hole_size, hole] = *fit;
+      holes.erase(fit);
+      if (hole_size > size) holes.emplace(hole_size - size, hole + size);
+      moves.emplace_back(off, hole);
+    }
+    if (moves.empty()) continue;
+    // Each block into its hole, then the window freed as one block (merged with free neighbours).
+    for (const auto& [from, to] : moves) {
+      const Block b = blocks_.at(from);
+      carve(to, b.size, b.tag);
+    }
+    const size_t start = blocks[w.lo]->first, end = blocks[w.hi]->first + blocks[w.hi]->second.size;
+    for (size_t k = w.lo; k <= w.hi; ++k)
+      if (blocks[k]->second.free) free_set_.erase({blocks[k]->second.size, blocks[k]->first});
+    blocks_.erase(blocks[w.lo], std::next(blocks[w.hi]));
+    release(start, end - start);
+    std::sort(moves.begin(), moves.end());
+  }
+  update_derived_stats();
+  return moves;
+}
+
+// Sliding (where no window's blocks fit elsewhere for less): the window that holds `need` free
+// bytes with the fewest live bytes between its first and last free block (those slide down to its
+// start, its free bytes one block on top); a tie goes to the lower. A full compaction slides the
+// window from the first hole to the top, so this never moves more.
+CachingAllocator::SlideWindow CachingAllocator::plan_slide(const std::function<bool(size_t)>& movable, size_t need) {
+  SlideWindow best;
+  const auto blocks = ordered_blocks();
+  constexpr size_t kNone = std::numeric_limits<size_t>::max();
+  size_t lo = kNone, free_sum = 0, live_sum = 0;  // the window [lo, hi]; lo is a free block
+  for (size_t hi = 0; hi < blocks.size(); ++hi) {
+    const auto& [off, b] = *blocks[hi];
+    if (!b.free) {
+      if (!movable(off)) lo = kNone, free_sum = live_sum = 0;  // a barrier
+      else if (lo != kNone) live_sum += b.size;
+      continue;
+    }
+    if (lo == kNone) lo = hi, free_sum = live_sum = 0;
+    free_sum += b.size;
+    while (lo < hi) {  // the start moves up while what is left holds `need`: fewer live bytes
+      size_t next = lo + 1, live_gap = 0;
+      for (; !blocks[next]->second.free; ++next) live_gap += blocks[next]->second.size;
+      if (free_sum - blocks[lo]->second.size < need) break;
+      free_sum -= blocks[lo]->second.size, live_sum -= live_gap, lo = next;
+    }
+    if (free_sum >= need && (!best.found || live_sum < best.live))
+      best = {true, live_sum, blocks[lo]->first, blocks[hi]->first + blocks[hi]->second.size};
+  }
+  return best;
+}
+
+std::vector<std::pair<size_t, size_t>> CachingAllocator::apply_slide(const SlideWindow& w) {
+  std::vector<std::pair<size_t, size_t>> moves;
+  std::vector<std::pair<size_t, Block>> packed;
+  size_t cursor = w.start;
+  const auto first = blocks_.find(w.start), last = blocks_.lower_bound(w.end);
+  for (auto it = first; it != last; ++it) {
+    const auto& [off, b] = *it;
+    if (b.free) {
+      free_set_.erase({b.size, off});
+      continue;
+    }
+    packed.emplace_back(cursor, b);
+    if (cursor != off) moves.emplace_back(off, cursor);
+    cursor += b.size;
+  }
+  blocks_.erase(first, last);
+  for (const auto& [off, b] : packed) blocks_.emplace(off, b);
+  blocks_.emplace(cursor, Block{w.end - cursor, true, -1});
+  free_set_.emplace(w.end - cursor, cursor);
+  update_derived_stats();
+  return moves;
+}
+
+// [offset, offset + bytes) inside one free block becomes a live block; no statistics change.
+void CachingAllocator::carve(size_t offset, size_t bytes, int64_t tag) {
+  auto it = std::prev(blocks_.upper_bound(offset));
   const size_t hole = it->first, hole_size = it->second.size;
-  if (!it->second.free || offset + bytes > hole + hole_size) return false;
+  if (!it->second.free || offset + bytes > hole + hole_size) throw std::logic_error("caching allocator: carve outside a free block");
   free_set_.erase({hole_size, hole});
   if (offset > hole) {
     it->second.size = offset - hole;
@@ -152,6 +289,38 @@ bool CachingAllocator::reserve(size_t offset, size_t bytes, int64_t tag) {
     blocks_.emplace_hint(std::next(it), offset + bytes, Block{after, true, -1});
     free_set_.emplace(after, offset + bytes);
   }
+}
+
+// [offset, offset + bytes), in no block now, becomes a free block merged with free neighbours.
+void CachingAllocator::release(size_t offset, size_t bytes) {
+  size_t start = offset, size = bytes;
+  auto next = blocks_.lower_bound(offset);
+  if (next != blocks_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->second.free) {
+      free_set_.erase({prev->second.size, prev->first});
+      start = prev->first, size += prev->second.size;
+      blocks_.erase(prev);
+    }
+  }
+  if (next != blocks_.end() && next->second.free) {
+    free_set_.erase({next->second.size, next->first});
+    size += next->second.size;
+    blocks_.erase(next);
+  }
+  blocks_.emplace(start, Block{size, true, -1});
+  free_set_.emplace(size, start);
+}
+
+bool CachingAllocator::reserve(size_t offset, size_t bytes, int64_t tag) {
+  if (bytes == 0 || offset % kAllocAlignment != 0 || bytes % kAllocAlignment != 0 || offset > capacity_ ||
+      bytes > capacity_ - offset)
+    return false;
+  auto it = blocks_.upper_bound(offset);
+  if (it == blocks_.begin()) return false;
+  --it;
+  if (!it->second.free || offset + bytes > it->first + it->second.size) return false;
+  carve(offset, bytes, tag);
   stats_.allocated += bytes;
   ++stats_.num_allocs;
   update_derived_stats();

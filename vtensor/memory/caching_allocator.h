@@ -9,10 +9,14 @@
 // Deviations from PyTorch: no small/large pools, no size-class rounding beyond 256 bytes, no
 // oversize-block split limit, no streams/events, and no cache flush-and-retry on OOM (there is
 // nothing to flush: eviction is the MemoryManager's job). All operations are O(log n) in blocks.
+// Compaction (ours; PyTorch and BFC never move blocks): a full one slides every movable block down;
+// one for a request moves the fewest live bytes that make its block, into holes elsewhere where
+// they fit (best fit, largest first), else sliding one window; O(n log n) in blocks.
 #pragma once
 #include <map>
 #include <set>
 #include <utility>
+#include <vector>
 
 #include "vtensor/memory/allocator.h"
 
@@ -29,7 +33,7 @@ class CachingAllocator final : public DeviceAllocator {
   size_t block_size(size_t offset) const override;
   const AllocatorStats& stats() const override { return stats_; }
   void reset_peak() override;
-  std::vector<std::pair<size_t, size_t>> compact(const std::function<bool(size_t)>& movable) override;
+  std::vector<std::pair<size_t, size_t>> compact(const std::function<bool(size_t)>& movable, size_t need = 0) override;
   // Takes the exact range [offset, offset + bytes) as one live block when it lies inside one free
   // block (the planned pool reserves its region this way). False, and nothing changes, otherwise.
   bool reserve(size_t offset, size_t bytes, int64_t tag = -1);
@@ -55,6 +59,17 @@ class CachingAllocator final : public DeviceAllocator {
   using FreeKey = std::pair<size_t, size_t>;  // (size, offset): begin() of lower_bound is the best fit
 
   void update_derived_stats();
+  std::vector<BlockMap::iterator> ordered_blocks();
+  struct SlideWindow {
+    bool found = false;
+    size_t live = 0, start = 0, end = 0;  // the live bytes that slide; the window's address range
+  };
+  std::vector<std::pair<size_t, size_t>> relocate_window(const std::function<bool(size_t)>& movable, size_t need,
+                                                         size_t below);
+  SlideWindow plan_slide(const std::function<bool(size_t)>& movable, size_t need);
+  std::vector<std::pair<size_t, size_t>> apply_slide(const SlideWindow& w);
+  void carve(size_t offset, size_t bytes, int64_t tag);
+  void release(size_t offset, size_t bytes);
 
   size_t capacity_;
   BlockMap blocks_;

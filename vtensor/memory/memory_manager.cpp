@@ -198,7 +198,7 @@ size_t MemoryManager::alloc_block(size_t bytes, int64_t tag, const char* what) {
     if (!progressed && finish_prefetches()) continue;  // landed prefetches can be evicted again
     // Compaction; an allocator may also free room by giving up a layout (the planned pool's plan).
     if (!progressed && !paged_ && allocator_->stats().free_bytes >= align_up(bytes) &&
-        (compact() || allocator_->stats().largest_free_block >= align_up(bytes)))
+        (compact(align_up(bytes)) || allocator_->stats().largest_free_block >= align_up(bytes)))
       continue;
     if (!progressed && release_idle_buffers()) continue;  // persistent buffers not holding a tensor now give way
     if (!progressed && drop_compressed(bytes)) continue;  // compressed tensors that can be recomputed, least recent first
@@ -845,7 +845,7 @@ bool MemoryManager::can_recompute_uncached(TensorId id, std::vector<int8_t>& mem
   return true;
 }
 
-bool MemoryManager::compact() {
+bool MemoryManager::compact(size_t need) {
   // No copy or codec may touch a device block while it moves.
   while (finish_oldest_swap_out()) {
   }
@@ -875,7 +875,7 @@ bool MemoryManager::compact() {
     const auto it = std::lower_bound(owner.begin(), owner.end(), Owner{off, kNoTensor, false}, by_offset);
     return it != owner.end() && it->offset == off ? &*it : nullptr;
   };
-  auto moves = allocator_->compact([&](size_t off) { return find(off) != nullptr; });
+  auto moves = allocator_->compact([&](size_t off) { return find(off) != nullptr; }, need);
   char* base = static_cast<char*>(backend_.arena_base());
   const double t0 = backend_.now_ms();
   for (const auto& [from, to] : moves) {  // ascending: each moves down into space already vacated

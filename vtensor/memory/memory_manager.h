@@ -9,7 +9,8 @@
 //      compressions likewise);
 //   3. ask the policy for victims and evict them (swap out or drop), then retry; when it has
 //      none, wait for in-flight prefetches, which makes them evictable, and ask again;
-//   4. if enough bytes are free but scattered, compact: slide tensors down the arena; then free
+//   4. if enough bytes are free but scattered, compact as much as makes the block (the window
+//      of blocks with the fewest live bytes: those move into holes elsewhere, or slide); then free
 //      the persistent compression buffers (and the sliding workspace) that hold nothing now;
 //      then drop compressed tensors that can be recomputed (least recently used first);
 //   5. throw OutOfMemoryError{requested, in use, budget}.
@@ -276,7 +277,7 @@ class MemoryManager final : public MemoryView {
   void add_lineage_refs(TensorId id, int delta);
   void evict(const Victim& v);
   void sample_timeline(int op_index);
-  bool compact();
+  bool compact(size_t need = 0);  // need > 0: only as much as makes a free block of need bytes
   bool pack_start_state();  // compact, then the persistent tensors placed this iteration on top
 
   Backend& backend_;

@@ -127,7 +127,7 @@ size_t PlannedAllocator::block_size(size_t offset) const {
   return caching_.block_size(offset);
 }
 
-std::vector<std::pair<size_t, size_t>> PlannedAllocator::compact(const std::function<bool(size_t)>& movable) {
+std::vector<std::pair<size_t, size_t>> PlannedAllocator::compact(const std::function<bool(size_t)>& movable, size_t need) {
   std::vector<std::pair<size_t, size_t>> moves;
   if (region_reserved_ && region_live_.empty()) {
     // No planned block is live (between iterations: policy auto packs the arena there): pack
@@ -152,7 +152,7 @@ std::vector<std::pair<size_t, size_t>> PlannedAllocator::compact(const std::func
     // The OOM ladder compacts when the free bytes would do but are scattered: give the plan up
     // for now (its live blocks become caching blocks where they are) so the arena can be packed.
     dissolve_plan();
-    moves = caching_.compact(movable);
+    moves = caching_.compact(movable, need);
   }
   std::unordered_map<size_t, size_t> moved;
   for (const auto& [from, to] : moves) {

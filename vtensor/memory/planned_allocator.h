@@ -37,7 +37,7 @@ class PlannedAllocator final : public DeviceAllocator {
   size_t block_size(size_t offset) const override;
   const AllocatorStats& stats() const override { return stats_; }
   void reset_peak() override;
-  std::vector<std::pair<size_t, size_t>> compact(const std::function<bool(size_t)>& movable) override;
+  std::vector<std::pair<size_t, size_t>> compact(const std::function<bool(size_t)>& movable, size_t need = 0) override;
   void begin_iteration(int iteration) override;
   void end_iteration(bool repeats) override;
   nlohmann::json report() const override;
