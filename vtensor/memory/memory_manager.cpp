@@ -878,7 +878,9 @@ bool MemoryManager::compact(size_t need) {
   auto moves = allocator_->compact([&](size_t off) { return find(off) != nullptr; }, need);
   char* base = static_cast<char*>(backend_.arena_base());
   const double t0 = backend_.now_ms();
-  for (const auto& [from, to] : moves) {  // ascending: each moves down into space already vacated
+  // In the allocator's order: a slide's moves ascend, each down into space already vacated; a
+  // relocation's go into holes outside the window they leave, so no move overwrites another's source.
+  for (const auto& [from, to] : moves) {
     const Owner* found = find(from);
     if (!found) throw std::logic_error("compact: the allocator moved a block nothing owns");
     const Owner o = *found;
