@@ -60,7 +60,9 @@ uint64_t pluggable_failed() { return g_failed; }
 
 using namespace vtensor::pyb;
 
-extern "C" __attribute__((visibility("default"))) void* vtensor_torch_malloc(ssize_t size, int, void*) {
+// Null where the request cannot be served (HostDevice calls this one through ctypes, where an
+// exception cannot pass).
+extern "C" __attribute__((visibility("default"))) void* vtensor_torch_try_malloc(ssize_t size, int, void*) {
   Arena* a = nullptr;
   uintptr_t base = 0;
   {
@@ -75,13 +77,23 @@ extern "C" __attribute__((visibility("default"))) void* vtensor_torch_malloc(ssi
   }
   auto off = a->try_allocate(static_cast<size_t>(size));
   if (!off) {
-    // PyTorch raises its own OOM on null; ours (with the fragmentation) goes to stderr and to
-    // vtensor.torch.last_oom().
     ++g_failed;
-    std::fprintf(stderr, "%s\n", a->last_oom().c_str());
     return nullptr;
   }
   return reinterpret_cast<void*>(base + *off);
+}
+
+// What CUDAPluggableAllocator calls. PyTorch does not check the pointer (2.11 hands a null one to
+// the tensor), so a refusal throws, and torch raises it as a RuntimeError; the message (with the
+// fragmentation) is also vtensor.torch.last_oom().
+extern "C" __attribute__((visibility("default"))) void* vtensor_torch_malloc(ssize_t size, int device, void* stream) {
+  if (void* p = vtensor_torch_try_malloc(size, device, stream)) return p;
+  if (size == 0) return nullptr;  // torch asks for empty tensors too; never a failure
+  Arena* a = pluggable_arena();
+  if (!a) throw std::runtime_error("vtensor: the pluggable allocator is not configured (vtensor.torch.use_allocator)");
+  if (pluggable_base() == 0) throw std::runtime_error("vtensor: the pluggable allocator could not cudaMalloc its arena");
+  if (size < 0) throw std::runtime_error("vtensor: the pluggable allocator got a negative size");
+  throw std::runtime_error("CUDA out of memory (vtensor pluggable allocator): " + a->last_oom());
 }
 
 extern "C" __attribute__((visibility("default"))) void vtensor_torch_free(void* ptr, ssize_t, int, void*) {

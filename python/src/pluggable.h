@@ -16,7 +16,7 @@ namespace vtensor::pyb {
 void pluggable_configure(size_t capacity, const std::string& allocator, uintptr_t base);
 Arena* pluggable_arena();  // null before configure
 uintptr_t pluggable_base();
-uint64_t pluggable_failed();  // requests answered with null (OOM)
+uint64_t pluggable_failed();  // requests refused (out of memory, or no arena)
 
 }  // namespace vtensor::pyb
 

@@ -11,9 +11,10 @@ free block and the fragmentation (pytorch#29554); last_oom() returns it.
 
 On CUDA (torch >= 2.0) the arena is plugged in with torch.cuda.memory.CUDAPluggableAllocator, whose
 C entry points are vtensor_torch_malloc / vtensor_torch_free in the extension; the arena is one
-cudaMalloc of the budget. That path is tested by python/tests/test_cuda.py on a lent GPU
-(bench/cuda_bench.sh's python-cuda step), which has not run yet. Without CUDA the same C
-entry points are driven over a host arena by HostDevice (ctypes), which is how the tests check it.
+cudaMalloc of the budget. A request that does not fit raises (torch does not check for a null
+pointer). That path is tested by python/tests/test_cuda.py on a lent GPU (bench/cuda_bench.sh's
+python-cuda step). Without CUDA the same arena is driven over host memory by HostDevice through
+vtensor_torch_try_malloc (null on failure: ctypes passes no exception) and vtensor_torch_free.
 Deviations from PyTorch's CUDACachingAllocator: one fixed arena, nothing returned to the driver,
 no per-stream pools (torch's stream argument is ignored: one stream's order is assumed, as with
 cudaMalloc), and an OOM does not free cached blocks and retry (nothing is cached outside the arena).
@@ -111,14 +112,15 @@ def step():
 
 class HostDevice:
     """The fake device hook for CPU torch: an arena in host memory, allocated through the very C
-    entry points CUDAPluggableAllocator calls (vtensor_torch_malloc / vtensor_torch_free, via ctypes).
+    entry points CUDAPluggableAllocator calls (vtensor_torch_try_malloc, the non-throwing form of
+    vtensor_torch_malloc, and vtensor_torch_free, via ctypes).
     empty(shape, dtype) returns a torch tensor whose bytes live in the arena; its block is freed when
     the tensor's storage dies."""
 
     def __init__(self):
         self._lib = ctypes.CDLL(_vtensor.__file__)
-        self._lib.vtensor_torch_malloc.restype = ctypes.c_void_p
-        self._lib.vtensor_torch_malloc.argtypes = [ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
+        self._lib.vtensor_torch_try_malloc.restype = ctypes.c_void_p
+        self._lib.vtensor_torch_try_malloc.argtypes = [ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
         self._lib.vtensor_torch_free.restype = None
         self._lib.vtensor_torch_free.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
         self._arena = None
@@ -129,7 +131,7 @@ class HostDevice:
         _vtensor.pluggable_configure(nbytes, allocator, base)
 
     def malloc(self, size):
-        p = self._lib.vtensor_torch_malloc(size, 0, None)
+        p = self._lib.vtensor_torch_try_malloc(size, 0, None)
         if not p:
             raise _vtensor.OutOfMemoryError(_vtensor.pluggable_last_oom())
         return p
