@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Everything the cuda backend must show, on a GPU machine, from the repository root:
 #   1. build with CUDA (sm_90 unless VTENSOR_CUDA_ARCHS says otherwise) and run the cuda tests;
-#   2. swap bandwidth of the backend's swap path against a plain cudaMemcpyAsync of pinned memory;
+#   2. swap bandwidth of the backend's swap path against a plain cudaMemcpyAsync of pinned memory, and
+#      what a compaction's device moves cost against the sim's charge (device_moves.csv);
 #   3. ResNet-50, VGG-16 and GPT-2 small under policy none in vtensor and in PyTorch eager (fp32);
 #   4. lru at 50% of the unmanaged peak bit-identical to none (deterministic cuDNN algorithms);
 #   5. lru, capuchin, dtr and auto at 50% and 25% of the unmanaged peak on ResNet-50, VGG-16, GPT-2 small
@@ -10,18 +11,20 @@
 #   7. the Python package's CUDA paths (the pluggable allocator, offload's CUDA store): the module built
 #      there with that machine's Python (scripts/device_python.sh), python/tests/test_cuda.py;
 #   8. ResNet-50 under capuchin and auto at 50% again with VTENSOR_CUDA_EVENT_POOL=0 (an event created
-#      and destroyed per use): what the event pool saves, beside step 5's rows.
+#      and destroyed per use): what the event pool saves, beside step 5's rows;
+#   9. ResNet-50 and BERT-base under auto at 50% with VTENSOR_CUDA_SYNC_TIMING=1: compaction_ms and
+#      recompute_ms on the device's clock (the host's enqueueing otherwise).
 # Results go to $OUT_DIR (default bench-out/): CSV and JSON, and the vtensor reports. Every step runs
 # even when one before it failed; the script exits non-zero if any did (bench-out/steps.txt lists them).
 # VTENSOR_PREBUILT=1 skips the build and uses build/ as it is (built elsewhere with the same CUDA);
 # STEP_TIMEOUT=SECONDS stops a step that runs longer (exit 124 in steps.txt); STEPS=a,b runs only the
 # steps named (cuda-tests, swap-bandwidth, cuda-vs-pytorch, lru-identity, policies, sim-vs-device,
-# python-cuda, event-pool).
+# python-cuda, event-pool, sync-timing).
 set -uo pipefail
 OUT_DIR=${OUT_DIR:-bench-out}
 ARCHS=${VTENSOR_CUDA_ARCHS:-90}
 ITERS=${ITERS:-10}
-ALL_STEPS=cuda-tests,swap-bandwidth,cuda-vs-pytorch,lru-identity,policies,sim-vs-device,python-cuda,event-pool
+ALL_STEPS=cuda-tests,swap-bandwidth,cuda-vs-pytorch,lru-identity,policies,sim-vs-device,python-cuda,event-pool,sync-timing
 for s in ${STEPS:+${STEPS//,/ }}; do
   case ",$ALL_STEPS," in *",$s,"*) ;; *) echo "cuda_bench: STEPS: unknown step '$s'; accepted: $ALL_STEPS" >&2; exit 2 ;; esac
 done
@@ -45,7 +48,7 @@ if [ "${VTENSOR_PREBUILT:-0}" != 1 ]; then
 fi
 
 step cuda-tests bash -c "set -o pipefail; ctest --test-dir build -L cuda --output-on-failure 2>&1 | tee '$OUT_DIR/cuda_tests.txt'"
-step swap-bandwidth bash -c "set -o pipefail; ./build/bench/vtensor_swap_bandwidth 20 | tee '$OUT_DIR/swap_bandwidth.csv'"
+step swap-bandwidth bash -c "set -o pipefail; ./build/bench/vtensor_swap_bandwidth 20 '$OUT_DIR/device_moves.csv' | tee '$OUT_DIR/swap_bandwidth.csv'"
 step cuda-vs-pytorch python3 bench/cuda_vs_pytorch.py --vtensor build/vtensor --iters "$ITERS" --out "$OUT_DIR/cuda_vs_pytorch"
 # lru at half the unmanaged peak against none, deterministic algorithms, same seeds.
 lru_identity() {
@@ -91,5 +94,7 @@ step python-cuda bash -c "set -o pipefail; scripts/device_python.sh 2>&1 | tee '
 # rows again with an event created and destroyed per use; compare iter_ms and host_drain_ms.
 step event-pool env VTENSOR_CUDA_EVENT_POOL=0 python3 bench/cuda_policies.py --vtensor build/vtensor --models resnet50 \
   --policies capuchin,auto --fractions 0.5 --out "$OUT_DIR/cuda_policies_no_event_pool"
+step sync-timing env VTENSOR_CUDA_SYNC_TIMING=1 python3 bench/cuda_policies.py --vtensor build/vtensor \
+  --models resnet50,bert-base --policies auto --fractions 0.5 --out "$OUT_DIR/cuda_policies_sync_timing"
 cat "$OUT_DIR/steps.txt"
 exit $failed

@@ -88,6 +88,8 @@ def main():
             sys.exit(f"--batch {b}: expected model=batch")
         batches[k] = int(v)
     out_dir = os.path.dirname(a.out) or "."
+    # the runs' reports, named after --out: two calls writing beside each other keep their own
+    stem = os.path.basename(a.out)
     os.makedirs(out_dir, exist_ok=True)
 
     def median_ms(r):
@@ -97,7 +99,7 @@ def main():
     for m in a.models.split(","):
         batch = batches.get(m, 0)
         cmd, base, status, _ = train(a.vtensor, backend, m, batch, "none", a.iters, 0,
-                                     os.path.join(out_dir, f"policy_{m}_none.json"), a.timeout, a.deterministic)
+                                     os.path.join(out_dir, f"{stem}_{m}_none.json"), a.timeout, a.deterministic)
         if base is None:
             rows.append({"model": m, "policy": "none", "fraction": 1.0, "status": status, "cmd": " ".join(cmd)})
             print(json.dumps(rows[-1]), flush=True)
@@ -109,7 +111,7 @@ def main():
             for p in policies:
                 budget = int(none_peak * f)
                 cmd, r, status, _ = train(a.vtensor, backend, m, batch, p, a.iters, budget,
-                                          os.path.join(out_dir, f"policy_{m}_{p}_{int(f * 100)}.json"), a.timeout,
+                                          os.path.join(out_dir, f"{stem}_{m}_{p}_{int(f * 100)}.json"), a.timeout,
                                           a.deterministic)
                 runs.append((p, f, cmd, r, status))
         for p, f, cmd, r, status in runs:
@@ -130,7 +132,15 @@ def main():
                                        if all(i.get("host_launch_ms") is not None for i in its) else None),
                     "host_drain_ms": (round(statistics.mean(i["host_drain_ms"] for i in its), 3)
                                       if all(i.get("host_drain_ms") is not None for i in its) else None),
+                    # of the launch: kernels, allocations (the OOM ladder), the policy's after-op actions
+                    **{k: (round(statistics.mean(i[k] for i in its), 3) if all(i.get(k) is not None for i in its) else None)
+                       for k in ("host_kernel_ms", "host_alloc_ms", "host_after_op_ms")},
                     "swapped_out_mib": round(statistics.mean(i["swapped_out_bytes"] for i in its) / 2**20, 1),
+                    # compaction per iteration: bytes, and blocks (one device memcpy or more each)
+                    "compacted_mib": round(statistics.mean(i["compacted_bytes"] for i in its) / 2**20, 1),
+                    "compaction_ms": round(statistics.mean(i["compaction_ms"] for i in its), 3),
+                    "compacted_blocks": (round(statistics.mean(i["compacted_blocks"] for i in its), 1)
+                                         if all("compacted_blocks" in i for i in its) else None),
                     "lean_conv_fallbacks": sum(i.get("lean_conv_fallbacks", 0) for i in its),
                     # What the plan was made from: were the measured iteration's op times the
                     # device's, and (auto) the compute they add up to, against none's iteration.

@@ -6,7 +6,12 @@
 //            Backend::copy_async on the d2h / h2d streams after a compute-stream event, one
 //            event per copy (as MemoryManager::swap_out / prefetch record them), Event::wait.
 // Writes CSV to stdout: size_mib,direction,plain_gbps,vtensor_gbps,ratio.
-// Usage: vtensor_swap_bandwidth [reps=10]
+// With MOVES_CSV, also the cost of a compaction's moves (Backend::move_device, on the compute
+// stream) per block size and kind of move: disjoint (one memcpy), overlapping by at least
+// kMinDirectChunk (chunks of the distance), overlapping by less (through the staging buffer), timed
+// around `reps` moves and a wait, best of three, beside the sim's charge (predict_move_ms on
+// h100-80g): block_bytes,kind,distance,calls_per_move,us_per_move,gbps,sim_us,ratio.
+// Usage: vtensor_swap_bandwidth [reps=10] [MOVES_CSV]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -18,6 +23,8 @@
 
 #include "vtensor/backend/backend.h"
 #include "vtensor/backend/cuda/cuda_check.h"
+#include "vtensor/backend/sim/cost_model.h"
+#include "vtensor/backend/sim/gpu_specs.h"
 
 using namespace vtensor;
 
@@ -40,12 +47,50 @@ double best_gbps(size_t bytes, const std::function<void()>& run) {
   return best;
 }
 
+// The device-move table (see the header): moves within the backend's arena.
+bool write_moves(Backend& backend, char* arena, size_t arena_bytes, int reps, const char* path) {
+  std::FILE* f = std::fopen(path, "w");
+  if (!f) {
+    std::fprintf(stderr, "vtensor_swap_bandwidth: cannot write %s\n", path);
+    return false;
+  }
+  const GpuSpec& h100 = find_gpu("h100-80g");
+  std::fprintf(f, "block_bytes,kind,distance,calls_per_move,us_per_move,gbps,sim_us,ratio\n");
+  struct Case { size_t bytes, distance; const char* kind; };
+  std::vector<Case> cases;
+  for (size_t kib : {4, 64, 1024, 16384, 131072}) {
+    const size_t b = kib << 10;
+    cases.push_back({b, b, "disjoint"});
+    if (b > (size_t{1} << 20)) cases.push_back({b, std::max(b / 4, size_t{1} << 20), "overlap_direct"});
+    if (b > (size_t{256} << 10)) cases.push_back({b, size_t{256} << 10, "overlap_staged"});
+  }
+  for (const Case& c : cases) {
+    if (c.bytes + c.distance > arena_bytes) continue;
+    const size_t calls = c.distance >= c.bytes ? 1
+                         : c.distance >= (size_t{1} << 20) ? (c.bytes + c.distance - 1) / c.distance
+                                                           : 2 * ((c.bytes + (size_t{16} << 20) - 1) / (size_t{16} << 20));
+    const double gbps = best_gbps(c.bytes * static_cast<size_t>(reps), [&] {
+      for (int i = 0; i < reps; ++i) {  // down, then back up: the same two places every time
+        if (i % 2 == 0) backend.move_device(arena, arena + c.distance, c.bytes);
+        else backend.move_device(arena + c.distance, arena, c.bytes);
+      }
+      backend.record(Stream::kCompute)->wait();
+    });
+    const double us = static_cast<double>(c.bytes) / (gbps * 1e3);
+    const double sim_us = predict_move_ms(h100, c.bytes) * 1e3;
+    std::fprintf(f, "%zu,%s,%zu,%zu,%.2f,%.2f,%.2f,%.3f\n", c.bytes, c.kind, c.distance, calls, us, gbps, sim_us,
+                 us / sim_us);
+  }
+  std::fclose(f);
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 10;
   if (reps <= 0) {
-    std::fprintf(stderr, "usage: vtensor_swap_bandwidth [reps > 0]\n");
+    std::fprintf(stderr, "usage: vtensor_swap_bandwidth [reps > 0] [MOVES_CSV]\n");
     return 2;
   }
   if (!cuda_available()) {
@@ -102,6 +147,7 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
   }
+  if (argc > 2 && !write_moves(*backend, arena, 4 * max_bytes, reps, argv[2])) return 1;
   backend->host_free(vt_host_out, max_bytes);
   backend->host_free(vt_host_in, max_bytes);
   VT_CHECK(cudaStreamDestroy(d2h));

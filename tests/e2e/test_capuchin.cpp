@@ -242,6 +242,7 @@ TEST(Capuchin, GuidedFragmentationCompactsInsteadOfEvicting) {
     EXPECT_EQ(guided.counters.swapped_out_bytes, 0u);
     EXPECT_EQ(guided.counters.compactions, 1u);
     EXPECT_EQ(guided.counters.compacted_bytes, size_t{2} << 20);  // c slides down into b's hole
+    EXPECT_EQ(guided.counters.compacted_blocks, 1u);
     // its time on the compute stream: the sim's device-to-device move of those bytes
     EXPECT_NEAR(guided.counters.compact_ms, predict_move_ms(find_gpu("p100-16g"), size_t{2} << 20), 1e-9);
     EXPECT_EQ(guided.peak_allocated, (size_t{9} << 20) + (size_t{64} << 10));
@@ -268,6 +269,7 @@ TEST(Capuchin, GuidedCompactionMovesOnlyWhatTheRequestNeeds) {
     EXPECT_EQ(guided.counters.evictions, 0u);
     EXPECT_EQ(guided.counters.compactions, 1u);
     EXPECT_EQ(guided.counters.compacted_bytes, size_t{1} << 20);
+    EXPECT_EQ(guided.counters.compacted_blocks, 1u);  // c alone; the slide moved c and x
     EXPECT_NEAR(guided.counters.compact_ms, predict_move_ms(find_gpu("p100-16g"), size_t{1} << 20), 1e-9);
   }
   std::filesystem::remove(path);

@@ -893,6 +893,7 @@ bool MemoryManager::compact(size_t need) {
     backend_.move_device(base + to, base + from, bytes);
     (o.buffer ? s.comp_offset : s.offset) = to;
     counters_.compacted_bytes += bytes;
+    ++counters_.compacted_blocks;
   }
   counters_.compact_ms += backend_.now_ms() - t0;
   ++counters_.compactions;
@@ -944,6 +945,7 @@ bool MemoryManager::pack_start_state() {
     old.push_back(s.offset);
     s.offset = *to;
     counters_.compacted_bytes += s.bytes;
+    ++counters_.compacted_blocks;
     counters_.reordered_bytes += s.bytes;
   }
   counters_.compact_ms += backend_.now_ms() - t0;
@@ -1030,6 +1032,7 @@ MemoryCounters& MemoryCounters::operator-=(const MemoryCounters& b) {
   evictions -= b.evictions;
   compactions -= b.compactions;
   compacted_bytes -= b.compacted_bytes;
+  compacted_blocks -= b.compacted_blocks;
   compact_ms -= b.compact_ms;
   reordered_bytes -= b.reordered_bytes;
   lean_conv_fallbacks -= b.lean_conv_fallbacks;

@@ -7,6 +7,22 @@
 
 namespace vtensor {
 
+namespace {
+using Clock = std::chrono::steady_clock;
+// Adds the host time of its scope to `sum` (ms).
+class HostTimer {
+ public:
+  explicit HostTimer(double& sum) : sum_(sum), t0_(Clock::now()) {}
+  ~HostTimer() { sum_ += std::chrono::duration<double, std::milli>(Clock::now() - t0_).count(); }
+  HostTimer(const HostTimer&) = delete;
+  HostTimer& operator=(const HostTimer&) = delete;
+
+ private:
+  double& sum_;
+  Clock::time_point t0_;
+};
+}  // namespace
+
 Executor::Executor(const Graph& g, Backend& backend, MemoryManager& mm) : g_(g), backend_(backend), mm_(mm) {
   std::vector<int> last_use(g.num_tensors(), -1);
   for (const Op& op : g.ops()) {
@@ -33,7 +49,7 @@ IterationStats Executor::run_iteration(int iteration) {
   iteration_ = static_cast<uint64_t>(iteration);
   mm_.begin_iteration(iteration);
   const double t0 = backend_.now_ms();
-  using Clock = std::chrono::steady_clock;
+  kernel_ms_ = alloc_ms_ = after_op_ms_ = 0;
   const auto h0 = Clock::now();
   for (const Op& op : g_.ops()) run_op(op.index);
   const auto h1 = Clock::now();
@@ -45,6 +61,9 @@ IterationStats Executor::run_iteration(int iteration) {
   IterationStats s;
   s.host_launch_ms = std::chrono::duration<double, std::milli>(h1 - h0).count();
   s.host_drain_ms = std::chrono::duration<double, std::milli>(h3 - h2).count();
+  s.host_kernel_ms = kernel_ms_;
+  s.host_alloc_ms = alloc_ms_;
+  s.host_after_op_ms = after_op_ms_;
   s.iteration = iteration;
   s.loss = loss_;
   s.has_loss = backend_.has_data();
@@ -94,19 +113,28 @@ void Executor::run_op(int op_index) {
     mm_.lock(in);
   }
   for (TensorId out : op.outputs) {
-    mm_.allocate(out);
+    {
+      HostTimer h(alloc_ms_);
+      mm_.allocate(out);
+    }
     mm_.access(out, AccessKind::kWrite, op_index);
     mm_.lock(out);
   }
   args.conv_algo = mm_.conv_algo(op.index);
   size_t ws_bytes = 0;
-  args.workspace = allocate_workspace(op, args.conv_algo, ws_bytes);
+  {
+    HostTimer h(alloc_ms_);
+    args.workspace = allocate_workspace(op, args.conv_algo, ws_bytes);
+  }
   mm_.fault_pages(op_index, args.workspace, args.workspace ? ws_bytes : 0);  // unified memory
   // Only now: an allocation above may have compacted the arena and moved tensors.
   for (TensorId in : op.inputs) args.inputs.push_back(mm_.device_ptr(in));
   for (TensorId out : op.outputs) args.outputs.push_back(mm_.device_ptr(out));
   const double t0 = backend_.now_ms();
-  backend_.launch(g_, op, args);
+  {
+    HostTimer h(kernel_ms_);
+    backend_.launch(g_, op, args);
+  }
   mm_.kernel_launched();
   mm_.tracker().record_op(op_index, backend_.now_ms() - t0);
   if (args.workspace) mm_.free_scratch(args.workspace);
@@ -114,6 +142,7 @@ void Executor::run_op(int op_index) {
   for (TensorId out : op.outputs) mm_.unlock(out);
   if (!op.outputs.empty() && op.outputs[0] == g_.loss && backend_.has_data()) mm_.read(g_.loss, &loss_);
   for (TensorId t : release_after_[static_cast<size_t>(op_index)]) mm_.release(t);
+  HostTimer h(after_op_ms_);
   mm_.after_op(op_index);
 }
 
@@ -146,7 +175,10 @@ void Executor::recompute(TensorId id) {
   for (size_t i = 0; i < op.outputs.size(); ++i)
     args.outputs.push_back(scratch[i] ? static_cast<float*>(scratch[i]) : mm_.device_ptr(op.outputs[i]));
   const double t0 = backend_.now_ms();
-  backend_.launch(g_, op, args);
+  {
+    HostTimer h(kernel_ms_);
+    backend_.launch(g_, op, args);
+  }
   mm_.note_recompute(backend_.now_ms() - t0);
   if (args.workspace) mm_.free_scratch(args.workspace);
   for (void* p : scratch)

@@ -28,6 +28,11 @@ struct IterationStats {
   // waiting at the end for the device to finish them. Where the device runs asynchronously
   // (cuda), a drain near zero with launch near time_ms says the GPU waited for the host.
   double host_launch_ms = 0, host_drain_ms = 0;
+  // Of host_launch_ms: in the backend's kernel launches (recomputations included), in the memory
+  // manager's allocations (outputs, workspaces: the OOM ladder's evictions and compactions), and
+  // in its after-op actions (the policy's swap-outs, prefetches, drops, and the swap-outs
+  // completed). The rest is the accesses (waits, on-demand restores) and the releases.
+  double host_kernel_ms = 0, host_alloc_ms = 0, host_after_op_ms = 0;
 };
 
 class Executor {
@@ -48,6 +53,7 @@ class Executor {
   std::vector<std::vector<TensorId>> release_after_;  // per op: tensors whose last use it is
   uint64_t iteration_ = 0;
   float loss_ = 0.f;
+  double kernel_ms_ = 0, alloc_ms_ = 0, after_op_ms_ = 0;  // this iteration's, host clock
 };
 
 }  // namespace vtensor

@@ -292,6 +292,9 @@ std::string report_json(const TrainResult& r) {
                      // host times: the sim's clock is the model's, so none there
                      {"host_launch_ms", c.backend == "sim" ? json(nullptr) : json(s.host_launch_ms)},
                      {"host_drain_ms", c.backend == "sim" ? json(nullptr) : json(s.host_drain_ms)},
+                     {"host_kernel_ms", c.backend == "sim" ? json(nullptr) : json(s.host_kernel_ms)},
+                     {"host_alloc_ms", c.backend == "sim" ? json(nullptr) : json(s.host_alloc_ms)},
+                     {"host_after_op_ms", c.backend == "sim" ? json(nullptr) : json(s.host_after_op_ms)},
                      {"peak_allocated_bytes", s.peak_allocated},
                      {"peak_reserved_bytes", s.peak_reserved},
                      {"peak_host_bytes", s.peak_host},
@@ -309,6 +312,7 @@ std::string report_json(const TrainResult& r) {
                      {"evictions", s.counters.evictions},
                      {"compactions", s.counters.compactions},
                      {"compacted_bytes", s.counters.compacted_bytes},
+                     {"compacted_blocks", s.counters.compacted_blocks},
                      {"compaction_ms", s.counters.compact_ms},
                      {"compressed_bytes", s.counters.compressed_bytes},
                      {"compressed_to_bytes", s.counters.compressed_to_bytes},
