@@ -10,7 +10,8 @@
 // stream) per block size and kind of move: disjoint (one memcpy), overlapping by at least
 // kMinDirectChunk (chunks of the distance), overlapping by less (through the staging buffer), timed
 // around `reps` moves and a wait, best of three, beside the sim's charge (predict_move_ms on
-// h100-80g): block_bytes,kind,distance,calls_per_move,us_per_move,gbps,sim_us,ratio.
+// h100-80g, per call and per byte copied), and batches of small blocks (move_device_batch; per block):
+// block_bytes,kind,distance,calls_per_move,us_per_move,gbps,sim_us,ratio.
 // Usage: vtensor_swap_bandwidth [reps=10] [MOVES_CSV]
 #include <cuda_runtime.h>
 
@@ -61,14 +62,12 @@ bool write_moves(Backend& backend, char* arena, size_t arena_bytes, int reps, co
   for (size_t kib : {4, 64, 1024, 16384, 131072}) {
     const size_t b = kib << 10;
     cases.push_back({b, b, "disjoint"});
-    if (b > (size_t{1} << 20)) cases.push_back({b, std::max(b / 4, size_t{1} << 20), "overlap_direct"});
+    if (b > Backend::kMoveMinDirectChunk) cases.push_back({b, std::max(b / 4, Backend::kMoveMinDirectChunk), "overlap_direct"});
     if (b > (size_t{256} << 10)) cases.push_back({b, size_t{256} << 10, "overlap_staged"});
   }
   for (const Case& c : cases) {
     if (c.bytes + c.distance > arena_bytes) continue;
-    const size_t calls = c.distance >= c.bytes ? 1
-                         : c.distance >= (size_t{1} << 20) ? (c.bytes + c.distance - 1) / c.distance
-                                                           : 2 * ((c.bytes + (size_t{16} << 20) - 1) / (size_t{16} << 20));
+    const size_t calls = Backend::move_copies(c.bytes, c.distance).calls;
     const double gbps = best_gbps(c.bytes * static_cast<size_t>(reps), [&] {
       for (int i = 0; i < reps; ++i) {  // down, then back up: the same two places every time
         if (i % 2 == 0) backend.move_device(arena, arena + c.distance, c.bytes);
@@ -77,9 +76,27 @@ bool write_moves(Backend& backend, char* arena, size_t arena_bytes, int reps, co
       backend.record(Stream::kCompute)->wait();
     });
     const double us = static_cast<double>(c.bytes) / (gbps * 1e3);
-    const double sim_us = predict_move_ms(h100, c.bytes) * 1e3;
+    const double sim_us = predict_move_ms(h100, c.bytes, c.distance) * 1e3;
     std::fprintf(f, "%zu,%s,%zu,%zu,%.2f,%.2f,%.2f,%.3f\n", c.bytes, c.kind, c.distance, calls, us, gbps, sim_us,
                  us / sim_us);
+  }
+  // A batch of kMoveBatchSegments small blocks (Backend::move_device_batch: one gather and one
+  // scatter through the staging buffer), each down by its size; per block.
+  for (size_t kib : {4, 64, 256}) {
+    const size_t b = kib << 10, n = Backend::kMoveBatchSegments;
+    std::vector<Backend::DeviceMove> down, up;
+    for (size_t i = 0; i < n; ++i) {
+      down.push_back({arena + 2 * i * b, arena + 2 * i * b + b, b});
+      up.push_back({arena + 2 * i * b + b, arena + 2 * i * b, b});
+    }
+    const size_t calls = 2 * Backend::move_steps(down).size();
+    const double gbps = best_gbps(n * b * static_cast<size_t>(reps), [&] {
+      for (int i = 0; i < reps; ++i) backend.move_device_batch(i % 2 == 0 ? down : up);
+      backend.record(Stream::kCompute)->wait();
+    });
+    const double us = static_cast<double>(b) / (gbps * 1e3);
+    const double sim_us = predict_staged_moves_ms(h100, n * b) * 1e3 / static_cast<double>(n);
+    std::fprintf(f, "%zu,batch_of_%zu,%zu,%zu,%.2f,%.2f,%.2f,%.3f\n", b, n, b, calls, us, gbps, sim_us, us / sim_us);
   }
   std::fclose(f);
   return true;

@@ -483,6 +483,42 @@ TEST(CudaBackend, OverlappingMovesKeepTheBytes) {
   }
 }
 
+// A compaction's batch (move_device_batch): a slide of blocks of odd sizes (the kernel's 16-byte
+// path and its byte tail), more than one chunk of small ones, and a large one that moves on its
+// own between them, keep every block's bytes: the same as the moves one at a time (memmove).
+TEST(CudaBackend, ABatchOfMovesKeepsTheBytes) {
+  VT_REQUIRE_GPU();
+  auto& be = *backends().cuda;
+  char* base = static_cast<char*>(be.arena_base());
+  std::vector<size_t> sizes;
+  for (size_t i = 0; i < 150; ++i) sizes.push_back(i == 70 ? (size_t{3} << 20) + 4 : 4 + 997 * i);
+  // Block k starts 256-aligned with a hole of 4 KiB before it; each slides down over the hole
+  // the blocks before it closed.
+  std::vector<size_t> from, to;
+  size_t at = 4096, packed = 0;
+  for (size_t b : sizes) {
+    from.push_back(at), to.push_back(packed);
+    at = (at + b + 255) / 256 * 256 + 4096;
+    packed = (packed + b + 255) / 256 * 256;
+  }
+  ASSERT_LE(at, be.arena_bytes());
+  std::vector<char> image(at);
+  for (size_t i = 0; i < image.size(); ++i) image[i] = static_cast<char>(i * 131 + 7);
+  be.copy_to_device(base, image.data(), image.size());
+  std::vector<Backend::DeviceMove> moves;
+  std::vector<char> want = image;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    moves.push_back({base + to[k], base + from[k], sizes[k]});
+    std::memmove(want.data() + to[k], want.data() + from[k], sizes[k]);
+  }
+  ASSERT_GT(Backend::move_steps(moves).size(), 3u);  // staged chunks around the large move
+  be.move_device_batch(moves);
+  std::vector<char> got(image.size());
+  be.copy_to_host(got.data(), base, got.size());
+  for (size_t k = 0; k < sizes.size(); ++k)
+    EXPECT_EQ(0, std::memcmp(got.data() + to[k], want.data() + to[k], sizes[k])) << "block " << k;
+}
+
 TEST(CudaBackend, AsyncCopiesRoundTripThroughPinnedMemory) {
   VT_REQUIRE_GPU();
   auto& be = *backends().cuda;

@@ -112,3 +112,23 @@ TEST(CpuStreams, TheBackendDrainsItsStreamsBeforeItGoes) {
   }  // no wait: the destructor must finish the copies before it unmaps the arena
   EXPECT_EQ(std::memcmp(host.data(), a.data(), kBytes), 0);
 }
+
+// A batch of moves on the cpu is the moves in order: a slide of small blocks, each down into the
+// space the one before it left, keeps every block's bytes (what the cuda backend's gather and
+// scatter must give too).
+TEST(CpuMoves, ABatchIsTheMovesInOrder) {
+  CpuBackend b({.arena_bytes = 16 * kBytes});
+  std::vector<float> want;
+  std::vector<Backend::DeviceMove> moves;
+  for (size_t k = 0; k < 6; ++k) {  // block k at slot 2k + 1 slides to slot k
+    const auto p = pattern(static_cast<float>(100 * k));
+    b.copy_to_device(dev(b, 2 * k + 1), p.data(), kBytes);
+    moves.push_back({dev(b, k), dev(b, 2 * k + 1), kBytes});
+    want.insert(want.end(), p.begin(), p.end());
+  }
+  b.move_device_batch(moves);
+  std::vector<float> got(6 * kFloats);
+  b.copy_to_host(got.data(), dev(b, 0), 6 * kBytes);
+  EXPECT_EQ(0, std::memcmp(got.data(), want.data(), 6 * kBytes));
+}
+

@@ -278,3 +278,54 @@ TEST(SimStreams, AnEarlyPrefetchIsHidden) {
 }
 
 }  // namespace
+
+// A compaction's moves as the cuda backend issues them (Backend::move_steps): blocks under 1 MiB
+// grouped through the staging buffer, up to 64 blocks and 16 MiB a chunk, a larger block on its
+// own; nothing for empty or in-place moves.
+TEST(DeviceMoves, SmallBlocksAreGroupedLargeOnesMoveAlone) {
+  char* base = reinterpret_cast<char*>(uintptr_t{1} << 40);
+  std::vector<Backend::DeviceMove> moves;
+  for (size_t i = 0; i < 70; ++i) moves.push_back({base + i * 8192, base + i * 8192 + 4096, 4096});
+  moves.push_back({base, base, 4096});                                            // in place
+  moves.push_back({base + (size_t{1} << 30), base + (size_t{2} << 30), size_t{1} << 20});  // large
+  for (size_t i = 0; i < 20; ++i) moves.push_back({base + i * (size_t{1} << 20), base + (size_t{3} << 30), size_t{960} << 10});
+  moves.push_back({base, base + 4096, 0});  // empty
+  const auto steps = Backend::move_steps(moves);
+  ASSERT_EQ(steps.size(), 5u);
+  EXPECT_TRUE(steps[0].staged);
+  EXPECT_EQ(steps[0].first, 0u);
+  EXPECT_EQ(steps[0].count, Backend::kMoveBatchSegments);
+  EXPECT_EQ(steps[1].first, 64u);
+  EXPECT_EQ(steps[1].count, 6u);
+  EXPECT_FALSE(steps[2].staged);
+  EXPECT_EQ(steps[2].first, 71u);
+  EXPECT_TRUE(steps[3].staged && steps[4].staged);  // 17 x 960 KiB fit 16 MiB of staging, an 18th does not
+  EXPECT_EQ(steps[3].count, 17u);
+  EXPECT_EQ(steps[4].count, 3u);
+  // One move: a copy per call, chunks of the distance, or twice through the staging buffer.
+  EXPECT_EQ(Backend::move_copies(size_t{8} << 20, size_t{8} << 20).calls, 1u);
+  EXPECT_EQ(Backend::move_copies(size_t{8} << 20, size_t{2} << 20).calls, 4u);
+  const auto staged = Backend::move_copies(size_t{40} << 20, 4096);
+  EXPECT_EQ(staged.calls, 6u);
+  EXPECT_EQ(staged.bytes, size_t{80} << 20);
+}
+
+// The sim charges a move a launch per copy call and the bytes copied, and a batch of small moves
+// two launches per chunk: 64 blocks of 4 KiB cost what one does on its own, not 64 launches.
+TEST(DeviceMoves, TheSimChargesCallsAndBytes) {
+  SimBackend b({.arena_bytes = size_t{1} << 30, .gpu = "h100-80g"});
+  char* base = static_cast<char*>(b.arena_base());
+  const GpuSpec& g = b.gpu();
+  b.move_device(base, base + 4096, 4096);
+  EXPECT_DOUBLE_EQ(b.now_ms(), predict_move_ms(g, 4096));
+  EXPECT_GT(predict_move_ms(g, 4096), g.launch_us * 1e-3);
+  double t = b.now_ms();
+  b.move_device(base, base + 256, size_t{1} << 20);  // overlapping by 256 B: staged
+  EXPECT_DOUBLE_EQ(b.now_ms() - t, 2 * g.launch_us * 1e-3 + predict_move_ms(g, size_t{2} << 20) - g.launch_us * 1e-3);
+  std::vector<Backend::DeviceMove> moves;
+  for (size_t i = 0; i < 64; ++i) moves.push_back({base + i * 8192, base + i * 8192 + 4096, 4096});
+  t = b.now_ms();
+  b.move_device_batch(moves);
+  EXPECT_DOUBLE_EQ(b.now_ms() - t, predict_staged_moves_ms(g, 64 * 4096));
+  EXPECT_LT(b.now_ms() - t, 3 * predict_move_ms(g, 4096));
+}

@@ -94,6 +94,36 @@ class Backend {
   virtual void copy_to_device(void* dev_dst, const void* host_src, size_t bytes) = 0;
   // Device-to-device copy on the compute stream; the ranges may overlap (defragmentation).
   virtual void move_device(void* dst, const void* src, size_t bytes) = 0;
+  // How a move is issued (the cuda backend's; the sim charges the same): one copy when the
+  // ranges do not overlap; chunks of the distance when they overlap by at least
+  // kMoveMinDirectChunk; else through a staging buffer of kMoveStagingBytes, each chunk copied
+  // twice (in, then out).
+  static constexpr size_t kMoveStagingBytes = size_t{16} << 20;
+  static constexpr size_t kMoveMinDirectChunk = size_t{1} << 20;
+  struct MoveCopies {
+    size_t calls = 0;   // copy calls (cudaMemcpyAsync)
+    size_t bytes = 0;   // bytes copied in all
+  };
+  static MoveCopies move_copies(size_t bytes, size_t distance);
+  // A compaction's moves, in order. No move's destination overlaps the source of a later one
+  // (a slide's moves ascend, each into space already left; a relocation's go into holes outside
+  // the window they leave), so the moves may be grouped: blocks under kMoveMinDirectChunk go
+  // through the staging buffer in chunks of up to kMoveBatchSegments blocks and
+  // kMoveStagingBytes, each chunk one gather and one scatter (two launches however many blocks:
+  // on the H100 a copy call costs about 6 us however small, docs/benchmarks.md); larger ones
+  // move on their own (move_device). The default moves one at a time.
+  struct DeviceMove {
+    void* dst = nullptr;
+    const void* src = nullptr;
+    size_t bytes = 0;
+  };
+  static constexpr size_t kMoveBatchSegments = 64;
+  struct MoveStep {
+    size_t first = 0, count = 0;  // moves[first, first + count)
+    bool staged = false;          // a chunk through the staging buffer; else one move of its own
+  };
+  static std::vector<MoveStep> move_steps(const std::vector<DeviceMove>& moves);
+  virtual void move_device_batch(const std::vector<DeviceMove>& moves);
   virtual Event record(Stream s) = 0;
   // Work submitted to `s` after this call starts only once `e` has completed.
   virtual void stream_wait(Stream s, const Event& e) = 0;

@@ -879,7 +879,10 @@ bool MemoryManager::compact(size_t need) {
   char* base = static_cast<char*>(backend_.arena_base());
   const double t0 = backend_.now_ms();
   // In the allocator's order: a slide's moves ascend, each down into space already vacated; a
-  // relocation's go into holes outside the window they leave, so no move overwrites another's source.
+  // relocation's go into holes outside the window they leave, so no move overwrites a later one's
+  // source, and the backend may group them (Backend::move_device_batch).
+  std::vector<Backend::DeviceMove> batch;
+  batch.reserve(moves.size());
   for (const auto& [from, to] : moves) {
     const Owner* found = find(from);
     if (!found) throw std::logic_error("compact: the allocator moved a block nothing owns");
@@ -890,11 +893,12 @@ bool MemoryManager::compact(size_t need) {
     }
     State& s = st(o.id);
     const size_t bytes = o.buffer ? s.comp_capacity : s.bytes;
-    backend_.move_device(base + to, base + from, bytes);
+    batch.push_back({base + to, base + from, bytes});
     (o.buffer ? s.comp_offset : s.offset) = to;
     counters_.compacted_bytes += bytes;
     ++counters_.compacted_blocks;
   }
+  backend_.move_device_batch(batch);
   counters_.compact_ms += backend_.now_ms() - t0;
   ++counters_.compactions;
   return !moves.empty();
@@ -936,18 +940,20 @@ bool MemoryManager::pack_start_state() {
   // in order, as long as no old block is freed before the last is placed.
   char* base = static_cast<char*>(backend_.arena_base());
   std::vector<size_t> old;
+  std::vector<Backend::DeviceMove> batch;  // each into the free space above, none onto a source
   const double t0 = backend_.now_ms();
   for (TensorId id : placed) {
     State& s = st(id);
     const auto to = allocator_->allocate(s.bytes, id);
     if (!to) throw std::logic_error("pack_start_state: no room for " + graph_.tensor(id).name);
-    backend_.move_device(base + *to, base + s.offset, s.bytes);
+    batch.push_back({base + *to, base + s.offset, s.bytes});
     old.push_back(s.offset);
     s.offset = *to;
     counters_.compacted_bytes += s.bytes;
     ++counters_.compacted_blocks;
     counters_.reordered_bytes += s.bytes;
   }
+  backend_.move_device_batch(batch);
   counters_.compact_ms += backend_.now_ms() - t0;
   for (size_t off : old) allocator_->free(off);
   compact();

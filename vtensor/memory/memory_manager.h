@@ -60,7 +60,7 @@ struct MemoryCounters {
   double recompute_ms = 0, stall_ms = 0;  // compute time spent recomputing / waiting for copies
   uint64_t evictions = 0;                 // victims taken by the OOM ladder
   uint64_t compactions = 0, compacted_bytes = 0;  // defragmentation moves
-  uint64_t compacted_blocks = 0;  // their Backend::move_device calls (one per block moved)
+  uint64_t compacted_blocks = 0;  // blocks moved (Backend::move_device_batch groups the small ones)
   // The moves' time on the backend's clock (the sim's compute stream; on cuda the host's enqueueing
   // unless VTENSOR_CUDA_SYNC_TIMING=1, as recompute_ms); the waits for copies before them are stall.
   double compact_ms = 0;

@@ -233,9 +233,9 @@ void CudaBackend::move_device(void* dst, const void* src, size_t bytes) {
     VT_CHECK(cudaMemcpyAsync(d, s, bytes, cudaMemcpyDeviceToDevice, cs));
     return;
   }
-  const bool direct = dist >= kMinDirectChunk;
-  if (!direct && !staging_) VT_CHECK(cudaMalloc(&staging_, kStagingBytes));
-  const size_t chunk = direct ? dist : kStagingBytes;
+  const bool direct = dist >= kMoveMinDirectChunk;  // as move_copies says
+  if (!direct && !staging_) VT_CHECK(cudaMalloc(&staging_, kMoveStagingBytes));
+  const size_t chunk = direct ? dist : kMoveStagingBytes;
   auto copy_chunk = [&](size_t off, size_t n) {
     if (direct) {
       VT_CHECK(cudaMemcpyAsync(d + off, s + off, n, cudaMemcpyDeviceToDevice, cs));
@@ -252,6 +252,32 @@ void CudaBackend::move_device(void* dst, const void* src, size_t bytes) {
       end -= n;
       copy_chunk(end, n);
     }
+  }
+}
+
+void CudaBackend::move_device_batch(const std::vector<DeviceMove>& moves) {
+  static_assert(kMoveBatchSegments == cuda::kMaxCopySegments, "one launch per chunk of the batch");
+  const cudaStream_t cs = stream(Stream::kCompute);
+  for (const MoveStep& step : move_steps(moves)) {
+    if (!step.staged) {
+      const DeviceMove& m = moves[step.first];
+      move_device(m.dst, m.src, m.bytes);
+      continue;
+    }
+    if (!staging_) VT_CHECK(cudaMalloc(&staging_, kMoveStagingBytes));
+    // Gather the chunk's blocks into the staging buffer, then scatter them to their places: every
+    // source is read before any destination of the chunk is written.
+    cuda::CopySegments in, out;
+    size_t off = 0;
+    for (size_t i = step.first; i < step.first + step.count; ++i) {
+      const DeviceMove& m = moves[i];
+      char* slot = static_cast<char*>(staging_) + off;
+      in.src[in.n] = static_cast<const char*>(m.src), in.dst[in.n] = slot, in.bytes[in.n] = m.bytes, ++in.n;
+      out.src[out.n] = slot, out.dst[out.n] = static_cast<char*>(m.dst), out.bytes[out.n] = m.bytes, ++out.n;
+      off += (m.bytes + 255) / 256 * 256;
+    }
+    cuda::copy_segments(cs, in);
+    cuda::copy_segments(cs, out);
   }
 }
 

@@ -59,8 +59,6 @@ class CudaBackend final : public Backend {
  public:
   static constexpr size_t kArenaMargin = size_t{1} << 30;      // left free when no budget is given
   static constexpr size_t kCublasWorkspace = size_t{32} << 20;  // cuBLAS's recommendation for Hopper
-  static constexpr size_t kStagingBytes = size_t{16} << 20;
-  static constexpr size_t kMinDirectChunk = size_t{1} << 20;  // overlapping moves by this much copy directly
 
   explicit CudaBackend(const BackendOptions& opts);
   ~CudaBackend() override;
@@ -75,6 +73,7 @@ class CudaBackend final : public Backend {
   void copy_to_host(void* host_dst, const void* dev_src, size_t bytes) override;
   void copy_to_device(void* dev_dst, const void* host_src, size_t bytes) override;
   void move_device(void* dst, const void* src, size_t bytes) override;
+  void move_device_batch(const std::vector<DeviceMove>& moves) override;
   Event record(Stream s) override;
   void stream_wait(Stream s, const Event& e) override;
   void compute_wait(const Event& e) override;

@@ -84,4 +84,16 @@ void decompress_half(cudaStream_t s, bool bf16, size_t n, const void* src, float
 void compress_int8(cudaStream_t s, size_t n, const float* x, void* dst);
 void decompress_int8(cudaStream_t s, size_t n, const void* src, float* y);
 
+// Device-to-device copies of up to kMaxCopySegments ranges in one launch (a compaction's small
+// moves, gathered into the staging buffer and scattered back: Backend::move_device_batch). No
+// destination may overlap another segment's source.
+constexpr int kMaxCopySegments = 64;
+struct CopySegments {
+  int n = 0;
+  const char* src[kMaxCopySegments] = {};
+  char* dst[kMaxCopySegments] = {};
+  size_t bytes[kMaxCopySegments] = {};
+};
+void copy_segments(cudaStream_t s, const CopySegments& segs);
+
 }  // namespace vtensor::cuda

@@ -1,5 +1,7 @@
 #include "vtensor/backend/sim/cost_model.h"
 
+#include "vtensor/backend/backend.h"
+
 #include <algorithm>
 
 namespace vtensor {
@@ -72,8 +74,14 @@ double predict_copy_ms(const GpuSpec& gpu, size_t bytes, bool to_device) {
   return static_cast<double>(bytes) / (gbps * 1e9 * efficiency) * 1e3;
 }
 
-double predict_move_ms(const GpuSpec& gpu, size_t bytes) {
-  return 2.0 * static_cast<double>(bytes) / (gpu.hbm_gbps * 1e9 * 0.8) * 1e3;
+double predict_staged_moves_ms(const GpuSpec& gpu, size_t bytes) {
+  return 2 * gpu.launch_us * 1e-3 + 2 * 2.0 * static_cast<double>(bytes) / (gpu.hbm_gbps * 1e9 * 0.8) * 1e3;
+}
+
+double predict_move_ms(const GpuSpec& gpu, size_t bytes, size_t distance) {
+  const Backend::MoveCopies c = Backend::move_copies(bytes, distance ? distance : bytes);
+  return static_cast<double>(c.calls) * gpu.launch_us * 1e-3 +
+         2.0 * static_cast<double>(c.bytes) / (gpu.hbm_gbps * 1e9 * 0.8) * 1e3;
 }
 
 double predict_codec_ms(const GpuSpec& gpu, size_t bytes_read, size_t bytes_written) {

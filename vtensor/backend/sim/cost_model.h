@@ -47,8 +47,14 @@ constexpr double kLeanConvSpeed = 0.6;
 KindEfficiency efficiency(OpKind k);
 OpCost predict_op(const GpuSpec& gpu, const Graph& g, const Op& op, ConvAlgo algo = ConvAlgo::kFast);
 double predict_copy_ms(const GpuSpec& gpu, size_t bytes, bool to_device);
-// A device-to-device move (compaction): read and write every byte.
-double predict_move_ms(const GpuSpec& gpu, size_t bytes);
+// A device-to-device move (compaction) of `bytes` by `distance` (0: to another range, no
+// overlap), issued as Backend::move_copies says: per copy call a launch, and every byte copied
+// read and written. On the H100 a call costs about 6 us however small (docs/benchmarks.md, "A
+// compaction's moves"); launch_us stands for it.
+double predict_move_ms(const GpuSpec& gpu, size_t bytes, size_t distance = 0);
+// A chunk of small moves through the staging buffer (Backend::move_steps): two launches, and the
+// bytes read and written twice (gathered, then scattered).
+double predict_staged_moves_ms(const GpuSpec& gpu, size_t bytes);
 // A compression or decompression kernel: launch, then the bytes it reads and writes at the
 // memory efficiency of an element-wise kernel (memory bound, as FreeLunch's codecs are).
 double predict_codec_ms(const GpuSpec& gpu, size_t bytes_read, size_t bytes_written);

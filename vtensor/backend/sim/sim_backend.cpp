@@ -75,10 +75,27 @@ void SimBackend::copy_to_device(void*, const void*, size_t) {
   throw std::logic_error("the sim backend holds no tensor values: nothing to copy to the device");
 }
 
-void SimBackend::move_device(void*, const void*, size_t bytes) {
-  const double d = predict_move_ms(gpu_, bytes);
+void SimBackend::move_device(void* dst, const void* src, size_t bytes) {
+  const auto d_addr = reinterpret_cast<uintptr_t>(dst), s_addr = reinterpret_cast<uintptr_t>(src);
+  if (!bytes || d_addr == s_addr) return;  // as the cuda backend: nothing to copy
+  const double d = predict_move_ms(gpu_, bytes, d_addr > s_addr ? d_addr - s_addr : s_addr - d_addr);
   clk(Stream::kCompute) += d;
   counters_.compute_busy_ms += d;
+}
+
+void SimBackend::move_device_batch(const std::vector<DeviceMove>& moves) {
+  for (const MoveStep& step : move_steps(moves)) {
+    if (!step.staged) {
+      const DeviceMove& m = moves[step.first];
+      move_device(m.dst, m.src, m.bytes);
+      continue;
+    }
+    size_t bytes = 0;
+    for (size_t i = step.first; i < step.first + step.count; ++i) bytes += moves[i].bytes;
+    const double d = predict_staged_moves_ms(gpu_, bytes);
+    clk(Stream::kCompute) += d;
+    counters_.compute_busy_ms += d;
+  }
 }
 
 Event SimBackend::record(Stream s) { return std::make_shared<SimEvent>(*this, s, clock(s)); }

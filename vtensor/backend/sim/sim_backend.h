@@ -55,6 +55,7 @@ class SimBackend final : public Backend {
   void copy_to_host(void* host_dst, const void* dev_src, size_t bytes) override;
   void copy_to_device(void* dev_dst, const void* host_src, size_t bytes) override;
   void move_device(void* dst, const void* src, size_t bytes) override;
+  void move_device_batch(const std::vector<DeviceMove>& moves) override;
   Event record(Stream s) override;
   void stream_wait(Stream s, const Event& e) override;
   void synchronize() override;

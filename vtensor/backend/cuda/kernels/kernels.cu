@@ -760,4 +760,30 @@ void decompress_int8(cudaStream_t s, size_t n, const void* src, float* y) {
   VT_ELEMENTWISE(dequantize_k, n, slot, reinterpret_cast<const int8_t*>(slot + 1), y);
 }
 
+// ---------------------------------------------------------------- moves
+
+// blockIdx.y picks the segment; its blocks stride over it, 16 bytes at a time where both ends
+// are 16-byte aligned (the arena's blocks and the staging slots are 256-byte aligned).
+__global__ void copy_segments_k(CopySegments t) {
+  const int k = blockIdx.y;
+  const char* src = t.src[k];
+  char* dst = t.dst[k];
+  const size_t n = t.bytes[k];
+  size_t tail = 0;
+  if (((reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst)) & 15) == 0) {
+    const size_t nv = n / 16;
+    VT_GRID_STRIDE(i, nv) reinterpret_cast<uint4*>(dst)[i] = reinterpret_cast<const uint4*>(src)[i];
+    tail = nv * 16;
+  }
+  VT_GRID_STRIDE(i, n - tail) dst[tail + i] = src[tail + i];
+}
+void copy_segments(cudaStream_t s, const CopySegments& segs) {
+  if (segs.n <= 0) return;
+  size_t most = 0;
+  for (int k = 0; k < segs.n; ++k) most = segs.bytes[k] > most ? segs.bytes[k] : most;
+  copy_segments_k<<<dim3(blocks_for((most + 15) / 16 < 64 * kThreads ? (most + 15) / 16 : 64 * kThreads), segs.n),
+                    kThreads, 0, s>>>(segs);
+  VT_CHECK_LAUNCH("copy_segments_k");
+}
+
 }  // namespace vtensor::cuda
