@@ -1783,6 +1783,10 @@ EXPERIMENTS["auto-ilp"] = auto_ilp("auto-search-models")
 EXPERIMENTS["auto-ilp-logs"] = auto_ilp("auto-search-logs")
 
 
+def _allocator_sweep(row, allocator):
+    return _lp_sweep(row, False) + ["--allocator", allocator]
+
+
 def _planned_cell(c, budget):
     return f"{_lp_cell(c, 'caching', budget)} → {_lp_cell(c, 'planned', budget)}"
 

@@ -118,6 +118,33 @@ COMMAND = re.compile(r"bench/\w+\.(?:py|sh)|build/vtensor|build/bench/|vtensor (
 REFERENCE = "<!-- table: reference, not a measurement -->"
 
 
+class Names(unittest.TestCase):
+    def test_the_bench_scripts_name_only_what_they_define(self):
+        # An experiment's rows call their helpers only when it runs, so a helper removed by mistake
+        # (auto-planned's _allocator_sweep, gone from 277975e until it was next run) shows up late:
+        # every name a script reads must be bound somewhere in it, imported, or a builtin.
+        import ast
+        import builtins
+        for name in ("run.py", "cuda_policies.py", "cuda_vs_pytorch.py", "sim_vs_device.py", "calibrate_gpu.py"):
+            path = os.path.join(ROOT, "bench", name)
+            with open(path) as f:
+                tree = ast.parse(f.read(), path)
+            bound = set(dir(builtins)) | {"__file__"}
+            for n in ast.walk(tree):
+                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    bound.add(n.name)
+                elif isinstance(n, (ast.Import, ast.ImportFrom)):
+                    bound.update((a.asname or a.name).split(".")[0] for a in n.names)
+                elif isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
+                    bound.add(n.id)
+                elif isinstance(n, ast.arg):
+                    bound.add(n.arg)
+                elif isinstance(n, ast.ExceptHandler) and n.name:
+                    bound.add(n.name)
+            read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+            self.assertEqual(sorted(read - bound), [], f"bench/{name} reads names it never binds")
+
+
 class SimVsDevice(unittest.TestCase):
     """bench/sim_vs_device.py on a cpu trace (its op times are the host's, so --any-clock): one row
     per op kind and one for all, the all row the sum of the others, the model's non-view ops all
