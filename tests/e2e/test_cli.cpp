@@ -36,6 +36,14 @@ TEST(Cli, TrainWritesAReport) {
     EXPECT_GT(launch, 0.0) << it.dump();
     EXPECT_GE(drain, 0.0) << it.dump();
     EXPECT_LE(launch + drain, it["time_ms"].get<double>() + 1e-3) << it.dump();
+    // Where the launch went: kernels (the cpu runs them there), allocations, the policy's
+    // after-op actions (lru's swap-outs complete there); parts of the launch, not more.
+    const double kernel = it["host_kernel_ms"].get<double>(), alloc = it["host_alloc_ms"].get<double>(),
+                 after = it["host_after_op_ms"].get<double>();
+    EXPECT_GT(kernel, 0.0) << it.dump();
+    EXPECT_GT(alloc, 0.0) << it.dump();
+    EXPECT_GE(after, 0.0) << it.dump();
+    EXPECT_LE(kernel + alloc + after, launch + 1e-3) << it.dump();
   }
   std::filesystem::remove(report);
 }
@@ -49,6 +57,7 @@ TEST(Cli, SimReportsNoHostTimes) {  // its clock is the model's: a host time bes
   for (const auto& it : j["iterations"]) {
     EXPECT_TRUE(it["host_launch_ms"].is_null()) << it.dump();
     EXPECT_TRUE(it["host_drain_ms"].is_null()) << it.dump();
+    for (const char* k : {"host_kernel_ms", "host_alloc_ms", "host_after_op_ms"}) EXPECT_TRUE(it[k].is_null()) << k;
   }
   std::filesystem::remove(report);
 }

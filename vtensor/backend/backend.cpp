@@ -41,7 +41,7 @@ std::vector<Backend::MoveStep> Backend::move_steps(const std::vector<DeviceMove>
       steps.push_back({i, 1, false});
       continue;
     }
-    const size_t padded = (m.bytes + 255) / 256 * 256;  // each block's place in the staging buffer, aligned
+    const size_t padded = staged_slot_bytes(m.bytes);
     MoveStep* last = steps.empty() ? nullptr : &steps.back();
     // A chunk holds consecutive moves only (the skipped ones move nothing), so a large move ends it.
     const bool extend = last && last->staged && last->first + last->count == i &&

@@ -123,6 +123,8 @@ class Backend {
     bool staged = false;          // a chunk through the staging buffer; else one move of its own
   };
   static std::vector<MoveStep> move_steps(const std::vector<DeviceMove>& moves);
+  // A staged block's place in the staging buffer: its bytes, 256-aligned (what a chunk's 16 MiB counts).
+  static constexpr size_t staged_slot_bytes(size_t bytes) { return (bytes + 255) / 256 * 256; }
   virtual void move_device_batch(const std::vector<DeviceMove>& moves);
   virtual Event record(Stream s) = 0;
   // Work submitted to `s` after this call starts only once `e` has completed.

@@ -274,7 +274,7 @@ void CudaBackend::move_device_batch(const std::vector<DeviceMove>& moves) {
       char* slot = static_cast<char*>(staging_) + off;
       in.src[in.n] = static_cast<const char*>(m.src), in.dst[in.n] = slot, in.bytes[in.n] = m.bytes, ++in.n;
       out.src[out.n] = slot, out.dst[out.n] = static_cast<char*>(m.dst), out.bytes[out.n] = m.bytes, ++out.n;
-      off += (m.bytes + 255) / 256 * 256;
+      off += staged_slot_bytes(m.bytes);
     }
     cuda::copy_segments(cs, in);
     cuda::copy_segments(cs, out);
