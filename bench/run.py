@@ -1608,8 +1608,12 @@ def _auto(c):
     cand = trained.get(start)
     # the search started from the LP's rounded plan (timed: its prefetch times) pinned on that
     # candidate, or from the candidate planned for another fraction of the budget / swap weight
+    label = search.get("start", "")  # ",restored": the climb rehearsed restored start states
+    restored = label.endswith(",restored")
     lp_start = {"lp": "LP on ", "lp-timed": "LP timed on ", "lp-whole": "LP whole on ",
-                "lp-whole-capped": "LP whole capped on ", "headroom": "headroom "}.get(search.get("start"), "")
+                "lp-whole-capped": "LP whole capped on ", "headroom": "headroom "}.get(label.removesuffix(",restored"), "")
+    if restored:
+        lp_start = "restored " + lp_start
     if lp_start or (cand is None and "candidate_time_ms" in search):  # or a start with ",edf" toggled
         cand = search["candidate_time_ms"]
     if cand is None or "predicted_time_ms" not in r:
@@ -1620,11 +1624,11 @@ def _auto(c):
     searched = search.get("time_ms", ms)  # the search's end; the run's start state may differ
     climbed = search.get("climbed_time_ms", searched)
     window = search.get("window", {}).get("rehearsals", 0)
-    reordered = (r.get("start_state") or {}).get("reordered", False)
+    state = (r.get("start_state") or {}).get("state", "packed")
     return {"best": f"{best} {plain[best]:.1f} ms" if best else "none trains",
             "choice": f"{lp_start}{start} {cand:.1f} ms" + (f" (plan: {r['chosen']})" if r["chosen"] != start else ""),
             "searched": f"{climbed:.1f} → {searched:.1f} ms ({len(r.get('pins', []))} pinned)"
-                        + (f"; reordered start {ms:.1f} ms" if reordered else ""),
+                        + (f"; {state} start {ms:.1f} ms" if state != "packed" else ""),
             "gain": f"{(1 - cand / plain[best]) * 100:.1f}% + {(1 - climbed / cand) * 100:.1f}% + "
                     f"{(1 - searched / climbed) * 100:.1f}%" if best else "",
             "parts": f"{unmanaged:.1f} + {stall:.1f} + {rec:.1f} + {compact:.1f} + {_tenth(ms - unmanaged - stall - rec - compact)}",
@@ -1870,11 +1874,12 @@ def _steady_cell(c, what):
         return f"{sum(t[3:]) / len(t[3:]) / u:.3f}×"
     if what == "slowest":
         return f"{max(t) / u:.3f}× (iteration {t.index(max(t)) + 1})"
-    if what == "start":  # auto's start state, and the chosen plan's rehearsals of both over 10 iterations
+    if what == "start":  # auto's start state, and the chosen plan's rehearsals of each over 10 iterations
         ss = (rep.get("policy_report") or {}).get("start_state")
         if not ss:
             return ""
-        return f"{'reordered' if ss['reordered'] else 'packed'} ({ss['packed_ms'] / u:.3f}× / {ss['reordered_ms'] / u:.3f}×)"
+        runs = " / ".join("OOM" if ss[f"{k}_ms"] is None else f"{ss[f'{k}_ms'] / u:.3f}×" for k in ("packed", "reordered", "restored"))
+        return f"{ss['state']} ({runs})"
     return f"{sum(ev[:3]) / 3:.0f} / {sum(ev[3:]) / len(ev[3:]):.0f}"
 
 
@@ -1885,7 +1890,7 @@ EXPERIMENTS["auto-steady"] = {
              "auto --budget B --iters 10` (B from a sweep of none); the mean time of guided "
              "iterations 1-3 (what the tables above time) and 4-9 against the unmanaged iteration, the slowest, "
              "the evictions per iteration, and the start state auto ran (the chosen plan rehearsed over iterations 1-9 "
-             "packed / reordered, the report's start_state)",
+             "packed / reordered / restored, the report's start_state)",
     "rows": EXPERIMENTS["auto-search-models"]["rows"] + EXPERIMENTS["auto-search-logs"]["rows"],
     "runs": [("budgets", lambda r, got: ["sweep", *_auto_src(r), "--gpu", r["gpu"], "--policies", "none",
                                          "--budgets", "50%,25%", "--iters", "1"]),
@@ -1895,7 +1900,7 @@ EXPERIMENTS["auto-steady"] = {
                 ("iterations 4-9", lambda c: _steady_cell(c, "later")),
                 ("slowest", lambda c: _steady_cell(c, "slowest")),
                 ("evictions per iteration: 1-3 / 4-9", lambda c: _steady_cell(c, "ev")),
-                ("start state (1-9: packed / reordered)", lambda c: _steady_cell(c, "start"))]}
+                ("start state (1-9: packed / reordered / restored)", lambda c: _steady_cell(c, "start"))]}
 
 
 def render(name, exp, rows):

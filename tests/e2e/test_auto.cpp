@@ -87,6 +87,7 @@ RehearsalResult rehearse_again(const Graph& g, const AutoPolicy& a, size_t budge
   s.budget = budget;
   s.gpu = gpu;
   s.pins = std::move(pins);
+  s.start_state = a.start_state();
   return rehearse(a.chosen(), s);
 }
 
@@ -342,19 +343,32 @@ TEST(AutoRunLong, EveryIterationStartsFromAPackedArena) {
   }
 }
 
-// The start state of the chosen plan: packed, or reordered, whichever its rehearsal over
-// kLongRunIterations found faster; on sim that rehearsal is the run, so the run's guided
-// iterations 1-9 take what the chosen one predicted.
-TEST(AutoRunLong, TheStartStateIsTheFasterOverALongRun) {
+// The fastest start state of a report's long runs (start_state, or one finalist): its name, time.
+std::pair<std::string, double> fastest_start(const nlohmann::json& runs) {
+  std::pair<std::string, double> best{"", 0};
+  for (const std::string state : {"packed", "reordered", "restored"}) {
+    const auto& ms = runs[state + "_ms"];
+    if (!ms.is_null() && (best.first.empty() || ms.get<double>() < best.second)) best = {state, ms.get<double>()};
+  }
+  return best;
+}
+
+// The start state of the chosen plan: packed, reordered or restored, whichever its rehearsal
+// over kLongRunIterations found fastest (unless that one costs the iterations the tables time
+// over kLongRunDrift); on sim that rehearsal is the run, so the run's guided iterations 1-9 take
+// what the chosen one predicted.
+TEST(AutoRunLong, TheStartStateIsTheFastestOverALongRun) {
   for (const std::string model : {"resnet-tiny", "gpt-tiny"}) {
     SCOPED_TRACE(model);
     const AutoRun base = train(config(model, "none", 0, 2, "p100-16g"));
     const AutoRun a = train(config(model, "auto", align_up(max_peak(base) / 4), kLongRunIterations, "p100-16g"));
     ASSERT_TRUE(a.report.contains("start_state")) << a.report.dump();
     const auto& ss = a.report["start_state"];
-    const double packed = ss["packed_ms"].get<double>(), reordered = ss["reordered_ms"].get<double>();
-    EXPECT_EQ(ss["reordered"].get<bool>(), reordered < packed);
-    EXPECT_NEAR(mean_guided_ms(a), std::min(packed, reordered), 1e-9 * packed);
+    const std::string state = ss["state"];
+    const double ms = ss[state + "_ms"].get<double>();
+    EXPECT_NEAR(mean_guided_ms(a), ms, 1e-9 * ms);
+    // The fastest, unless it cost the first iterations over kLongRunDrift: then the searched one.
+    if (state != fastest_start(ss).first) EXPECT_EQ(state, a.report["search"]["start_state"]) << ss.dump();
   }
 }
 
@@ -388,12 +402,12 @@ TEST(AutoRunLong, ADriftingPlanGivesWayToTheFastestFinalistOverALongRun) {
     const AutoRun a = run(t, cfg);
     ASSERT_TRUE(a.report.contains("start_state")) << a.report.dump();
     const auto& ss = a.report["start_state"];
-    const double packed = ss["packed_ms"].get<double>(), reordered = ss["reordered_ms"].get<double>();
-    EXPECT_NEAR(mean_guided_ms(a), std::min(packed, reordered), 1e-9 * packed);
-    if (!drift) {  // packed / reordered are the searched plan's unless a finalist replaced it
+    const double long_ms = ss[ss["state"].get<std::string>() + "_ms"].get<double>();
+    EXPECT_NEAR(mean_guided_ms(a), long_ms, 1e-9 * long_ms);
+    if (!drift) {  // the long runs are the searched plan's unless a finalist replaced it
       const double searched = a.report["search"]["time_ms"].get<double>();
       if (ss["replaced_ms"].is_null())
-        EXPECT_EQ(ss["finalists"].empty(), std::min(packed, reordered) <= searched * (1 + kLongRunDrift));
+        EXPECT_EQ(ss["finalists"].empty(), long_ms <= searched * (1 + kLongRunDrift));
       else
         EXPECT_FALSE(ss["finalists"].empty());
       continue;
@@ -406,7 +420,8 @@ TEST(AutoRunLong, ADriftingPlanGivesWayToTheFastestFinalistOverALongRun) {
     bool listed = false;  // the plan that runs is a finalist, with the long-run times the report gives
     for (const auto& f : ss["finalists"])
       listed |= f["policy"] == ap->chosen() && f["pins"].get<size_t>() == ap->pins().size() &&
-                f["packed_ms"].get<double>() == packed && f["reordered_ms"].get<double>() == reordered;
+                f["packed_ms"] == ss["packed_ms"] && f["reordered_ms"] == ss["reordered_ms"] &&
+                f["restored_ms"] == ss["restored_ms"];
     EXPECT_TRUE(listed) << ss.dump();
     EXPECT_LE(ss["finalists"][0]["time_ms"].get<double>(), ss["replaced_ms"].get<double>() * (1 + kFinalistSlack));
   }
@@ -427,7 +442,7 @@ TEST(AutoRunLong, AReorderedStartIsTheSameEveryIteration) {
     auto* ap = dynamic_cast<AutoPolicy*>(&t.memory().policy());
     std::vector<Layout> out;
     for (int i = 0; i < 8; ++i) {
-      if (i == 1) ap->set_reorder(reorder);  // auto has chosen: this run's start state from here
+      if (i == 1) ap->set_start_state(reorder ? StartState::kReordered : StartState::kPacked);  // auto has chosen
       ms.push_back(t.step().time_ms);
       Layout l;
       for (TensorId id = 0; id < static_cast<TensorId>(t.graph().num_tensors()); ++id)
@@ -447,38 +462,65 @@ TEST(AutoRunLong, AReorderedStartIsTheSameEveryIteration) {
   EXPECT_TRUE(packed_changes) << "the packed start repeats here too: the check proves nothing";
 }
 
-// The reordered start moves real bytes on cpu (each placed tensor to a new block above the packed
-// ones, then the packing again): losses, weights and running statistics stay bit-identical to
-// `none`. The reorder is forced on after auto has chosen; the test checks that it moved tensors
-// (reordered_bytes) and that the packed start moved none.
-TEST(AutoRunLong, AReorderedStartIsBitIdenticalToNone) {
-  {
-    const std::string model = "resnet-tiny";  // gpt-tiny's plans at 30% place no persistent tensor anew
-    const int iters = 6;
-    const AutoRun base = train(config(model, "none", 0, iters));
-    const TrainConfig cfg = config(model, "auto", align_up(max_peak(base) * 3 / 10), iters);
-    for (const bool reorder : {false, true}) {
-      SCOPED_TRACE(reorder ? "reordered" : "packed");
-      Trainer t(cfg);
-      unlimited_planning(t);  // the same choice under the sanitizers' slower clock
-      auto* ap = dynamic_cast<AutoPolicy*>(&t.memory().policy());
-      AutoRun r;
-      uint64_t reordered = 0;
-      for (int i = 0; i < iters; ++i) {
-        if (i == 1) ap->set_reorder(reorder);
-        r.iters.push_back(t.step());
-        reordered += r.iters.back().counters.reordered_bytes;
-      }
-      r.params = t.read_params();
-      for (const auto& info : t.graph().tensors())
-        if (info.kind == TensorKind::kBuffer) r.buffers.push_back(t.read(info.id));
-      if (reorder) {
-        EXPECT_GT(reordered, 0u) << "the reorder moved nothing: the check proves nothing here";
-      } else {
-        EXPECT_EQ(reordered, 0u);
-      }
-      expect_bit_identical(base, r);
+// A restored start: where a guided iteration ends with the blocks it started with, the ones it
+// displaced (swapped out and back into another hole, or moved by a compaction) go back where it
+// found them, so from the third guided iteration on every iteration ends in the same layout and
+// takes the same time, on gpt-tiny at 40% where the packed start does not repeat (the test above)
+// and blocks are displaced every iteration (checked): without the restore the check fails.
+TEST(AutoRunLong, ARestoredStartIsTheSameEveryIteration) {
+  const AutoRun base = train(config("gpt-tiny", "none", 0, 2, "p100-16g"));
+  Trainer t(config("gpt-tiny", "auto", align_up(max_peak(base) * 2 / 5), 8, "p100-16g"));
+  auto* ap = dynamic_cast<AutoPolicy*>(&t.memory().policy());
+  std::vector<std::vector<std::pair<TensorId, const float*>>> layouts;
+  std::vector<double> ms;
+  std::vector<uint64_t> restored;
+  for (int i = 0; i < 8; ++i) {
+    if (i == 1) ap->set_start_state(StartState::kRestored);
+    const IterationStats r = t.step();
+    ms.push_back(r.time_ms);
+    restored.push_back(r.counters.restored_bytes);
+    layouts.emplace_back();
+    for (TensorId id = 0; id < static_cast<TensorId>(t.graph().num_tensors()); ++id)
+      if (t.memory().residency(id) == Residency::kResident) layouts.back().emplace_back(id, t.memory().device_ptr(id));
+  }
+  for (size_t i = 4; i < layouts.size(); ++i) {  // iterations 5-8 against the one before
+    EXPECT_EQ(layouts[i], layouts[i - 1]) << "iteration " << i + 1 << " ended in another layout";
+    EXPECT_NEAR(ms[i], ms[i - 1], 1e-9 * ms[i]) << "iteration " << i + 1;
+    EXPECT_GT(restored[i], 0u) << "iteration " << i + 1 << " displaced no block: the check proves nothing";
+  }
+}
+
+// The reordered and restored starts move real bytes on cpu (the reorder: each placed tensor to a
+// new block above the packed ones, then the packing again; the restore: each displaced block back
+// where the iteration found it): losses, weights and running statistics stay bit-identical to
+// `none`. The start state is forced after auto has chosen; the test checks that each moved
+// tensors (reordered_bytes, restored_bytes) and that the packed start did neither.
+TEST(AutoRunLong, EveryStartStateIsBitIdenticalToNone) {
+  const std::string model = "resnet-tiny";  // gpt-tiny's plans at 30% place no persistent tensor anew
+  const int iters = 6;
+  const AutoRun base = train(config(model, "none", 0, iters));
+  const TrainConfig cfg = config(model, "auto", align_up(max_peak(base) * 3 / 10), iters);
+  for (const StartState state : {StartState::kPacked, StartState::kReordered, StartState::kRestored}) {
+    SCOPED_TRACE(to_string(state));
+    Trainer t(cfg);
+    unlimited_planning(t);  // the same choice under the sanitizers' slower clock
+    auto* ap = dynamic_cast<AutoPolicy*>(&t.memory().policy());
+    AutoRun r;
+    uint64_t reordered = 0, restored = 0;
+    for (int i = 0; i < iters; ++i) {
+      if (i == 1) ap->set_start_state(state);
+      r.iters.push_back(t.step());
+      reordered += r.iters.back().counters.reordered_bytes;
+      restored += r.iters.back().counters.restored_bytes;
     }
+    r.params = t.read_params();
+    for (const auto& info : t.graph().tensors())
+      if (info.kind == TensorKind::kBuffer) r.buffers.push_back(t.read(info.id));
+    if (state == StartState::kReordered) EXPECT_GT(reordered, 0u) << "the reorder moved nothing: the check proves nothing here";
+    else EXPECT_EQ(reordered, 0u);
+    if (state == StartState::kRestored) EXPECT_GT(restored, 0u) << "the restore moved nothing: the check proves nothing here";
+    else EXPECT_EQ(restored, 0u);
+    expect_bit_identical(base, r);
   }
 }
 
@@ -561,22 +603,27 @@ TEST_P(AutoSim, PredictionIsTheRunAndNoCandidateIsFaster) {
   for (size_t i = 1; i < a.iters.size(); ++i) compact_ms += a.iters[i].counters.compact_ms / static_cast<double>(a.iters.size() - 1);
   EXPECT_NEAR(a.report["predicted_compaction_ms"].get<double>(), compact_ms, 1e-9 * mean_guided_ms(a));
   EXPECT_LE(max_peak(a), budget);
-  // Never slower than the planners as they are. What the search buys is a measurement, taken at
-  // paper scale (bench/run.py auto-search-models), not asserted on tiny rows.
+  // Never slower than the planners as they are, but for a start state chosen over the long run
+  // (it may cost the first iterations up to kLongRunDrift). What the search buys is a
+  // measurement, taken at paper scale (bench/run.py auto-search-models), not asserted on tiny rows.
+  const auto& ss = a.report["start_state"];
+  const bool switched = ss.is_object() && ss["state"] != a.report["search"]["start_state"];
+  const double slack = switched ? 1 + kLongRunDrift : 1;
   double plain = 1e300;
   for (const auto& c : a.report["candidates"]) {
     if (!c["trained"].get<bool>()) continue;
-    EXPECT_GE(c["predicted_time_ms"].get<double>(), a.report["predicted_time_ms"].get<double>()) << c.dump();
+    EXPECT_GE(c["predicted_time_ms"].get<double>() * slack, a.report["predicted_time_ms"].get<double>()) << c.dump();
     if (c["policy"].get<std::string>().find('@') == std::string::npos) plain = std::min(plain, c["predicted_time_ms"].get<double>());
   }
-  EXPECT_LE(a.report["predicted_time_ms"].get<double>(), plain) << a.report["chosen"];
+  EXPECT_LE(a.report["predicted_time_ms"].get<double>(), plain * slack) << a.report["chosen"];
   // The per-gap search keeps only what beats the candidate it started from.
   ASSERT_TRUE(a.report.contains("search")) << a.report.dump();
   EXPECT_LE(a.report["search"]["time_ms"].get<double>(), a.report["search"]["candidate_time_ms"].get<double>());
-  // The prediction is the search's end, rehearsed again from a reordered arena where that start
-  // state ran faster over a long run ("start_state").
-  if (a.report["start_state"].value("reordered", false))
-    EXPECT_LT(a.report["start_state"]["reordered_ms"].get<double>(), a.report["start_state"]["packed_ms"].get<double>());
+  // The prediction is the search's end, rehearsed again from another start state where that
+  // one ran faster over a long run ("start_state").
+  if (switched)
+    EXPECT_LT(ss[ss["state"].get<std::string>() + "_ms"].get<double>(),
+              ss[a.report["search"]["start_state"].get<std::string>() + "_ms"].get<double>());
   else
     EXPECT_EQ(a.report["search"]["time_ms"].get<double>(), a.report["predicted_time_ms"].get<double>());
   for (const std::string p : {"capuchin", "capuchin-swap", "capuchin-recompute", "dtr", "lru-recompute"}) {
@@ -791,6 +838,8 @@ TEST(AutoSearch, PinsReplayToThePredictedRun) {
   EXPECT_EQ(again.peak_allocated, rep["predicted_peak_bytes"].get<size_t>());
   RehearsalSetup start;
   start.graph = &t.graph(), start.budget = budget, start.gpu = "p100-16g";
+  const std::string label = rep["search"]["start"];  // ",restored": a start rehearsed restored
+  if (label.size() > 9 && label.substr(label.size() - 9) == ",restored") start.start_state = StartState::kRestored;
   EXPECT_EQ(rehearse(rep["search"]["start_policy"].get<std::string>(), start).time_ms,
             rep["search"]["candidate_time_ms"].get<double>());
 

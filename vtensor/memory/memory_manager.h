@@ -42,6 +42,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "vtensor/backend/backend.h"
@@ -65,6 +66,7 @@ struct MemoryCounters {
   // unless VTENSOR_CUDA_SYNC_TIMING=1, as recompute_ms); the waits for copies before them are stall.
   double compact_ms = 0;
   uint64_t reordered_bytes = 0;  // of those, placed tensors moved above the packed ones (pack_start_state)
+  uint64_t restored_bytes = 0;   // of those, blocks moved back where the iteration started with them
   uint64_t lean_conv_fallbacks = 0;  // convolutions run with the lean algorithm: no room for the fast one's workspace
   uint64_t host_skipped_swaps = 0;  // swap-outs not taken for lack of host budget (planned or eviction)
   // Compression: bytes before / after of the compressions completed, and how they went.
@@ -280,6 +282,15 @@ class MemoryManager final : public MemoryView {
   void sample_timeline(int op_index);
   bool compact(size_t need = 0);  // need > 0: only as much as makes a free block of need bytes
   bool pack_start_state();  // compact, then the persistent tensors placed this iteration on top
+  // The blocks the iteration started with, moved back where they were: nullopt where that cannot
+  // be done (another set of blocks, a cycle of moves), else whether anything moved.
+  std::optional<bool> restore_start_state();
+  struct StartBlock {
+    TensorId id;  // kNoTensor: the sliding workspace
+    bool buffer;  // a compressed buffer (comp_offset), not the tensor's own block
+    size_t offset, size;
+  };
+  std::vector<StartBlock> live_device_blocks() const;  // by (id, buffer)
 
   Backend& backend_;
   const Graph& graph_;
@@ -300,6 +311,7 @@ class MemoryManager final : public MemoryView {
   uint64_t clock_ = 0;
   uint64_t op_seq_ = 0;  // ops completed since construction
   uint64_t placements_ = 0;  // persistent tensors given a new block since construction
+  std::vector<StartBlock> start_layout_;  // what the iteration started with (restore_start_state)
   double swap_out_waits_ms_ = 0;  // the stall on_swap_out_wait was told, in all (access() leaves it out of a restore's)
   int iteration_ = 0;
   bool timeline_enabled_ = false;

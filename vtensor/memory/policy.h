@@ -91,6 +91,17 @@ struct Victim {
   EvictAction action;
 };
 
+// The arena an iteration starts with, where a policy compacts at iteration end:
+// - kPacked: the live blocks slid down in their order, the free space one block on top;
+// - kReordered: packed, then the persistent tensors that got a new block this iteration above the
+//   others in the order they got it (packing keeps the order, which a tensor brought back into
+//   another hole changes: the layout can drift from one iteration to the next);
+// - kRestored: the blocks moved back where the last iteration started with them, packed where
+//   that cannot be done (MemoryManager::restore_start_state). Every iteration alike, and only
+//   the displaced blocks move.
+enum class StartState { kPacked, kReordered, kRestored };
+const char* to_string(StartState s);
+
 class Policy {
  public:
   virtual ~Policy() = default;
@@ -115,10 +126,8 @@ class Policy {
   // with the persistent tensors packed and the free space in one block, so the layout does not
   // drift from iteration to iteration and the first iterations time what the later ones run.
   virtual bool compact_at_iteration_end() const { return false; }
-  // After that compaction, move the persistent tensors that got a new block this iteration above
-  // the others, in the order they got it: a start state the same every iteration (the packed one
-  // keeps the blocks' relative order, which a tensor brought back into another hole changes).
-  virtual bool reorder_at_iteration_end() const { return false; }
+  // What that compaction leaves (StartState).
+  virtual StartState start_state() const { return StartState::kPacked; }
   // Whether the iteration that just ended (asked after end_iteration) ran the schedule the next
   // one runs: false after a measuring iteration a plan replaces. The planned pool plans only
   // from one that did.

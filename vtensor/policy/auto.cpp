@@ -729,6 +729,26 @@ void AutoPolicy::choose(const AccessTrace& trace) {
         edf_starts_.push_back({x.policy, x.time_ms, starts[i]->time_ms});
         starts.push_back(&x), labels.push_back(labels[i]);
       }
+      // Each start with a restored start state (StartState::kRestored; the search rehearses
+      // packed ones): where that is faster, one more start, whose climb rehearses restored ones.
+      // A plan suits one start state or the other (GPT-2 small at 50% on h100-80g: packing moves
+      // 391 blocks per iteration, the restore 128), so the choice is made before the climb.
+      std::vector<RehearsalResult> restored_rehearsals(starts.size());
+      run_parallel(starts.size(), [&](size_t i) {
+        RehearsalSetup si = s;
+        si.pins = starts[i]->pins;
+        si.start_state = StartState::kRestored;
+        const double spent = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        si.time_limit_ms = std::max(1.0, search_limit_ms() - spent);
+        restored_rehearsals[i] = rehearser_(starts[i]->policy, si);
+      });
+      restored_starts_ = 0;
+      for (size_t i = 0, n = starts.size(); i < n; ++i) {
+        const auto& x = restored_rehearsals[i];
+        if (!(x.trained && !x.gaps.empty() && x.time_ms < starts[i]->time_ms * (1 - kMinGain))) continue;
+        ++restored_starts_;
+        starts.push_back(&x), labels.push_back(labels[i] + ",restored");
+      }
       std::vector<size_t> order(starts.size());
       for (size_t i = 0; i < order.size(); ++i) order[i] = i;
       std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return starts[a]->time_ms < starts[b]->time_ms; });
@@ -805,44 +825,53 @@ void AutoPolicy::choose(const AccessTrace& trace) {
   planning_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// The start state for the chosen plan: the arena packed as the last iteration left it (what the
-// search rehearsed) or reordered (reorder_at_iteration_end). Each is rehearsed for
-// kLongRunIterations and the faster over the guided ones runs; a reordered start is then
-// rehearsed again as the tables time it, for the prediction. The packed start's order can drift
-// after the iterations the search rehearses (the Transformer log at 25% on h100-80g); the
-// reordered one makes every iteration alike but can suit a plan less (VGG-16 at 50% on
-// p100-16g: 1421 against 1523 ms with the search's plan). Where both are slower over the long run
+// The start state for the chosen plan (StartState): packed as the last iteration left it (what
+// the search rehearsed), reordered, or restored to the layout the first guided iteration started
+// from. Each is rehearsed for kLongRunIterations and the fastest over the guided ones runs; a
+// start other than the packed one is then rehearsed again as the tables time it, for the
+// prediction. The packed start's order can drift after the iterations the search rehearses (the
+// Transformer log at 25% on h100-80g); the reordered one makes every iteration alike but can suit
+// a plan less (VGG-16 at 50% on p100-16g: 1421 against 1523 ms with the search's plan); the
+// restored one moves only the blocks the iteration displaced, but keeps the first layout, which
+// can suit a plan less than the one packing drifts to. Where all are slower over the long run
 // than the search saw (kLongRunDrift), the search's next-fastest plans (kLongRunFinalists, within
-// kFinalistSlack, as many as the planning limit leaves time for; two rehearsals at a time) are
-// rehearsed so too, and the fastest over the long run is the plan: the layout
-// can drift under one plan and not under a neighbour (ResNet-50 at 25% on h100-80g: a plan
-// steady for five iterations whose seventh evicted 219 tensors).
+// kFinalistSlack, as many as the planning limit leaves time for) are rehearsed so too, and the
+// fastest over the long run is the plan: the layout can drift under one plan and not under a
+// neighbour (ResNet-50 at 25% on h100-80g: a plan steady for five iterations whose seventh
+// evicted 219 tensors).
 void AutoPolicy::choose_start_state(const RehearsalSetup& setup, std::chrono::steady_clock::time_point t0) {
   if (!chosen_result_.trained || !rehearser_) return;
   searched_ms_ = chosen_result_.time_ms;
   finalists_.clear();
   drifted_from_ms_ = 0;
-  // Each plan over kLongRunIterations, packed and reordered (two rehearsals at a time).
+  // Each plan over kLongRunIterations from each start state (two rehearsals at a time); 0: OOM.
   auto long_runs = [&](const std::vector<const RehearsalResult*>& plans) {
-    std::vector<RehearsalResult> res(plans.size() * 2);
-    run_parallel(res.size(), [&](size_t i) {
+    std::vector<LongRun> res(plans.size());
+    run_parallel(plans.size() * kStartStates, [&](size_t i) {
       RehearsalSetup s = setup;
-      s.pins = plans[i / 2]->pins;
+      s.pins = plans[i / kStartStates]->pins;
       s.time_limit_ms = 0;
       s.iterations = kLongRunIterations;
-      s.reorder = i % 2 == 1;
-      res[i] = rehearser_(plans[i / 2]->policy, s);
+      s.start_state = static_cast<StartState>(i % kStartStates);
+      const RehearsalResult r = rehearser_(plans[i / kStartStates]->policy, s);
+      res[i / kStartStates][i % kStartStates] = r.trained ? r.time_ms : 0;
     });
     return res;
   };
+  // The fastest start of a plan's long runs (kPacked where none trained).
+  auto fastest = [](const LongRun& l) {
+    size_t k = 0;
+    for (size_t j = 1; j < kStartStates; ++j)
+      if (l[j] > 0 && (l[k] <= 0 || l[j] < l[k])) k = j;
+    return static_cast<StartState>(k);
+  };
   auto spent = [&] { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(); };
   const double before = spent();
-  const auto own = long_runs({&chosen_result_});
-  const double pair_ms = spent() - before;  // what a plan's two long rehearsals take
-  if (!own[0].trained || !own[1].trained) return;
-  packed_long_ms_ = own[0].time_ms, reordered_long_ms_ = own[1].time_ms;
-  bool reorder = reordered_long_ms_ < packed_long_ms_;
-  double long_ms = std::min(packed_long_ms_, reordered_long_ms_);
+  long_ms_ = long_runs({&chosen_result_})[0];
+  const double plan_ms = spent() - before;  // what a plan's long rehearsals take
+  StartState state = fastest(long_ms_);
+  double long_ms = long_ms_[static_cast<size_t>(state)];
+  if (long_ms <= 0) return;
   if (long_ms > searched_ms_ * (1 + kLongRunDrift)) {
     // It drifts: the search's next-fastest distinct plans, over the long run too.
     std::vector<const RehearsalResult*> near;
@@ -852,7 +881,7 @@ void AutoPolicy::choose_start_state(const RehearsalSetup& setup, std::chrono::st
     std::vector<std::string> keys{plan_key(chosen_result_.policy, chosen_result_.pins)};
     // As many as fit in the planning limit, the prediction's rehearsal left room for.
     const double left = time_limit_ms_ + kSearchTimeMs - spent() - chosen_result_.wall_ms;
-    const auto fit = static_cast<size_t>(std::clamp(left / std::max(pair_ms, 1e-3), 0.0, double{kLongRunFinalists}));
+    const auto fit = static_cast<size_t>(std::clamp(left / std::max(plan_ms, 1e-3), 0.0, double{kLongRunFinalists}));
     std::vector<const RehearsalResult*> pool;
     for (const RehearsalResult* r : near) {
       if (pool.size() == fit) break;
@@ -864,30 +893,35 @@ void AutoPolicy::choose_start_state(const RehearsalSetup& setup, std::chrono::st
     const auto res = long_runs(pool);
     const RehearsalResult* winner = nullptr;
     for (size_t k = 0; k < pool.size(); ++k) {
-      const RehearsalResult &p = res[2 * k], &q = res[2 * k + 1];
-      finalists_.push_back({pool[k]->policy, pool[k]->pins.size(), pool[k]->time_ms, p.trained ? p.time_ms : 0,
-                            q.trained ? q.time_ms : 0});
-      for (const RehearsalResult* x : {&p, &q})
-        if (x->trained && x->time_ms < long_ms * (1 - kMinGain))
-          long_ms = x->time_ms, winner = pool[k], reorder = x == &q;
-      if (winner == pool[k]) packed_long_ms_ = p.time_ms, reordered_long_ms_ = q.time_ms;
+      finalists_.push_back({pool[k]->policy, pool[k]->pins.size(), pool[k]->time_ms, res[k]});
+      const StartState f = fastest(res[k]);
+      const double x = res[k][static_cast<size_t>(f)];
+      if (x > 0 && x < long_ms * (1 - kMinGain)) long_ms = x, winner = pool[k], state = f, long_ms_ = res[k];
     }
-    if (winner) {  // what the short rehearsal of the winner said (packed) is the prediction
+    if (winner) {  // what the short rehearsal of the winner said is the prediction
       drifted_from_ms_ = searched_ms_;
       chosen_result_ = *winner;
       chosen_ = chosen_result_.policy;
       pins_ = chosen_result_.pins;
     }
   }
-  if (!reorder) return;
-  // A reordered start is rehearsed again as the tables time it, for the prediction.
+  searched_state_ = chosen_result_.start_state;
+  if (state == chosen_result_.start_state) {
+    start_state_ = state;
+    return;
+  }
+  // Another start than the search's is rehearsed again as the tables time it, for the prediction;
+  // it runs unless it costs those iterations more than kLongRunDrift.
   RehearsalSetup s = setup;
   s.pins = pins_;
   s.time_limit_ms = 0;
-  s.reorder = true;
+  s.start_state = state;
   RehearsalResult r = rehearser_(chosen_, s);
-  if (!r.trained) return;
-  reorder_ = true;
+  if (!r.trained || r.time_ms > chosen_result_.time_ms * (1 + kLongRunDrift)) {
+    start_state_ = chosen_result_.start_state;
+    return;
+  }
+  start_state_ = state;
   chosen_result_ = std::move(r);
 }
 
@@ -981,6 +1015,7 @@ void AutoPolicy::search(const RehearsalSetup& setup, Climb& c, std::chrono::stea
     run_parallel(batch.size(), [&](size_t i) {
       RehearsalSetup si = setup;
       si.pins = batch[i];
+      si.start_state = best.start_state;
       si.time_limit_ms = std::max(1.0, search_limit_ms() - spent());  // a share's end does not cut a rehearsal
       res[i] = rehearser_(policies[i], si);
     });
@@ -1082,6 +1117,7 @@ void AutoPolicy::window_search(const RehearsalSetup& setup, Climb& c, const Comp
       }
       RehearsalSetup si = setup;
       si.pins = batch[i];
+      si.start_state = best.start_state;
       si.time_limit_ms = std::max(1.0, search_limit_ms() - spent());
       res[i] = rehearser_(best.policy, si);
     });
@@ -1166,18 +1202,26 @@ nlohmann::json AutoPolicy::report() const {
     json edf = json::array();  // starts faster with the D2H queue in the other order (one more start each)
     for (const auto& e : edf_starts_) edf.push_back({{"policy", e.policy}, {"time_ms", e.time_ms}, {"from_ms", e.start_ms}});
     out["search"]["edf_starts"] = edf;
+    out["search"]["restored_starts"] = restored_starts_;  // starts faster restored (one more start each)
+    out["search"]["start_state"] = to_string(searched_state_);  // the start state the winning climb rehearsed
     out["search"]["climbs"] = climbs_;  // in the order they started, fastest start first
   }
-  if (packed_long_ms_ > 0) {  // the start state: each over kLongRunIterations (mean of the guided ones)
-    out["start_state"] = {{"reordered", reorder_}, {"iterations", kLongRunIterations},
-                          {"packed_ms", packed_long_ms_}, {"reordered_ms", reordered_long_ms_}};
+  if (long_ms_[0] > 0 || long_ms_[1] > 0 || long_ms_[2] > 0) {
+    // The start state: each over kLongRunIterations (mean of the guided ones; null: OOM).
+    auto runs = [](json& o, const LongRun& l) {
+      for (size_t k = 0; k < kStartStates; ++k)
+        o[std::string(to_string(static_cast<StartState>(k))) + "_ms"] = l[k] > 0 ? json(l[k]) : json(nullptr);
+    };
+    out["start_state"] = {{"state", to_string(start_state_)}, {"iterations", kLongRunIterations}};
+    runs(out["start_state"], long_ms_);
     // Where the searched plan drifted: the next-fastest plans over the long run, and whether one
     // replaced it (replaced_ms: the searched plan's time in the search).
     json fin = json::array();
-    for (const auto& f : finalists_)
-      fin.push_back({{"policy", f.policy}, {"pins", f.pins}, {"time_ms", f.time_ms},
-                     {"packed_ms", f.packed_ms > 0 ? json(f.packed_ms) : json(nullptr)},
-                     {"reordered_ms", f.reordered_ms > 0 ? json(f.reordered_ms) : json(nullptr)}});
+    for (const auto& f : finalists_) {
+      json o = {{"policy", f.policy}, {"pins", f.pins}, {"time_ms", f.time_ms}};
+      runs(o, f.long_ms);
+      fin.push_back(o);
+    }
     out["start_state"]["finalists"] = fin;
     out["start_state"]["replaced_ms"] = drifted_from_ms_ > 0 ? json(drifted_from_ms_) : json(nullptr);
   }

@@ -39,14 +39,14 @@
 // depends on the queues and the arena the rest leaves); no arena placement of its own (the planned pool measured slower under it).
 // Every iteration it runs or rehearses ends with the arena compacted (compact_at_iteration_end).
 // Packing keeps the blocks' order, which tensors brought back into other holes can make drift
-// past the iterations the search rehearses: the chosen plan is rehearsed for 10 iterations as
-// packed and with the persistent tensors placed anew moved on top in placement order
-// (reorder_at_iteration_end), and the faster start state runs. Where even the faster drifts
+// past the iterations the search rehearses: the chosen plan is rehearsed for 10 iterations
+// packed, reordered and restored (StartState), and the fastest start state runs. Where even it drifts
 // (slower than the search saw), the search's next-fastest plans are rehearsed so too, and the
 // fastest over the long run is the plan.
 // Without a Rehearser (set by the Trainer) it runs Capuchin's hybrid.
 // Full notes: docs/design.md.
 #pragma once
+#include <array>
 #include <chrono>
 #include <functional>
 #include <limits>
@@ -78,9 +78,9 @@ constexpr double kLongRunDrift = 0.01;
 constexpr int kLongRunFinalists = 2;
 constexpr double kFinalistSlack = 0.02;
 // What those rehearsals cost, in rehearsals of kRehearsedIterations (a long one about 2.5): the
-// plan's two long ones and each finalist's two (two at a time), the prediction's again, with
-// margin; kept out of the search's time.
-constexpr double kStartStateRehearsals = 2.5 * (1 + kLongRunFinalists) + 1.5;
+// plan's three long ones and each finalist's three (two at a time: two rounds each), the
+// prediction's again, with margin; kept out of the search's time.
+constexpr double kStartStateRehearsals = 2 * 2.5 * (1 + kLongRunFinalists) + 1.5;
 
 // What a rehearsal of one candidate needs from the run.
 struct RehearsalSetup {
@@ -96,7 +96,7 @@ struct RehearsalSetup {
   int iterations = kRehearsedIterations;  // the measured one and the guided ones
   double time_limit_ms = 0;        // wall time the rehearsal may take (0: no limit)
   std::vector<PlanPin> pins;       // the search's fixed decisions (Capuchin-based candidates)
-  bool reorder = false;            // the start state: reordered (Policy::reorder_at_iteration_end)
+  StartState start_state = StartState::kPacked;  // what each iteration's end leaves (Policy::start_state)
   // Non-zero counts of the compressible outputs (the run's --densities on sim, or those auto's
   // measured iteration counted): what sizes the compression candidates' tensors. Null: the
   // compression candidates are not rehearsed.
@@ -127,6 +127,7 @@ struct RehearsalResult {
   uint64_t compactions = 0, evictions = 0, swapped_out_bytes = 0, recomputed_ops = 0;  // per guided iteration (mean)
   double wall_ms = 0;              // how long the rehearsal took
   std::vector<PlanPin> pins;       // as rehearsed
+  StartState start_state = StartState::kPacked;  // as rehearsed
   std::vector<RehearsedGap> gaps;  // the gaps the plan swaps or recomputes (Capuchin-based candidates)
 };
 
@@ -172,9 +173,9 @@ class AutoPolicy final : public Policy {
   std::vector<TensorId> on_host_at_start() const override { return current().on_host_at_start(); }
   // Every plan auto runs or rehearses starts its iterations from a packed arena.
   bool compact_at_iteration_end() const override { return true; }
-  bool reorder_at_iteration_end() const override { return reorder_; }
+  StartState start_state() const override { return start_state_; }
   // The start state a rehearsal runs (the run's is chosen after the search).
-  void set_reorder(bool on) { reorder_ = on; }
+  void set_start_state(StartState s) { start_state_ = s; }
   // The measured iteration does not repeat; after it, the chosen policy says.
   bool iteration_repeats() const override { return !measured_last_ && current().iteration_repeats(); }
   bool measuring() const override { return !active_ || active_->measuring(); }
@@ -259,12 +260,17 @@ class AutoPolicy final : public Policy {
   std::unique_ptr<Policy> measuring_;  // Capuchin's hybrid, passive until it plans
   std::unique_ptr<Policy> active_;     // the chosen planner's policy, once chosen
   bool measured_last_ = false;         // the last iteration was the measured one
-  bool reorder_ = false;               // the start state (reorder_at_iteration_end)
-  double packed_long_ms_ = 0, reordered_long_ms_ = 0;  // the plan over kLongRunIterations, each way
+  StartState start_state_ = StartState::kPacked;  // what each iteration's end leaves
+  static constexpr size_t kStartStates = 3;  // StartState's values, in its order
+  using LongRun = std::array<double, kStartStates>;  // a plan over kLongRunIterations from each (0: OOM)
+  LongRun long_ms_{};  // the plan's
+  size_t restored_starts_ = 0;  // starts the search climbed from with a restored start state
+  StartState searched_state_ = StartState::kPacked;  // the plan's short rehearsal (the search's end) was so
   struct Finalist {  // a plan rehearsed over the long run because the chosen one drifted
     std::string policy;
     size_t pins = 0;
-    double time_ms = 0, packed_ms = 0, reordered_ms = 0;  // the search's, and over the long run
+    double time_ms = 0;  // the search's
+    LongRun long_ms{};
   };
   std::vector<Finalist> finalists_;
   double drifted_from_ms_ = 0;  // the searched plan's search time, where a finalist replaced it

@@ -25,9 +25,10 @@ RehearsalResult rehearse(const std::string& candidate, const RehearsalSetup& set
     auto backend = make_sim_backend(opts);
     if (setup.densities) backend->set_densities(setup.densities);
     auto policy = std::make_unique<AutoPolicy>(candidate, setup.pins);
-    policy->set_reorder(setup.reorder);
+    policy->set_start_state(setup.start_state);
     const AutoPolicy* ap = policy.get();
     r.pins = setup.pins;
+    r.start_state = setup.start_state;
     if (setup.time_limit_ms > 0)
       policy->set_deadline(std::chrono::steady_clock::now() +
                            std::chrono::microseconds(static_cast<long long>(setup.time_limit_ms * 1e3)));
