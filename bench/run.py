@@ -1683,7 +1683,9 @@ def auto_search(rows, what):
                  "'LP whole on X': with those moved earlier for the whole tensor's copy; 'LP whole capped on X': "
                  "and only the swaps whose bytes the LP's own cover); "
                  "'headroom X': from X, a candidate planned for another fraction of the budget or swap weight; "
-                 "',edf' in X: planned with the D2H queue in deadline order; "
+                 "',edf' in X: planned with the D2H queue in deadline order; 'restored ...': that start's climb "
+                 "rehearsed restored start states (StartState); '; S start': the start state S that runs, where not "
+                 "packed (the prediction); "
                  "'(plan: Y)': the climb's headroom moves ended at Y",
         "rows": rows,
         "runs": [("budgets", lambda r, got: ["sweep", *_auto_src(r), "--gpu", r["gpu"], "--policies", "none",
