@@ -840,6 +840,7 @@ void AutoPolicy::choose(const AccessTrace& trace) {
 // neighbour (ResNet-50 at 25% on h100-80g: a plan steady for five iterations whose seventh
 // evicted 219 tensors).
 void AutoPolicy::choose_start_state(const RehearsalSetup& setup, std::chrono::steady_clock::time_point t0) {
+  start_state_ = searched_state_ = chosen_result_.start_state;  // where no long run says otherwise
   if (!chosen_result_.trained || !rehearser_) return;
   searched_ms_ = chosen_result_.time_ms;
   finalists_.clear();
