@@ -220,6 +220,14 @@ class MemoryManager final : public MemoryView {
   const DensityTable& measured_densities() const { return measured_; }
   std::optional<size_t> count_nonzeros(TensorId id) const override;
   Backend& backend() { return backend_; }
+  // The blocks live on the device, by (id, buffer): between iterations, the layout the next
+  // one starts from (Policy::take_start_layout).
+  std::vector<LayoutBlock> live_device_blocks() const;
+  // The live blocks moved to `layout` (the same blocks, by (id, buffer)): a move waits for those
+  // whose blocks lie where it goes, and a cycle of them goes through a gap free now and in the
+  // layout (through_gaps; else nothing moves). Caching allocator only; nullopt where it cannot be
+  // done (other blocks, a cycle, no gap; the moves done so far stay), else whether anything moved.
+  std::optional<bool> move_to_layout(const std::vector<LayoutBlock>& layout, bool through_gaps = true);
 
  private:
   struct State {
@@ -283,14 +291,8 @@ class MemoryManager final : public MemoryView {
   bool compact(size_t need = 0);  // need > 0: only as much as makes a free block of need bytes
   bool pack_start_state();  // compact, then the persistent tensors placed this iteration on top
   // The blocks the iteration started with, moved back where they were: nullopt where that cannot
-  // be done (another set of blocks, a cycle of moves), else whether anything moved.
+  // be done (move_to_layout), else whether anything moved.
   std::optional<bool> restore_start_state();
-  struct StartBlock {
-    TensorId id;  // kNoTensor: the sliding workspace
-    bool buffer;  // a compressed buffer (comp_offset), not the tensor's own block
-    size_t offset, size;
-  };
-  std::vector<StartBlock> live_device_blocks() const;  // by (id, buffer)
 
   Backend& backend_;
   const Graph& graph_;
@@ -311,7 +313,7 @@ class MemoryManager final : public MemoryView {
   uint64_t clock_ = 0;
   uint64_t op_seq_ = 0;  // ops completed since construction
   uint64_t placements_ = 0;  // persistent tensors given a new block since construction
-  std::vector<StartBlock> start_layout_;  // what the iteration started with (restore_start_state)
+  std::vector<LayoutBlock> start_layout_;  // what the iteration started with (restore_start_state)
   double swap_out_waits_ms_ = 0;  // the stall on_swap_out_wait was told, in all (access() leaves it out of a restore's)
   int iteration_ = 0;
   bool timeline_enabled_ = false;

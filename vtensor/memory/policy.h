@@ -100,6 +100,14 @@ struct Victim {
 //   that cannot be done (MemoryManager::restore_start_state). Every iteration alike, and only
 //   the displaced blocks move.
 enum class StartState { kPacked, kReordered, kRestored };
+
+// One live block of the arena where an iteration ends (MemoryManager::move_to_layout).
+struct LayoutBlock {
+  TensorId id;  // kNoTensor: the sliding workspace
+  bool buffer;  // a compressed buffer (comp_offset), not the tensor's own block
+  size_t offset, size;
+  bool operator==(const LayoutBlock&) const = default;
+};
 const char* to_string(StartState s);
 
 class Policy {
@@ -128,6 +136,11 @@ class Policy {
   virtual bool compact_at_iteration_end() const { return false; }
   // What that compaction leaves (StartState).
   virtual StartState start_state() const { return StartState::kPacked; }
+  // A layout that compaction puts the arena in instead, once (asked after end_iteration; empty:
+  // none): auto's warm start, the steady layout its long rehearsal of the plan ended in, taken
+  // at the switch from the measured iteration. Where the live blocks are not the layout's, the
+  // start state applies.
+  virtual std::vector<LayoutBlock> take_start_layout() { return {}; }
   // Whether the iteration that just ended (asked after end_iteration) ran the schedule the next
   // one runs: false after a measuring iteration a plan replaces. The planned pool plans only
   // from one that did.

@@ -112,6 +112,22 @@ void CpuBackend::copy_to_device(void* dev_dst, const void* host_src, size_t byte
 
 void CpuBackend::move_device(void* dst, const void* src, size_t bytes) { std::memmove(dst, src, bytes); }
 
+void CpuBackend::move_device_batch(const std::vector<DeviceMove>& moves) {
+  for (const MoveStep& step : move_steps(moves)) {
+    if (!step.staged) {
+      move_device(moves[step.first].dst, moves[step.first].src, moves[step.first].bytes);
+      continue;
+    }
+    if (staging_.empty()) staging_.resize(kMoveStagingBytes);
+    size_t off = 0;
+    for (size_t i = step.first; i < step.first + step.count; ++i)
+      std::memcpy(staging_.data() + off, moves[i].src, moves[i].bytes), off += staged_slot_bytes(moves[i].bytes);
+    off = 0;
+    for (size_t i = step.first; i < step.first + step.count; ++i)
+      std::memcpy(moves[i].dst, staging_.data() + off, moves[i].bytes), off += staged_slot_bytes(moves[i].bytes);
+  }
+}
+
 Event CpuBackend::record(Stream s) {
   auto e = std::make_shared<CpuEvent>();
   if (s == Stream::kCompute) {

@@ -63,6 +63,9 @@ class CpuBackend final : public Backend {
   void copy_to_host(void* host_dst, const void* dev_src, size_t bytes) override;
   void copy_to_device(void* dev_dst, const void* host_src, size_t bytes) override;
   void move_device(void* dst, const void* src, size_t bytes) override;
+  // As the cuda backend issues it (Backend::move_steps): each staged chunk's blocks gathered into
+  // a staging buffer, then scattered, so a batch that breaks its contract fails here too.
+  void move_device_batch(const std::vector<DeviceMove>& moves) override;
   Event record(Stream s) override;
   void stream_wait(Stream s, const Event& e) override;
   void synchronize() override;
@@ -93,6 +96,7 @@ class CpuBackend final : public Backend {
   Managed um_;
   CpuStreamWorker& worker(Stream s);
   void* arena_ = nullptr;
+  std::vector<char> staging_;  // move_device_batch's (kMoveStagingBytes, once used)
   size_t arena_bytes_ = 0;
   CpuStreamWorker h2d_, d2h_, compress_;
 };
