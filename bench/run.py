@@ -1625,10 +1625,12 @@ def _auto(c):
     climbed = search.get("climbed_time_ms", searched)
     window = search.get("window", {}).get("rehearsals", 0)
     state = (r.get("start_state") or {}).get("state", "packed")
+    warm = (r.get("warm_start") or {}).get("variant")
+    then = (f"; {state} start" if state != "packed" else "") + (f"; warm ({warm})" if warm else "")
     return {"best": f"{best} {plain[best]:.1f} ms" if best else "none trains",
             "choice": f"{lp_start}{start} {cand:.1f} ms" + (f" (plan: {r['chosen']})" if r["chosen"] != start else ""),
             "searched": f"{climbed:.1f} → {searched:.1f} ms ({len(r.get('pins', []))} pinned)"
-                        + (f"; {state} start {ms:.1f} ms" if state != "packed" else ""),
+                        + (f"{then} {ms:.1f} ms" if then else ""),
             "gain": f"{(1 - cand / plain[best]) * 100:.1f}% + {(1 - climbed / cand) * 100:.1f}% + "
                     f"{(1 - searched / climbed) * 100:.1f}%" if best else "",
             "parts": f"{unmanaged:.1f} + {stall:.1f} + {rec:.1f} + {compact:.1f} + {_tenth(ms - unmanaged - stall - rec - compact)}",
@@ -1685,7 +1687,8 @@ def auto_search(rows, what):
                  "'headroom X': from X, a candidate planned for another fraction of the budget or swap weight; "
                  "',edf' in X: planned with the D2H queue in deadline order; 'restored ...': that start's climb "
                  "rehearsed restored start states (StartState); '; S start': the start state S that runs, where not "
-                 "packed (the prediction); "
+                 "packed, '; warm (V)': the warm start that runs (the steady layout, the feedback's trigger moves, "
+                 "or both: AutoPolicy::warm_start), then the prediction; "
                  "'(plan: Y)': the climb's headroom moves ended at Y",
         "rows": rows,
         "runs": [("budgets", lambda r, got: ["sweep", *_auto_src(r), "--gpu", r["gpu"], "--policies", "none",
@@ -1882,6 +1885,14 @@ def _steady_cell(c, what):
             return ""
         runs = " / ".join("OOM" if ss[f"{k}_ms"] is None else f"{ss[f'{k}_ms'] / u:.3f}×" for k in ("packed", "reordered", "restored"))
         return f"{ss['state']} ({runs})"
+    if what == "measured":  # the measured iteration (the warm start's moves at its end included)
+        return f"{rep['iterations'][0]['time_ms'] / u:.3f}×"
+    if what == "warm":  # the warm start that ran, and what the cold start's rehearsal said
+        w = (rep.get("policy_report") or {}).get("warm_start")
+        if not w:
+            return ""
+        cold = f"{w['cold_ms'] / u:.3f}× / {w['cold_measured_ms'] / u:.3f}×"
+        return f"{w['variant']} (cold: {cold})" if w["variant"] else f"cold ({cold})"
     return f"{sum(ev[:3]) / 3:.0f} / {sum(ev[3:]) / len(ev[3:]):.0f}"
 
 
@@ -1891,8 +1902,10 @@ EXPERIMENTS["auto-steady"] = {
              "--policy auto --budget B --iters 10 [--densities D]`, or `vtensor replay --trace dtr:LOG --gpu G --policy "
              "auto --budget B --iters 10` (B from a sweep of none); the mean time of guided "
              "iterations 1-3 (what the tables above time) and 4-9 against the unmanaged iteration, the slowest, "
-             "the evictions per iteration, and the start state auto ran (the chosen plan rehearsed over iterations 1-9 "
-             "packed / reordered / restored, the report's start_state)",
+             "the evictions per iteration, the start state auto ran (the chosen plan rehearsed over iterations 1-9 "
+             "packed / reordered / restored, the report's start_state), the measured iteration 0, and the warm start "
+             "that ran (the report's warm_start: the steady layout, the feedback's trigger moves, both, or cold; in "
+             "brackets the cold start's rehearsal of iterations 1-3 / of the measured iteration)",
     "rows": EXPERIMENTS["auto-search-models"]["rows"] + EXPERIMENTS["auto-search-logs"]["rows"],
     "runs": [("budgets", lambda r, got: ["sweep", *_auto_src(r), "--gpu", r["gpu"], "--policies", "none",
                                          "--budgets", "50%,25%", "--iters", "1"]),
@@ -1902,7 +1915,9 @@ EXPERIMENTS["auto-steady"] = {
                 ("iterations 4-9", lambda c: _steady_cell(c, "later")),
                 ("slowest", lambda c: _steady_cell(c, "slowest")),
                 ("evictions per iteration: 1-3 / 4-9", lambda c: _steady_cell(c, "ev")),
-                ("start state (1-9: packed / reordered / restored)", lambda c: _steady_cell(c, "start"))]}
+                ("start state (1-9: packed / reordered / restored)", lambda c: _steady_cell(c, "start")),
+                ("measured iteration", lambda c: _steady_cell(c, "measured")),
+                ("warm start (cold: 1-3 / measured)", lambda c: _steady_cell(c, "warm"))]}
 
 
 def render(name, exp, rows):

@@ -55,6 +55,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "vtensor/memory/policy.h"
@@ -81,6 +82,9 @@ constexpr double kFinalistSlack = 0.02;
 // plan's three long ones and each finalist's three (two at a time: two rounds each), the
 // prediction's again, with margin; kept out of the search's time.
 constexpr double kStartStateRehearsals = 2 * 2.5 * (1 + kLongRunFinalists) + 1.5;
+// The warm start's (AutoPolicy::warm_start): three variants, each rehearsed short and long, two at
+// a time.
+constexpr double kWarmStartRehearsals = 3 * (1 + 2.5) / 2;
 
 // What a rehearsal of one candidate needs from the run.
 struct RehearsalSetup {
@@ -97,6 +101,10 @@ struct RehearsalSetup {
   double time_limit_ms = 0;        // wall time the rehearsal may take (0: no limit)
   std::vector<PlanPin> pins;       // the search's fixed decisions (Capuchin-based candidates)
   StartState start_state = StartState::kPacked;  // what each iteration's end leaves (Policy::start_state)
+  // The layout the measured iteration's end leaves instead of its start state (empty: none; the
+  // warm start, Policy::take_start_layout).
+  std::vector<LayoutBlock> start_layout;
+  std::vector<TriggerMove> trigger_moves;  // replayed on the plan (CapuchinPolicy::set_trigger_moves)
   // Non-zero counts of the compressible outputs (the run's --densities on sim, or those auto's
   // measured iteration counted): what sizes the compression candidates' tensors. Null: the
   // compression candidates are not rehearsed.
@@ -114,6 +122,7 @@ struct RehearsedGap {
   size_t bytes = 0;
   double cost_ms = 0;
   bool wrap = false;
+  int fed_back = 0;  // ops its trigger moved earlier by Capuchin's feedback (the one trigger_op has)
 };
 
 struct RehearsalResult {
@@ -121,6 +130,8 @@ struct RehearsalResult {
   bool trained = false;
   std::string error;               // why not (out of memory, ...)
   double time_ms = 0;              // mean over the guided iterations
+  double measured_ms = 0;          // the measured iteration's time (its end's moves included)
+  bool start_layout_applied = false;  // the measured iteration ended in setup.start_layout
   size_t peak_allocated = 0;       // over the guided iterations
   double stall_ms = 0, recompute_ms = 0;  // means over the guided iterations
   double compact_ms = 0;                  // the compaction moves' compute time (mean)
@@ -129,6 +140,7 @@ struct RehearsalResult {
   std::vector<PlanPin> pins;       // as rehearsed
   StartState start_state = StartState::kPacked;  // as rehearsed
   std::vector<RehearsedGap> gaps;  // the gaps the plan swaps or recomputes (Capuchin-based candidates)
+  std::vector<LayoutBlock> end_layout;  // the arena the last iteration's end left
 };
 
 // A rehearsal ran past its time limit (thrown by the rehearsed policy, caught by the rehearsal).
@@ -176,6 +188,16 @@ class AutoPolicy final : public Policy {
   StartState start_state() const override { return start_state_; }
   // The start state a rehearsal runs (the run's is chosen after the search).
   void set_start_state(StartState s) { start_state_ = s; }
+  // The layout the measured iteration's end leaves (a rehearsal's; the run's is chosen).
+  void set_start_layout(std::vector<LayoutBlock> l) { start_layout_ = std::move(l); }
+  void set_trigger_moves(std::vector<TriggerMove> m) { trigger_moves_ = std::move(m); }
+  // The warm start that runs (warm_start; empty: none): the feedback's moves replayed, and the
+  // layout the measured iteration's end leaves.
+  const std::vector<TriggerMove>& trigger_moves() const { return trigger_moves_; }
+  const std::vector<LayoutBlock>& warm_layout() const { return warm_layout_; }
+  std::vector<LayoutBlock> take_start_layout() override {
+    return measured_last_ && active_ ? std::exchange(start_layout_, {}) : std::vector<LayoutBlock>{};
+  }
   // The measured iteration does not repeat; after it, the chosen policy says.
   bool iteration_repeats() const override { return !measured_last_ && current().iteration_repeats(); }
   bool measuring() const override { return !active_ || active_->measuring(); }
@@ -261,9 +283,22 @@ class AutoPolicy final : public Policy {
   std::unique_ptr<Policy> active_;     // the chosen planner's policy, once chosen
   bool measured_last_ = false;         // the last iteration was the measured one
   StartState start_state_ = StartState::kPacked;  // what each iteration's end leaves
+  std::vector<LayoutBlock> start_layout_;  // the measured iteration's end leaves it (the warm start)
+  std::vector<TriggerMove> trigger_moves_;  // the plan's feedback moves, replayed (the warm start)
+  std::vector<LayoutBlock> warm_layout_;  // start_layout_ as the warm start chose it (kept)
   static constexpr size_t kStartStates = 3;  // StartState's values, in its order
   using LongRun = std::array<double, kStartStates>;  // a plan over kLongRunIterations from each (0: OOM)
   LongRun long_ms_{};  // the plan's
+  std::array<RehearsalResult, kStartStates> steady_;  // the plan's long rehearsals, from each start state
+  void warm_start(const RehearsalSetup& setup);
+  struct Warm {
+    size_t tried = 0;        // variants rehearsed
+    std::string variant;     // the one that runs (empty: none, the cold start)
+    size_t layout_blocks = 0, trigger_moves = 0;
+    double before_ms = 0, before_measured_ms = 0;  // the cold start's rehearsal: guided mean, measured
+    double long_ms = 0;      // its long rehearsal
+  };
+  Warm warm_;
   size_t restored_starts_ = 0;  // starts the search climbed from with a restored start state
   StartState searched_state_ = StartState::kPacked;  // the plan's short rehearsal (the search's end) was so
   struct Finalist {  // a plan rehearsed over the long run because the chosen one drifted

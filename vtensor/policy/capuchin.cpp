@@ -944,6 +944,21 @@ std::vector<Victim> CapuchinPolicy::choose_victims(size_t bytes, const MemoryVie
   return out.empty() ? plain : out;
 }
 
+bool CapuchinPolicy::feed_back(size_t k) {
+  auto& c = plan_.candidates[k];
+  if (c.decision != CapuchinDecision::kSwap || c.trigger_op <= c.release_op + 1) return false;
+  // Op trigger_op would now hold the tensor: not into the peak window.
+  auto& m = plan_.memory_after[static_cast<size_t>(c.trigger_op)];
+  if (m + c.bytes > view_->budget()) return false;
+  m += c.bytes;
+  for (auto& a : plan_.plan.actions)
+    if (a.kind == ActionKind::kPrefetch && a.tensor == c.id && a.op == c.trigger_op) a.op = c.trigger_op - 1;
+  --c.trigger_op;
+  ++trigger_moves_;
+  ++fed_back_[k];
+  return true;
+}
+
 void CapuchinPolicy::index_plan() { at_op_ = actions_by_op(plan_.plan, view_ ? view_->graph().num_ops() : 0); }
 
 void CapuchinPolicy::end_iteration(const AccessTrace& trace) {
@@ -959,18 +974,8 @@ void CapuchinPolicy::end_iteration(const AccessTrace& trace) {
     ++guided_iterations_;
     // Feedback: a prefetch that was late at its back-access starts one op earlier next time.
     const bool feedback = feedback_iterations_ < 0 || guided_iterations_ <= feedback_iterations_;
-    for (size_t k = 0; k < plan_.candidates.size() && feedback; ++k) {
-      auto& c = plan_.candidates[k];
-      if (!late_[k] || c.decision != CapuchinDecision::kSwap || c.trigger_op <= c.release_op + 1) continue;
-      // Op trigger_op would now hold the tensor: not into the peak window.
-      auto& m = plan_.memory_after[static_cast<size_t>(c.trigger_op)];
-      if (m + c.bytes > view_->budget()) continue;
-      m += c.bytes;
-      for (auto& a : plan_.plan.actions)
-        if (a.kind == ActionKind::kPrefetch && a.tensor == c.id && a.op == c.trigger_op) a.op = c.trigger_op - 1;
-      --c.trigger_op;
-      ++trigger_moves_;
-    }
+    for (size_t k = 0; k < plan_.candidates.size() && feedback; ++k)
+      if (late_[k]) feed_back(k);
     index_plan();
     return;
   }
@@ -990,6 +995,7 @@ void CapuchinPolicy::end_iteration(const AccessTrace& trace) {
   for (size_t k = 0; k < plan_.candidates.size(); ++k)
     candidates_of_[static_cast<size_t>(plan_.candidates[k].id)].push_back(static_cast<int>(k));
   late_.assign(plan_.candidates.size(), 0);
+  fed_back_.assign(plan_.candidates.size(), 0);
   cost_ms_.assign(plan_.candidates.size(), 0.0);
   wrap_cost_ms_.assign(view_->graph().num_tensors(), 0.0);
   first_use_.assign(view_->graph().num_tensors(), -1);
@@ -1001,6 +1007,11 @@ void CapuchinPolicy::end_iteration(const AccessTrace& trace) {
     last_use_[i] = std::max(last_use_[i], op);
   }
   swap_ns_per_byte_ = trace.swap_ns_per_byte;
+  for (const TriggerMove& t : trigger_moves_in_)
+    for (int k : static_cast<size_t>(t.id) < candidates_of_.size() ? candidates_of_[static_cast<size_t>(t.id)] : std::vector<int>{})
+      if (plan_.candidates[static_cast<size_t>(k)].back_op == t.back_op)
+        for (int i = 0; i < t.ops && feed_back(static_cast<size_t>(k)); ++i) {
+        }
   index_plan();
   guided_ = true;
   ++measurements_;

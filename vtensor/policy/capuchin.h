@@ -52,6 +52,15 @@ struct PlanPin {
 };
 std::string to_string(const PlanPin& p);
 
+// A prefetch trigger moved earlier by Capuchin's feedback (`ops` times, one op each): replayed
+// when the plan is made (CapuchinPolicy::set_trigger_moves), as if those iterations had run.
+struct TriggerMove {
+  TensorId id = kNoTensor;
+  int back_op = -1;
+  int ops = 0;
+  bool operator==(const TriggerMove&) const = default;
+};
+
 // What the planner needs per tensor (from the graph).
 struct PlannerTensor {
   size_t bytes = 0;
@@ -174,6 +183,9 @@ class CapuchinPolicy final : public Policy {
   void set_plan_fraction(double f) { plan_fraction_ = f; }
   void set_swap_cost_weight(double w) { swap_cost_weight_ = w; }
   void set_pins(std::vector<PlanPin> pins) { pins_ = std::move(pins); }
+  // The feedback's moves a longer run of this plan made, applied when it plans (policy auto's
+  // warm start): each moves as the feedback would, where the budget lets it.
+  void set_trigger_moves(std::vector<TriggerMove> m) { trigger_moves_in_ = std::move(m); }
   // Also swap persistent tensors across the iteration boundary (PlannerInput::wrap_persistent).
   void set_wrap_persistent(bool on) { wrap_persistent_ = on; }
   // Order the D2H queue by deadline (PlannerInput::deadline_swap_outs).
@@ -194,6 +206,8 @@ class CapuchinPolicy final : public Policy {
   const CapuchinPlan& plan() const { return plan_; }
   int measurements() const { return measurements_; }
   int trigger_moves() const { return trigger_moves_; }
+  // Per plan candidate, the ops its trigger moved earlier by the feedback so far.
+  const std::vector<int>& fed_back() const { return fed_back_; }
 
  private:
   void index_plan();
@@ -207,6 +221,7 @@ class CapuchinPolicy final : public Policy {
   std::vector<std::vector<Action>> at_op_;
   std::vector<std::pair<TensorId, int>> measured_sequence_;  // (tensor, op) of every access
   std::vector<char> late_;                                   // per candidate, this iteration
+  std::vector<int> fed_back_;                                // per candidate, its feedback moves
   std::vector<double> cost_ms_;                              // per candidate, last guided iteration
   std::vector<std::vector<int>> candidates_of_;              // tensor -> its candidates (one per gap)
   std::vector<double> wrap_cost_ms_;                         // per tensor, its gap over the iteration's end
@@ -217,6 +232,8 @@ class CapuchinPolicy final : public Policy {
   double plan_fraction_ = 1.0;
   double swap_cost_weight_ = 1.0;
   std::vector<PlanPin> pins_;
+  std::vector<TriggerMove> trigger_moves_in_;
+  bool feed_back(size_t k);  // candidate k's prefetch one op earlier, where the budget lets it
   bool wrap_persistent_ = false;
   bool deadline_swap_outs_ = false;
   int feedback_iterations_ = -1;

@@ -26,6 +26,8 @@ RehearsalResult rehearse(const std::string& candidate, const RehearsalSetup& set
     if (setup.densities) backend->set_densities(setup.densities);
     auto policy = std::make_unique<AutoPolicy>(candidate, setup.pins);
     policy->set_start_state(setup.start_state);
+    policy->set_start_layout(setup.start_layout);
+    policy->set_trigger_moves(setup.trigger_moves);
     const AutoPolicy* ap = policy.get();
     r.pins = setup.pins;
     r.start_state = setup.start_state;
@@ -39,7 +41,11 @@ RehearsalResult rehearse(const std::string& candidate, const RehearsalSetup& set
     int guided = 0;
     for (int i = 0; i < std::max(setup.iterations, 2); ++i) {
       const IterationStats s = exec.run_iteration(i);
-      if (i == 0) continue;  // the measured iteration: the same for every candidate
+      if (i == 0) {  // the measured iteration: the same for every candidate, but for its end's moves
+        r.measured_ms = s.time_ms;
+        r.start_layout_applied = !setup.start_layout.empty() && mm.live_device_blocks() == setup.start_layout;
+        continue;
+      }
       ++guided;
       r.peak_allocated = std::max(r.peak_allocated, s.peak_allocated);
       r.time_ms += s.time_ms;
@@ -55,13 +61,15 @@ RehearsalResult rehearse(const std::string& candidate, const RehearsalSetup& set
     r.compactions /= static_cast<uint64_t>(guided), r.evictions /= static_cast<uint64_t>(guided);
     r.swapped_out_bytes /= static_cast<uint64_t>(guided), r.recomputed_ops /= static_cast<uint64_t>(guided);
     r.trained = true;
+    r.end_layout = mm.live_device_blocks();
     if (const CapuchinPolicy* c = ap->capuchin()) {
       const auto& cost = c->measured_cost_ms();
+      const auto& fed = c->fed_back();
       const auto& cands = c->plan().candidates;
       for (size_t k = 0; k < cands.size(); ++k)
         if (cands[k].decision != CapuchinDecision::kKeep || (k < cost.size() && cost[k] > 0))
           r.gaps.push_back({cands[k].id, cands[k].evict_op, cands[k].back_op, cands[k].trigger_op, cands[k].decision,
-                            cands[k].bytes, k < cost.size() ? cost[k] : 0.0});
+                            cands[k].bytes, k < cost.size() ? cost[k] : 0.0, false, k < fed.size() ? fed[k] : 0});
       // The gaps over the iteration's end: the wrap swaps, and the persistent tensors the plan
       // kept that the passive fallback evicted.
       const auto& wrap_cost = c->measured_wrap_cost_ms();
