@@ -42,7 +42,10 @@
 // past the iterations the search rehearses: the chosen plan is rehearsed for 10 iterations
 // packed, reordered and restored (StartState), and the fastest start state runs. Where even it drifts
 // (slower than the search saw), the search's next-fastest plans are rehearsed so too, and the
-// fastest over the long run is the plan.
+// fastest over the long run is the plan. Then the warm start: where it takes the measured and
+// guided iterations less time in all, the first guided iteration starts where that long
+// rehearsal settled (its layout, moved to at the measured iteration's end; the trigger moves
+// Capuchin's feedback made, replayed), not where the measured iteration left things.
 // Without a Rehearser (set by the Trainer) it runs Capuchin's hybrid.
 // Full notes: docs/design.md.
 #pragma once
