@@ -1007,11 +1007,14 @@ void CapuchinPolicy::end_iteration(const AccessTrace& trace) {
     last_use_[i] = std::max(last_use_[i], op);
   }
   swap_ns_per_byte_ = trace.swap_ns_per_byte;
-  for (const TriggerMove& t : trigger_moves_in_)
-    for (int k : static_cast<size_t>(t.id) < candidates_of_.size() ? candidates_of_[static_cast<size_t>(t.id)] : std::vector<int>{})
-      if (plan_.candidates[static_cast<size_t>(k)].back_op == t.back_op)
-        for (int i = 0; i < t.ops && feed_back(static_cast<size_t>(k)); ++i) {
-        }
+  for (const TriggerMove& t : trigger_moves_in_) {  // the warm start's: as the feedback moved them
+    if (static_cast<size_t>(t.id) >= candidates_of_.size()) continue;
+    for (int k : candidates_of_[static_cast<size_t>(t.id)]) {
+      if (plan_.candidates[static_cast<size_t>(k)].back_op != t.back_op) continue;
+      for (int i = 0; i < t.ops; ++i)
+        if (!feed_back(static_cast<size_t>(k))) break;
+    }
+  }
   index_plan();
   guided_ = true;
   ++measurements_;
