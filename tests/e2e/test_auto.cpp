@@ -67,6 +67,14 @@ void unlimited_planning(Trainer& t) {
   if (auto* a = dynamic_cast<AutoPolicy*>(&t.memory().policy())) a->set_time_limit_ms(kUnlimitedPlanningMs);
 }
 
+// Tests of what comes after the search (the start state, the long runs, the warm start) need a
+// searched plan, not a long search: no LP start, a climb of `rehearsals` per start and no window
+// search. With unlimited planning the choice stays the same under the sanitizers' slower clock,
+// and the run takes a few hundred rehearsals, not thousands (under ASan one took 8 minutes).
+void bounded_search(TrainConfig& cfg, int rehearsals = 32) {
+  cfg.auto_lp = 0, cfg.auto_search = rehearsals, cfg.auto_window = 0;
+}
+
 size_t max_peak(const AutoRun& r, size_t from = 0) {
   size_t p = 0;
   for (size_t i = from; i < r.iters.size(); ++i) p = std::max(p, r.iters[i].peak_allocated);
@@ -327,7 +335,8 @@ TEST(AutoRunLong, EveryIterationStartsFromAPackedArena) {
     const size_t budget = align_up(max_peak(base) / 4);
     int packed = 0, scattered = 0;
     for (const std::string policy : {"auto", "capuchin"}) {
-      const TrainConfig cfg = config(model, policy, budget, 6, "p100-16g");
+      TrainConfig cfg = config(model, policy, budget, 6, "p100-16g");
+      bounded_search(cfg);
       Trainer t(cfg);
       t.run([&](const IterationStats&) {
         const auto& a = t.memory().allocator().stats();
@@ -372,7 +381,9 @@ TEST(AutoRunLong, TheStartStateIsTheFastestOverALongRun) {
   for (const std::string model : {"resnet-tiny", "gpt-tiny"}) {
     SCOPED_TRACE(model);
     const AutoRun base = train(config(model, "none", 0, 2, "p100-16g"));
-    const AutoRun a = train(config(model, "auto", align_up(max_peak(base) / 4), kLongRunIterations, "p100-16g"));
+    TrainConfig cfg = config(model, "auto", align_up(max_peak(base) / 4), kLongRunIterations, "p100-16g");
+    bounded_search(cfg);
+    const AutoRun a = train(cfg);
     ASSERT_TRUE(a.report.contains("start_state")) << a.report.dump();
     const auto& ss = a.report["start_state"];
     const std::string state = ss["state"];
@@ -395,7 +406,8 @@ TEST(AutoRunLong, ADriftingPlanGivesWayToTheFastestFinalistOverALongRun) {
   const size_t budget = align_up(max_peak(base) / 4);
   for (const bool drift : {false, true}) {
     SCOPED_TRACE(drift ? "made to drift" : "as it is");
-    const TrainConfig cfg = config("resnet-tiny", "auto", budget, kLongRunIterations, "p100-16g");
+    TrainConfig cfg = config("resnet-tiny", "auto", budget, kLongRunIterations, "p100-16g");
+    bounded_search(cfg);
     Trainer t(cfg);
     unlimited_planning(t);
     auto* ap = dynamic_cast<AutoPolicy*>(&t.memory().policy());
@@ -505,33 +517,40 @@ TEST(AutoRunLong, ARestoredStartIsTheSameEveryIteration) {
 // new block above the packed ones, then the packing again; the restore: each displaced block back
 // where the iteration found it): losses, weights and running statistics stay bit-identical to
 // `none`. The start state is forced after auto has chosen; the test checks that each moved
-// tensors (reordered_bytes, restored_bytes) and that the packed start did neither.
+// tensors (reordered_bytes, restored_bytes) and that the packed start did neither. On cpu the
+// plan follows the measured kernel times, and about one plan in twelve displaces no block the
+// restore can put back (its moves form a cycle: it packs): each start state runs up to three
+// times, every run checked, until one has moved bytes.
 TEST(AutoRunLong, EveryStartStateIsBitIdenticalToNone) {
   const std::string model = "resnet-tiny";  // gpt-tiny's plans at 30% place no persistent tensor anew
   const int iters = 6;
   const AutoRun base = train(config(model, "none", 0, iters));
-  const TrainConfig cfg = config(model, "auto", align_up(max_peak(base) * 3 / 10), iters);
+  TrainConfig cfg = config(model, "auto", align_up(max_peak(base) * 3 / 10), iters);
+  bounded_search(cfg);
   for (const StartState state : {StartState::kPacked, StartState::kReordered, StartState::kRestored}) {
     SCOPED_TRACE(to_string(state));
-    Trainer t(cfg);
-    unlimited_planning(t);  // the same choice under the sanitizers' slower clock
-    auto* ap = dynamic_cast<AutoPolicy*>(&t.memory().policy());
-    AutoRun r;
     uint64_t reordered = 0, restored = 0;
-    for (int i = 0; i < iters; ++i) {
-      if (i == 1) ap->set_start_state(state);
-      r.iters.push_back(t.step());
-      reordered += r.iters.back().counters.reordered_bytes;
-      restored += r.iters.back().counters.restored_bytes;
+    for (int run = 0; run < 3; ++run) {
+      Trainer t(cfg);
+      unlimited_planning(t);  // the same choice under the sanitizers' slower clock
+      auto* ap = dynamic_cast<AutoPolicy*>(&t.memory().policy());
+      AutoRun r;
+      for (int i = 0; i < iters; ++i) {
+        if (i == 1) ap->set_start_state(state);
+        r.iters.push_back(t.step());
+        reordered += r.iters.back().counters.reordered_bytes;
+        restored += r.iters.back().counters.restored_bytes;
+      }
+      r.params = t.read_params();
+      for (const auto& info : t.graph().tensors())
+        if (info.kind == TensorKind::kBuffer) r.buffers.push_back(t.read(info.id));
+      expect_bit_identical(base, r);
+      if (state == StartState::kPacked || (state == StartState::kReordered ? reordered : restored) > 0) break;
     }
-    r.params = t.read_params();
-    for (const auto& info : t.graph().tensors())
-      if (info.kind == TensorKind::kBuffer) r.buffers.push_back(t.read(info.id));
-    if (state == StartState::kReordered) EXPECT_GT(reordered, 0u) << "the reorder moved nothing: the check proves nothing here";
+    if (state == StartState::kReordered) EXPECT_GT(reordered, 0u) << "the reorder moved nothing in 3 runs: the check proves nothing here";
     else EXPECT_EQ(reordered, 0u);
-    if (state == StartState::kRestored) EXPECT_GT(restored, 0u) << "the restore moved nothing: the check proves nothing here";
+    if (state == StartState::kRestored) EXPECT_GT(restored, 0u) << "the restore moved nothing in 3 runs: the check proves nothing here";
     else EXPECT_EQ(restored, 0u);
-    expect_bit_identical(base, r);
   }
 }
 
@@ -545,7 +564,8 @@ TEST(AutoRunLong, AWarmStartRunsTheSteadyIterationFromTheFirst) {
   const size_t budget = align_up(max_peak(base) * 2 / 5);
   for (const bool warm : {true, false}) {
     SCOPED_TRACE(warm ? "warm" : "cold");
-    const TrainConfig cfg = config("resnet-tiny", "auto", budget, kLongRunIterations, "p100-16g");
+    TrainConfig cfg = config("resnet-tiny", "auto", budget, kLongRunIterations, "p100-16g");
+    bounded_search(cfg, 96);  // a climb that ends where the feedback moves triggers
     Trainer t(cfg);
     unlimited_planning(t);
     auto* ap = dynamic_cast<AutoPolicy*>(&t.memory().policy());
@@ -587,7 +607,8 @@ TEST(AutoRunLong, AWarmLayoutIsBitIdenticalToNone) {
   for (const std::string gpu : {"p100-16g", ""}) {
     SCOPED_TRACE(gpu.empty() ? "cpu" : gpu);
     const AutoRun base = train(config(model, "none", 0, iters, gpu));
-    const TrainConfig cfg = config(model, "auto", align_up(max_peak(base) * 3 / 10), iters, gpu);
+    TrainConfig cfg = config(model, "auto", align_up(max_peak(base) * 3 / 10), iters, gpu);
+    bounded_search(cfg);
     std::vector<LayoutBlock> layouts[2];  // after the measured iteration: cold, warm
     for (const bool warm : {false, true}) {
       SCOPED_TRACE(warm ? "warm" : "cold");
@@ -650,7 +671,9 @@ TEST(AutoRunLong, TriggerFeedbackStopsWhereTheRehearsalStopped) {
       if (limit < 0) EXPECT_GT(moves.back(), moves[2]) << "no trigger moved after the second guided iteration";
       else EXPECT_EQ(moves.back(), moves[2]) << "a trigger moved after the second guided iteration";
     }
-    Trainer t(config(model, "auto", budget, 9, "test-slow-link"));
+    TrainConfig cfg = config(model, "auto", budget, 9, "test-slow-link");
+    bounded_search(cfg);
+    Trainer t(cfg);
     auto* a = dynamic_cast<AutoPolicy*>(&t.memory().policy());
     ASSERT_NE(a, nullptr);
     std::vector<int> moves;
@@ -815,6 +838,7 @@ TEST(AutoSimRun, CompressionCandidatesWithDensities) {
       for (const auto& m : r.report["search"]["tried"]) n += m[0].get<std::string>().find(":compress") != std::string::npos;
       return n;
     };
+    bounded_search(cfg, 16);  // then the compression phase's own rehearsals
     {
       SCOPED_TRACE("no densities");
       const AutoRun a = train(cfg);
@@ -824,7 +848,6 @@ TEST(AutoSimRun, CompressionCandidatesWithDensities) {
       EXPECT_EQ(compress_moves(a), 0) << "no densities, no compression moves";
     }
     cfg.densities_path = path;
-    cfg.auto_lp = 0;
     Trainer ta(cfg);
     unlimited_planning(ta);
     const AutoRun a = run(ta, cfg);
@@ -916,7 +939,7 @@ TEST(AutoSearch, PinsReplayToThePredictedRun) {
   const AutoRun base = train(config("resnet-tiny", "none", 0, 2, "p100-16g"));
   const size_t budget = align_up(max_peak(base) / 4);
   TrainConfig cfg = config("resnet-tiny", "auto", budget, 4, "p100-16g");
-  cfg.auto_lp = 0;  // the start is a candidate: without pins, its own time
+  bounded_search(cfg, 64);  // no LP start: the start is a candidate, without pins its own time
   Trainer t(cfg);
   unlimited_planning(t);
   auto* a = dynamic_cast<AutoPolicy*>(&t.memory().policy());
