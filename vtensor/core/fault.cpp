@@ -14,9 +14,10 @@ std::array<std::atomic<uint64_t>, kKinds> counts{};
 std::atomic<int> armed_kind{-1};
 std::atomic<uint64_t> armed_nth{0};
 std::once_flag env_once;
+std::atomic<bool> env_read{false};  // hit()'s fast path: no call_once (a library call) per event
 
 // VTENSOR_FAULT=KIND:K, read once; a malformed value is bad input.
-void read_env() {
+void parse_env() {
   const char* v = std::getenv("VTENSOR_FAULT");
   if (!v || !*v) return;
   const std::string s = v;
@@ -38,6 +39,11 @@ void read_env() {
   throw std::invalid_argument("VTENSOR_FAULT='" + s + "': accepted: KIND:K with KIND one of device-alloc, host-alloc, "
                               "copy, report-write and K a positive count");
 }
+// Read once; a malformed value throws again at the next event (call_once retries after a throw).
+void read_env() {
+  parse_env();
+  env_read.store(true, std::memory_order_release);
+}
 
 }  // namespace
 
@@ -54,6 +60,7 @@ const char* name(Kind k) {
 
 void arm(Kind k, uint64_t nth) {
   std::call_once(env_once, [] {});  // an explicit arm overrides the environment
+  env_read.store(true, std::memory_order_release);
   for (auto& c : counts) c = 0;
   armed_nth = nth;
   armed_kind = static_cast<int>(k);
@@ -61,13 +68,14 @@ void arm(Kind k, uint64_t nth) {
 
 void disarm() {
   std::call_once(env_once, [] {});
+  env_read.store(true, std::memory_order_release);
   for (auto& c : counts) c = 0;
   armed_kind = -1;
 }
 
 bool hit(Kind k) {
-  std::call_once(env_once, read_env);
-  const uint64_t n = ++counts[static_cast<size_t>(k)];
+  if (!env_read.load(std::memory_order_acquire)) std::call_once(env_once, read_env);
+  const uint64_t n = counts[static_cast<size_t>(k)].fetch_add(1, std::memory_order_relaxed) + 1;
   return armed_kind == static_cast<int>(k) && n == armed_nth;
 }
 

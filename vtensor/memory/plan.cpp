@@ -1,6 +1,8 @@
 #include "vtensor/memory/plan.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 namespace vtensor {
 
@@ -31,19 +33,23 @@ int walk_back_trigger(int from, int lo, const std::function<double(int)>& copy_e
 }
 
 void CopyLane::index() const {
-  chain_last_.resize(busy_.size());
-  for (size_t i = busy_.size(); i-- > 0;)
-    chain_last_[i] = i + 1 < busy_.size() && busy_[i + 1].first == busy_[i].second ? chain_last_[i + 1] : i;
+  const size_t n = busy_.size();
+  chain_last_.resize(n);
+  for (size_t i = n; i-- > 0;) chain_last_[i] = i + 1 < n && busy_[i + 1].first == busy_[i].second ? chain_last_[i + 1] : i;
+  constexpr double kNone = -std::numeric_limits<double>::infinity();
+  gap_.assign(n, kNone);
+  block_gap_.assign((n + kBlock - 1) / kBlock, kNone);
+  plain_ = false;
+  for (size_t i = 0; i < n; ++i) {
+    plain_ = plain_ || !(busy_[i].second > busy_[i].first) || (i + 1 < n && busy_[i + 1].first < busy_[i].second);
+    if (chain_last_[i] != i) continue;
+    gap_[i] = i + 1 < n ? busy_[i + 1].first - busy_[i].second : std::numeric_limits<double>::infinity();
+    block_gap_[i / kBlock] = std::max(block_gap_[i / kBlock], gap_[i]);
+  }
   indexed_ = true;
 }
 
-double CopyLane::earliest_fit(double t0, double dur) const {
-  if (!indexed_) index();
-  double s = t0;
-  // Intervals do not overlap, so their ends are sorted too: skip those that end before t0.
-  auto i = static_cast<size_t>(std::upper_bound(busy_.begin(), busy_.end(), t0, [](double t, const std::pair<double, double>& iv) {
-                                 return t < iv.second;
-                               }) - busy_.begin());
+double CopyLane::scan(size_t i, double s, double dur) const {
   for (; i < busy_.size(); ++i) {
     if (busy_[i].second <= s) continue;
     if (busy_[i].first >= s + dur) break;
@@ -52,6 +58,29 @@ double CopyLane::earliest_fit(double t0, double dur) const {
     s = busy_[i].second;
   }
   return s;
+}
+
+double CopyLane::earliest_fit(double t0, double dur) const {
+  if (!indexed_) index();
+  // Intervals do not overlap, so their ends are sorted too: skip those that end before t0.
+  const auto i0 = static_cast<size_t>(std::upper_bound(busy_.begin(), busy_.end(), t0, [](double t, const std::pair<double, double>& iv) {
+                                        return t < iv.second;
+                                      }) - busy_.begin());
+  if (i0 == busy_.size() || busy_[i0].first >= t0 + dur) return t0;
+  if (plain_ || !(dur > 0)) return scan(i0, t0, dur);
+  // The copy starts at the end of the first chain from i0 on whose next interval starts late
+  // enough (the scan's test, exactly); the gaps (a subtraction, rounded) only skip blocks, with a
+  // margin far above the rounding.
+  const double skip_below = dur - 1e-9 * (std::abs(busy_.back().second) + dur);
+  for (size_t j = chain_last_[i0]; j < busy_.size();) {
+    if (j % kBlock == 0 && block_gap_[j / kBlock] < skip_below) {
+      j += kBlock;
+      continue;
+    }
+    if (gap_[j] >= skip_below && (j + 1 == busy_.size() || busy_[j + 1].first >= busy_[j].second + dur)) return busy_[j].second;
+    ++j;
+  }
+  return busy_.back().second;  // not reached: the last interval's gap is infinite
 }
 
 void CopyLane::add(double start, double dur) {

@@ -9,21 +9,27 @@ namespace vtensor {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-// Adds the host time of its scope to `sum` (ms).
+// Adds the host time of its scope to `sum` (ms), where `on`.
 class HostTimer {
  public:
-  explicit HostTimer(double& sum) : sum_(sum), t0_(Clock::now()) {}
-  ~HostTimer() { sum_ += std::chrono::duration<double, std::milli>(Clock::now() - t0_).count(); }
+  HostTimer(double& sum, bool on) : sum_(sum), on_(on) {
+    if (on_) t0_ = Clock::now();
+  }
+  ~HostTimer() {
+    if (on_) sum_ += std::chrono::duration<double, std::milli>(Clock::now() - t0_).count();
+  }
   HostTimer(const HostTimer&) = delete;
   HostTimer& operator=(const HostTimer&) = delete;
 
  private:
   double& sum_;
+  bool on_;
   Clock::time_point t0_;
 };
 }  // namespace
 
-Executor::Executor(const Graph& g, Backend& backend, MemoryManager& mm) : g_(g), backend_(backend), mm_(mm) {
+Executor::Executor(const Graph& g, Backend& backend, MemoryManager& mm)
+    : g_(g), backend_(backend), mm_(mm), time_host_(backend.modelled_gpu().empty()) {
   std::vector<int> last_use(g.num_tensors(), -1);
   for (const Op& op : g.ops()) {
     for (TensorId in : op.inputs) last_use[static_cast<size_t>(in)] = op.index;
@@ -114,7 +120,7 @@ void Executor::run_op(int op_index) {
   }
   for (TensorId out : op.outputs) {
     {
-      HostTimer h(alloc_ms_);
+      HostTimer h(alloc_ms_, time_host_);
       mm_.allocate(out);
     }
     mm_.access(out, AccessKind::kWrite, op_index);
@@ -123,7 +129,7 @@ void Executor::run_op(int op_index) {
   args.conv_algo = mm_.conv_algo(op.index);
   size_t ws_bytes = 0;
   {
-    HostTimer h(alloc_ms_);
+    HostTimer h(alloc_ms_, time_host_);
     args.workspace = allocate_workspace(op, args.conv_algo, ws_bytes);
   }
   mm_.fault_pages(op_index, args.workspace, args.workspace ? ws_bytes : 0);  // unified memory
@@ -132,7 +138,7 @@ void Executor::run_op(int op_index) {
   for (TensorId out : op.outputs) args.outputs.push_back(mm_.device_ptr(out));
   const double t0 = backend_.now_ms();
   {
-    HostTimer h(kernel_ms_);
+    HostTimer h(kernel_ms_, time_host_);
     backend_.launch(g_, op, args);
   }
   mm_.kernel_launched();
@@ -142,7 +148,7 @@ void Executor::run_op(int op_index) {
   for (TensorId out : op.outputs) mm_.unlock(out);
   if (!op.outputs.empty() && op.outputs[0] == g_.loss && backend_.has_data()) mm_.read(g_.loss, &loss_);
   for (TensorId t : release_after_[static_cast<size_t>(op_index)]) mm_.release(t);
-  HostTimer h(after_op_ms_);
+  HostTimer h(after_op_ms_, time_host_);
   mm_.after_op(op_index);
 }
 
@@ -176,7 +182,7 @@ void Executor::recompute(TensorId id) {
     args.outputs.push_back(scratch[i] ? static_cast<float*>(scratch[i]) : mm_.device_ptr(op.outputs[i]));
   const double t0 = backend_.now_ms();
   {
-    HostTimer h(kernel_ms_);
+    HostTimer h(kernel_ms_, time_host_);
     backend_.launch(g_, op, args);
   }
   mm_.note_recompute(backend_.now_ms() - t0);
