@@ -518,9 +518,10 @@ TEST(AutoRunLong, ARestoredStartIsTheSameEveryIteration) {
 // where the iteration found it): losses, weights and running statistics stay bit-identical to
 // `none`. The start state is forced after auto has chosen; the test checks that each moved
 // tensors (reordered_bytes, restored_bytes) and that the packed start did neither. On cpu the
-// plan follows the measured kernel times, and about one plan in twelve displaces no block the
-// restore can put back (its moves form a cycle: it packs): each start state runs up to three
-// times, every run checked, until one has moved bytes.
+// plan follows the measured kernel times, and about one restored run in twelve moved no bytes
+// back (seen under load; a plan that displaces nothing, or whose moves form a cycle, which the
+// restore packs instead): each start state runs up to three times, every run checked, until one
+// has moved bytes.
 TEST(AutoRunLong, EveryStartStateIsBitIdenticalToNone) {
   const std::string model = "resnet-tiny";  // gpt-tiny's plans at 30% place no persistent tensor anew
   const int iters = 6;
