@@ -40,6 +40,9 @@ const char* const kAutoSearchHelp =
 const char* const kAutoWindowHelp =
     "policy auto: rehearsals of its window search after the per-gap climb (0: none; default 256)";
 
+const char* const kAutoRoomHelp =
+    "policy auto: rehearsals of its \"make room\" moves after each climb, a swap's prefetch earlier with a kept tensor over the new window recomputed or swapped (0: none; default 144)";
+
 const char* const kAutoLpHelp =
     "policy auto: the fastest candidates its linear program's rounded plans (untimed and timed) are rehearsed on, each plan's fastest a start for its search (0: none, the LP still bounds; default 3)";
 
@@ -61,6 +64,8 @@ void check_auto_search(const TrainConfig& cfg, const CLI::App& cmd, bool single_
   check_auto_count("--auto-search", cfg.auto_search, "no per-gap search", cfg, cmd.get_option("--auto-search")->count() > 0,
                    single_policy);
   check_auto_count("--auto-window", cfg.auto_window, "no window search", cfg, cmd.get_option("--auto-window")->count() > 0,
+                   single_policy);
+  check_auto_count("--auto-room", cfg.auto_room, "no make-room moves", cfg, cmd.get_option("--auto-room")->count() > 0,
                    single_policy);
   check_auto_count("--auto-lp", cfg.auto_lp, "no LP starts", cfg, cmd.get_option("--auto-lp")->count() > 0, single_policy);
   if (cmd.get_option("--auto-ilp")->count() > 0) {
@@ -372,6 +377,7 @@ CLI::App* add_sweep(CLI::App& app, ExperimentArgs& a) {
   c->add_option("--checkpoint-segments", a.cfg.checkpoint_segments, "runs of policy checkpoint: segment count (default: sqrt of the layer count)");
   c->add_option("--auto-search", a.cfg.auto_search, kAutoSearchHelp);
   c->add_option("--auto-window", a.cfg.auto_window, kAutoWindowHelp);
+  c->add_option("--auto-room", a.cfg.auto_room, kAutoRoomHelp);
   c->add_option("--auto-lp", a.cfg.auto_lp, kAutoLpHelp);
   c->add_option("--auto-ilp", a.cfg.auto_ilp, kAutoIlpHelp);
   c->add_option("--densities", a.cfg.densities_path, "runs of the compress policies and auto: non-zero counts recorded by a cpu run (train --densities-out)");
@@ -516,6 +522,7 @@ int vtensor::run_cli(int argc, char** argv, CliMode mode) {
   train->add_option("--checkpoint-segments", cfg.checkpoint_segments, "policy checkpoint: segment count (default: search the segments for the lowest peak)");
   train->add_option("--auto-search", cfg.auto_search, kAutoSearchHelp);
   train->add_option("--auto-window", cfg.auto_window, kAutoWindowHelp);
+  train->add_option("--auto-room", cfg.auto_room, kAutoRoomHelp);
   train->add_option("--auto-lp", cfg.auto_lp, kAutoLpHelp);
   train->add_option("--auto-ilp", cfg.auto_ilp, kAutoIlpHelp);
   train->add_flag("--inplace-relu-grad", cfg.inplace_relu_grad, "relu backward writes dx over dy where dy dies (cuDNN's in-place ReLU, as in vDNN)");

@@ -95,6 +95,8 @@ TEST(Cli, BadArgumentsNameTheArgumentAndExitTwo) {
            {"train --model resnet-tiny --policy auto --auto-search -1", "--auto-search must be a rehearsal count >= 0"},
            {"sweep --model resnet-tiny --policies auto --auto-search -2 --out x.csv", "--auto-search must be a rehearsal count"},
            {"train --model resnet-tiny --policy dtr --auto-window 8", "--auto-window applies to --policy auto only"},
+           {"train --model resnet-tiny --policy dtr --auto-room 8", "--auto-room applies to --policy auto only"},
+           {"sweep --model resnet-tiny --policies auto --auto-room -2 --out x.csv", "--auto-room must be a rehearsal count >= 0"},
            {"sweep --model resnet-tiny --policies auto --auto-window -1 --out x.csv", "--auto-window must be a rehearsal count >= 0"},
            {"train --model resnet-tiny --policy capuchin --auto-lp 2", "--auto-lp applies to --policy auto only"},
            {"sweep --model resnet-tiny --policies auto --auto-lp -1 --out x.csv", "--auto-lp must be a rehearsal count >= 0"},

@@ -164,6 +164,11 @@ constexpr size_t kWrapCandidates = 8;
 constexpr size_t kWindowGaps = 4;
 constexpr size_t kWindowCombos = 64;
 constexpr size_t kWindowAnchors = 8;
+// The climb's "make room" moves (room_moves): the costliest swaps they start from, how much
+// earlier their prefetch is issued, and the largest kept tensors tried as the room.
+constexpr size_t kRoomAnchors = 3;
+const std::vector<int> kRoomShifts = {2, 4, 8};
+constexpr size_t kRoomPartners = 8;
 
 // "lp", "lp-timed", "lp-whole" (at the first threshold), "lp@0.5", ... (at another): an LP
 // start's name in the report.
@@ -346,6 +351,71 @@ std::vector<PlanPin> neighbours(const Graph& g, const RehearsalResult& r, const 
   std::stable_sort(moves.begin(), moves.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   std::vector<PlanPin> out;
   for (auto& m : moves) out.push_back(m.second);
+  return out;
+}
+
+// Each tensor's accesses in op order (a view's are its base's).
+std::vector<std::vector<int>> accesses(const Graph& g) {
+  std::vector<std::vector<int>> acc(g.num_tensors());
+  auto base = [&](TensorId t) {
+    while (g.tensor(t).view_of != kNoTensor) t = g.tensor(t).view_of;
+    return static_cast<size_t>(t);
+  };
+  for (const Op& op : g.ops()) {
+    for (TensorId t : op.inputs) acc[base(t)].push_back(op.index);
+    for (TensorId t : op.outputs) acc[base(t)].push_back(op.index);
+  }
+  return acc;
+}
+
+// "Make room": a swap that waits at the peak (a late prefetch, or a swap-out the forward waits
+// for to free its block) gains nothing from an earlier prefetch alone, because the memory is full
+// where it would start; the tensors that fill it cost nothing where they are, so no gap's move
+// (gap_moves, which starts from a gap that cost time) touches them. The compound move: the
+// prefetch of one of the kRoomAnchors costliest swaps kRoomShifts ops earlier, together with one
+// of the kRoomPartners largest kept tensors alive over the new window recomputed or swapped.
+// Each move: its pins and its name.
+std::vector<std::pair<std::vector<PlanPin>, std::string>> room_moves(const Graph& g, const RehearsalResult& r,
+                                                                     const std::vector<std::vector<int>>& acc) {
+  std::vector<std::pair<std::vector<PlanPin>, std::string>> out;
+  std::vector<const RehearsedGap*> anchors;
+  std::vector<bool> planned(g.num_tensors(), false);  // tensors with a gap the plan swaps or recomputes
+  for (const auto& x : r.gaps) {
+    if (x.decision != CapuchinDecision::kKeep && static_cast<size_t>(x.id) < planned.size()) planned[static_cast<size_t>(x.id)] = true;
+    if (x.decision == CapuchinDecision::kSwap && !x.wrap && x.cost_ms > kMinCostMs && x.trigger_op >= 0) anchors.push_back(&x);
+  }
+  std::stable_sort(anchors.begin(), anchors.end(), [](const auto* a, const auto* b) { return a->cost_ms > b->cost_ms; });
+  anchors.resize(std::min(anchors.size(), kRoomAnchors));
+  for (const RehearsedGap* a : anchors) {
+    PlanPin earlier{a->id, a->back_op, CapuchinDecision::kSwap};
+    for (const auto& p : r.pins)
+      if (p.id == a->id && p.back_op == a->back_op && p.decision == CapuchinDecision::kSwap)
+        earlier.trigger_shift = p.trigger_shift, earlier.trigger_op = p.trigger_op;
+    for (const int more : kRoomShifts) {
+      PlanPin m = earlier;
+      m.trigger_shift += more;
+      const int lo = std::max(0, a->trigger_op - more), hi = a->back_op;
+      // The partners: kept, not persistent, a gap of theirs spanning [lo, hi]; largest first.
+      std::vector<std::pair<size_t, PlanPin>> partners;
+      for (size_t t = 0; t < acc.size(); ++t) {
+        const auto id = static_cast<TensorId>(t);
+        if (planned[t] || id == a->id || acc[t].size() < 2 || g.tensor(id).persistent()) continue;
+        for (size_t i = 0; i + 1 < acc[t].size(); ++i)
+          if (acc[t][i] < lo && acc[t][i + 1] > hi) {
+            partners.push_back({g.tensor(id).bytes(), PlanPin{id, acc[t][i + 1], CapuchinDecision::kSwap}});
+            break;
+          }
+      }
+      std::stable_sort(partners.begin(), partners.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+      partners.resize(std::min(partners.size(), kRoomPartners));
+      for (auto& [bytes, p] : partners)
+        for (const CapuchinDecision d : {CapuchinDecision::kRecompute, CapuchinDecision::kSwap}) {
+          if (d == CapuchinDecision::kRecompute && !recomputable(g, p.id)) continue;
+          p.decision = d;
+          out.push_back({{m, p}, "room: " + to_string(m) + " + " + to_string(p)});
+        }
+    }
+  }
   return out;
 }
 
@@ -673,7 +743,9 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       for (const RehearsalResult* r : lp_best)
         if (r) starts.push_back(r);
       // The start state's and the warm start's rehearsals come out of the search's time.
-      start_state_reserve_ms_ = (kStartStateRehearsals + kWarmStartRehearsals) * best->wall_ms;
+      start_state_reserve_ms_ =
+          (kStartStateRehearsals + kWarmStartRehearsals + static_cast<double>(std::max<size_t>(1, finished_plans_) - 1) * kFinishRehearsals) *
+          best->wall_ms;
       // The two candidates' headroom refined: each planned for a little more or less of the
       // budget; the fastest, where it beats its candidate, is one more start (not instead: the
       // climb's end depends on its start more than on the start's own time).
@@ -794,21 +866,54 @@ void AutoPolicy::choose(const AccessTrace& trace) {
         std::stable_sort(open.begin(), open.end(), [&](size_t a, size_t b) { return climbs[a].best.time_ms < climbs[b].best.time_ms; });
         climb(open, limit, kResumedClimbs);
       }
+      // The ends: the candidate as it is and each climb's, fastest first, distinct.
+      struct End {
+        const RehearsalResult* r;
+        double climbed_ms, start_ms;
+        std::string label, policy;
+      };
+      const RehearsalResult candidate = chosen_result_;
+      std::vector<End> ends{{&candidate, candidate.time_ms, start_ms_, start_, start_policy_}};
       for (const Climb& c : climbs)
-        if (c.best.trained && c.best.time_ms < chosen_result_.time_ms) {
-          chosen_result_ = c.best, pins_ = c.best.pins;
-          climbed_ms_ = c.climbed ? c.climbed_ms : c.best.time_ms;
-          start_ms_ = c.start_ms, start_ = c.label, start_policy_ = c.start_policy;
+        if (c.best.trained) ends.push_back({&c.best, c.climbed ? c.climbed_ms : c.best.time_ms, c.start_ms, c.label, c.start_policy});
+      std::stable_sort(ends.begin(), ends.end(), [](const End& a, const End& b) { return a.r->time_ms < b.r->time_ms; });
+      {
+        std::vector<std::string> keys;
+        std::vector<End> distinct;
+        for (End& e : ends) {
+          const std::string key = plan_key(e.r->policy, e.r->pins);
+          if (std::find(keys.begin(), keys.end(), key) != keys.end()) continue;
+          keys.push_back(key);
+          distinct.push_back(std::move(e));
         }
+        ends = std::move(distinct);
+      }
+      ends.resize(std::min(ends.size(), std::max<size_t>(1, finished_plans_)));
       climbs_ = nlohmann::json::array();
       for (const Climb& c : climbs)
         climbs_.push_back({{"start", c.label}, {"policy", c.start_policy}, {"start_ms", c.start_ms},
-                           {"first_round_ms", c.first_round_ms}, {"time_ms", c.best.time_ms},
-                           {"rehearsals", c.done}, {"window_rehearsals", c.window_done}, {"ended", c.ended}});
+                           {"first_round_ms", c.first_round_ms}, {"climbed_ms", c.climbed ? c.climbed_ms : c.best.time_ms}, {"time_ms", c.best.time_ms},
+                           {"rehearsals", c.done}, {"room_rehearsals", c.room_done}, {"window_rehearsals", c.window_done}, {"ended", c.ended}});
       search_until_ms_ = std::numeric_limits<double>::infinity();
-      chosen_ = chosen_result_.policy;
-      choose_start_state(s, t0);
-      warm_start(s);
+      // Each end given its start state and warm start while the planning limit lasts (the first
+      // always); the fastest as it then runs is the plan.
+      finished_.clear();
+      std::optional<decltype(std::apply([](auto&... x) { return std::make_tuple(x...); }, finish_fields()))> kept;
+      double kept_ms = 0;
+      for (size_t k = 0; k < ends.size(); ++k) {
+        const End& e = ends[k];
+        if (k > 0 && now_ms() + kFinishRehearsals * e.r->wall_ms > time_limit_ms_ + kSearchTimeMs) break;
+        chosen_result_ = *e.r, pins_ = e.r->pins, chosen_ = e.r->policy;
+        climbed_ms_ = e.climbed_ms, start_ms_ = e.start_ms, start_ = e.label, start_policy_ = e.policy;
+        drifted_from_ms_ = 0, warm_ = {}, trigger_moves_.clear(), start_layout_.clear(), warm_layout_.clear();
+        long_ms_ = {}, steady_ = {};
+        choose_start_state(s, t0);
+        warm_start(s);
+        finished_.push_back({e.label, e.r->time_ms, chosen_result_.time_ms});
+        if (!kept || (chosen_result_.trained && chosen_result_.time_ms < kept_ms * (1 - kMinGain)))
+          kept = std::apply([](auto&... x) { return std::make_tuple(x...); }, finish_fields()), kept_ms = chosen_result_.time_ms;
+      }
+      if (kept) finish_fields() = *kept;
     }
   }
   if (chosen_.empty()) chosen_ = "capuchin";
@@ -1004,8 +1109,9 @@ void AutoPolicy::warm_start(const RehearsalSetup& setup) {
 // model): each round rehearses up to kSearchBatch neighbours (a gap's decision changed, the greedy
 // planning the rest around it) and keeps the fastest if it beats the best so far; it ends when no
 // neighbour is left, after search_rehearsals_ rehearsals, or kSearchTimeMs past the candidates'
-// time limit. It pauses (resumable: all of its state is in `c`) when its share of the time or
-// the first round's rehearsals are spent.
+// time limit; then the "make room" moves (room_moves), then the window search. It pauses
+// (resumable: all of its state is in `c`) when its share of the time or the first round's
+// rehearsals are spent.
 void AutoPolicy::search(const RehearsalSetup& setup, Climb& c, std::chrono::steady_clock::time_point t0) {
   if (c.ended) return;
   RehearsalResult& best = c.best;
@@ -1107,6 +1213,47 @@ void AutoPolicy::search(const RehearsalSetup& setup, Climb& c, std::chrono::stea
     if (better >= 0) best = res[static_cast<size_t>(better)];
   }
   if (!c.climbed) c.climbed = true, c.climbed_ms = best.time_ms;
+  // The "make room" moves (room_moves) from where the climb ended, first improvement, batch by
+  // batch, until room_rehearsals_ or none is left.
+  if (c.accesses.empty() && !c.roomed) c.accesses = accesses(g);
+  while (!c.roomed && c.room_done < room_rehearsals_) {
+    if (spent() >= limit || c.rehearsed() >= c.pause_at) return;  // resumed here
+    std::vector<std::vector<PlanPin>> batch;
+    std::vector<std::string> moves;
+    for (auto& [pins, move] : room_moves(g, best, c.accesses)) {
+      if (lost[move] >= kMaxLosses) continue;
+      std::vector<PlanPin> with = best.pins;
+      for (const PlanPin& p : pins) with = with_pin(std::move(with), p);
+      const std::string key = plan_key(best.policy, with);
+      if (std::find(tried.begin(), tried.end(), key) != tried.end()) continue;
+      tried.push_back(key);
+      batch.push_back(std::move(with));
+      moves.push_back(move);
+      if (batch.size() == kSearchBatch || c.room_done + static_cast<int>(batch.size()) >= room_rehearsals_) break;
+    }
+    if (batch.empty()) break;
+    std::vector<RehearsalResult> res(batch.size());
+    run_parallel(batch.size(), [&](size_t i) {
+      RehearsalSetup si = setup;
+      si.pins = batch[i];
+      si.start_state = best.start_state;
+      si.time_limit_ms = std::max(1.0, search_limit_ms() - spent());
+      res[i] = rehearser_(best.policy, si);
+    });
+    c.room_done += static_cast<int>(batch.size());
+    int better = -1;
+    for (size_t i = 0; i < res.size(); ++i) {
+      searched_.push_back(res[i]);
+      searched_moves_.push_back(moves[i]);
+      ++room_tried_;
+      const double bar = better < 0 ? best.time_ms * (1 - kMinGain) : res[static_cast<size_t>(better)].time_ms;
+      if (res[i].trained && res[i].time_ms < bar) better = static_cast<int>(i);
+    }
+    for (size_t i = 0; i < res.size(); ++i)
+      if (static_cast<int>(i) != better) ++lost[moves[i]];
+    if (better >= 0) best = res[static_cast<size_t>(better)], ++room_won_;
+  }
+  c.roomed = true;
   if (window_rehearsals_ > 0)
     window_search(setup, c, compress, t0);
   else
@@ -1271,6 +1418,7 @@ nlohmann::json AutoPolicy::report() const {
     // The window search's share: where the climb ended, and the windows after it.
     out["search"]["climbed_time_ms"] = climbed_ms_ > 0 ? climbed_ms_ : out["search"]["time_ms"].get<double>();
     out["search"]["window"] = {{"windows", windows_}, {"rehearsals", window_tried_}};
+    out["search"]["room"] = {{"rehearsals", room_tried_}, {"won", room_won_}};  // the climb's "make room" moves
     json headroom = json::array();  // the refined-headroom starts: the fastest of each candidate's
     for (const auto& h : headroom_rehearsals_) headroom.push_back({{"policy", h.policy}, {"time_ms", h.time_ms}});
     out["search"]["headroom_starts"] = headroom;
@@ -1280,6 +1428,9 @@ nlohmann::json AutoPolicy::report() const {
     out["search"]["restored_starts"] = restored_starts_;  // starts also climbed restored
     out["search"]["start_state"] = to_string(searched_state_);  // the start state the winning climb rehearsed
     out["search"]["climbs"] = climbs_;  // in the order they started, fastest start first
+    json fin = json::array();  // the fastest ends, each with its start state and warm start (the fastest runs)
+    for (const auto& f : finished_) fin.push_back({{"start", f.start}, {"searched_ms", f.searched_ms}, {"time_ms", f.time_ms}});
+    out["search"]["finished"] = fin;
   }
   if (long_ms_[0] > 0 || long_ms_[1] > 0 || long_ms_[2] > 0) {
     // The start state: each over kLongRunIterations (mean of the guided ones; null: OOM).

@@ -22,7 +22,9 @@
 //   rehearsed with the greedy planning the rest, the fastest of each round of 4 kept if it wins;
 //   where no gap's move is left, the plan's fraction of the budget +-0.02 / 0.04 (3 times at most).
 //   At most 256 rehearsals; then, with densities, 128 more that may also compress a gap
-//   (FreeLunch's codec, a buffer for that gap only). Then a window search: every combination of
+//   (FreeLunch's codec, a buffer for that gap only). Then "make room" moves (at most 144): a
+//   waiting swap's prefetch earlier, with a kept tensor alive over the new window recomputed or
+//   swapped. Then a window search: every combination of
 //   2+ gaps' moves over the costliest gap and those overlapping it (exhaustive, at most 256).
 //   All within 1.3 s past the candidates' limit. The report adds a lower bound (bound.h).
 //   A linear program over the whole iteration (lp.h, Clp) gives a tighter bound; its rounded
@@ -33,7 +35,8 @@
 //   Each start is also rehearsed with its D2H queue in deadline order (",edf": a swap-out may go
 //   ahead of queued ones prefetched later, PlannerInput::deadline_swap_outs); where that is
 //   faster it is one more start (neither order wins on every row). Each start climbs for 32
-//   rehearsals first; the two lowest then go on where they paused, then the rest.
+//   rehearsals first; the two lowest then go on where they paused, then the rest. The 4 fastest
+//   ends are each given a start state and a warm start; the fastest then is the plan.
 // Deviations from the design: an LP relaxation rounded, then local and windowed
 // enumeration with the rehearsal as its cost model, not an ILP / DP (the cost of a gap's choice
 // depends on the queues and the arena the rest leaves); no arena placement of its own (the planned pool measured slower under it).
@@ -58,6 +61,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -88,6 +92,13 @@ constexpr double kStartStateRehearsals = 2 * 2.5 * (1 + kLongRunFinalists) + 1.5
 // The warm start's (AutoPolicy::warm_start): three variants, each rehearsed short and long, two at
 // a time.
 constexpr double kWarmStartRehearsals = 3 * (1 + 2.5) / 2;
+// The search's ends given a start state and a warm start each (the kFinishedPlans fastest
+// distinct ones; AutoPolicy::choose): the fastest as it then runs is the plan. A plan's short
+// rehearsal does not say how it settles (BERT-base at 50% on h100-80g: a climb's end 0.5 ms
+// faster than another's ran 1.2 ms slower after its warm start). Each one past the first costs
+// its three long rehearsals (two rounds) and a warm start, without finalists.
+constexpr size_t kFinishedPlans = 4;
+constexpr double kFinishRehearsals = 2 * 2.5 + 1.5 + kWarmStartRehearsals;
 
 // What a rehearsal of one candidate needs from the run.
 struct RehearsalSetup {
@@ -226,6 +237,9 @@ class AutoPolicy final : public Policy {
   void set_search_rehearsals(int n) { search_rehearsals_ = n; }
   // The window search after the climb: at most this many rehearsals (0: none).
   void set_window_rehearsals(int n) { window_rehearsals_ = n; }
+  void set_room_rehearsals(int n) { room_rehearsals_ = n; }
+  // How many of the search's ends are given a start state and a warm start (kFinishedPlans).
+  void set_finished_plans(size_t n) { finished_plans_ = n; }
   // The search's first round: each start's climb pauses after this many rehearsals (0: none, each
   // climbs to its end in turn); the lowest climbs then go on first.
   void set_first_round_rehearsals(int n) { first_round_rehearsals_ = n; }
@@ -268,7 +282,10 @@ class AutoPolicy final : public Policy {
     bool ended = false;  // nothing left to rehearse
     int pause_at = std::numeric_limits<int>::max();  // it pauses once it has rehearsed this many
     double first_round_ms = 0;  // its plan's time when the first round paused it
-    int rehearsed() const { return done + window_done; }
+    std::vector<std::vector<int>> accesses;  // each tensor's accesses (for the "make room" moves)
+    int room_done = 0;  // the "make room" moves rehearsed
+    bool roomed = false;  // they ended; the window search goes on
+    int rehearsed() const { return done + room_done + window_done; }
   };
   nlohmann::json climbs_ = nlohmann::json::array();  // each start's climb, for the report
   void search(const RehearsalSetup& setup, Climb& c, std::chrono::steady_clock::time_point t0);
@@ -294,6 +311,19 @@ class AutoPolicy final : public Policy {
   LongRun long_ms_{};  // the plan's
   std::array<RehearsalResult, kStartStates> steady_;  // the plan's long rehearsals, from each start state
   void warm_start(const RehearsalSetup& setup);
+  // What choose_start_state and warm_start decide for a plan, and where its climb started: saved
+  // per finished plan (kFinishedPlans), the fastest restored.
+  auto finish_fields() {
+    return std::tie(chosen_result_, chosen_, pins_, start_state_, searched_state_, searched_ms_, finalists_, drifted_from_ms_,
+                    long_ms_, steady_, warm_, trigger_moves_, start_layout_, warm_layout_, climbed_ms_, start_ms_, start_,
+                    start_policy_);
+  }
+  struct Finished {  // a plan given a start state and a warm start, for the report
+    std::string start;
+    double searched_ms = 0, time_ms = 0;
+  };
+  std::vector<Finished> finished_;
+  size_t finished_plans_ = kFinishedPlans;
   struct Warm {
     size_t tried = 0;        // variants rehearsed
     std::string variant;     // the one that runs (empty: none, the cold start)
@@ -332,11 +362,13 @@ class AutoPolicy final : public Policy {
   double element_ns_per_byte_ = 0;  // the codecs' rate, from the measured ReLU ops
   int search_rehearsals_ = kDefaultSearchRehearsals;
   int window_rehearsals_ = kDefaultWindowRehearsals;
+  int room_rehearsals_ = kDefaultRoomRehearsals;
   int first_round_rehearsals_ = kDefaultFirstRoundRehearsals;
   int lp_rehearsals_count_ = kDefaultLpRehearsals;
   double ilp_seconds_ = 0;
   double climbed_ms_ = 0;  // the plan's time after the climb, before the window search
   int windows_ = 0, window_tried_ = 0;
+  int room_tried_ = 0, room_won_ = 0;  // the climbs' "make room" moves: rehearsed, won
   std::vector<std::optional<size_t>> nonzeros_;  // per tensor, counted in the measured iteration
   std::shared_ptr<const DensityTable> densities_;
   double planning_ms_ = 0;
@@ -360,6 +392,7 @@ class AutoPolicy final : public Policy {
   static constexpr double kSearchTimeMs = 1300;
   static constexpr int kDefaultSearchRehearsals = 256;
   static constexpr int kDefaultWindowRehearsals = 256;
+  static constexpr int kDefaultRoomRehearsals = 144;
   static constexpr int kDefaultFirstRoundRehearsals = 32;
   static constexpr int kDefaultLpRehearsals = 3;
 };

@@ -51,6 +51,9 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
   if (cfg_.auto_window < -1)
     throw std::invalid_argument("--auto-window must be a rehearsal count >= 0 (0: no window search), got " +
                                 std::to_string(cfg_.auto_window));
+  if (cfg_.auto_room < -1)
+    throw std::invalid_argument("--auto-room must be a rehearsal count >= 0 (0: no make-room moves), got " +
+                                std::to_string(cfg_.auto_room));
   if (cfg_.auto_lp < -1)
     throw std::invalid_argument("--auto-lp must be a rehearsal count >= 0 (0: no LP starts), got " + std::to_string(cfg_.auto_lp));
   if (!(cfg_.auto_ilp == -1 || (cfg_.auto_ilp >= 0 && cfg_.auto_ilp <= 60)))
@@ -61,6 +64,7 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
     if (cfg_.auto_lp >= 0) a->set_lp_rehearsals(cfg_.auto_lp);
     if (cfg_.auto_search >= 0) a->set_search_rehearsals(cfg_.auto_search);
     if (cfg_.auto_window >= 0) a->set_window_rehearsals(cfg_.auto_window);
+    if (cfg_.auto_room >= 0) a->set_room_rehearsals(cfg_.auto_room);
   }
   auto* compress_policy = dynamic_cast<CompressPolicy*>(policy.get());
   if (!cfg_.codecs.empty()) {

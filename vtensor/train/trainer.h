@@ -31,6 +31,7 @@ struct TrainConfig {
   bool inplace_relu_grad = false;  // share_relu_gradients(): relu backward writes dx over a dying dy
   int checkpoint_segments = 0;     // policy checkpoint's segment count (0: search); others ignore it
   int auto_window = -1;            // policy auto: the window search's rehearsals (0: none; -1: its default)
+  int auto_room = -1;              // policy auto: the "make room" moves' rehearsals per climb (0: none; -1: its default)
   double auto_ilp = -1;            // policy auto: seconds for its integer program (0: none; -1: its default)
   int auto_lp = -1;                // policy auto: rehearsals of the LP's rounded plan as search starts (0: none; -1: its default)
   int auto_search = -1;            // policy auto: the per-gap search's rehearsals (0: none; -1: its default); others ignore it
