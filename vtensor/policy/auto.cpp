@@ -1148,6 +1148,30 @@ void AutoPolicy::search(const RehearsalSetup& setup, Climb& c, std::chrono::stea
       p.codec = c->codec, p.capacity = c->capacity, p.codec_ns = c->codec_ns;
       return p;
     };
+  // One round: each plan of the batch rehearsed (at once), recorded, and counted a loss where it
+  // is not the fastest that beats the best so far; that one, if any, is the best now.
+  auto rehearse_round = [&](const std::vector<std::vector<PlanPin>>& batch, const std::vector<std::string>& policies,
+                            const std::vector<std::string>& moves) {
+    std::vector<RehearsalResult> res(batch.size());
+    run_parallel(batch.size(), [&](size_t i) {
+      RehearsalSetup si = setup;
+      si.pins = batch[i];
+      si.start_state = best.start_state;
+      si.time_limit_ms = std::max(1.0, search_limit_ms() - spent());  // a share's end does not cut a rehearsal
+      res[i] = rehearser_(policies[i], si);
+    });
+    int better = -1;
+    for (size_t i = 0; i < res.size(); ++i) {
+      searched_.push_back(res[i]);
+      searched_moves_.push_back(moves[i]);
+      const double bar = better < 0 ? best.time_ms * (1 - kMinGain) : res[static_cast<size_t>(better)].time_ms;
+      if (res[i].trained && res[i].time_ms < bar) better = static_cast<int>(i);
+    }
+    for (size_t i = 0; i < res.size(); ++i)
+      if (static_cast<int>(i) != better) ++lost[moves[i]];
+    if (better >= 0) best = res[static_cast<size_t>(better)];
+    return better >= 0;
+  };
   // Two phases: keep / swap / recompute moves (search_rehearsals_ at most), then, from where they
   // end, compression moves too (kCompressRehearsals more). Compression moves taken early lead the
   // climb elsewhere, and as often to a worse end as to a better one (docs/experiments.md).
@@ -1192,25 +1216,8 @@ void AutoPolicy::search(const RehearsalSetup& setup, Climb& c, std::chrono::stea
         if (auto f = with_fraction(best.policy, plan_fraction(best.policy) + d)) add(*f, best.pins, "headroom " + f->substr(f->find('@')));
     }
     if (batch.empty()) break;
-    std::vector<RehearsalResult> res(batch.size());
-    run_parallel(batch.size(), [&](size_t i) {
-      RehearsalSetup si = setup;
-      si.pins = batch[i];
-      si.start_state = best.start_state;
-      si.time_limit_ms = std::max(1.0, search_limit_ms() - spent());  // a share's end does not cut a rehearsal
-      res[i] = rehearser_(policies[i], si);
-    });
     done += static_cast<int>(batch.size());
-    int better = -1;
-    for (size_t i = 0; i < res.size(); ++i) {
-      searched_.push_back(res[i]);
-      searched_moves_.push_back(moves[i]);
-      const double bar = better < 0 ? best.time_ms * (1 - kMinGain) : res[static_cast<size_t>(better)].time_ms;
-      if (res[i].trained && res[i].time_ms < bar) better = static_cast<int>(i);
-    }
-    for (size_t i = 0; i < res.size(); ++i)
-      if (static_cast<int>(i) != better) ++lost[moves[i]];
-    if (better >= 0) best = res[static_cast<size_t>(better)];
+    rehearse_round(batch, policies, moves);
   }
   if (!c.climbed) c.climbed = true, c.climbed_ms = best.time_ms;
   // The "make room" moves (room_moves) from where the climb ended, first improvement, batch by
@@ -1232,26 +1239,9 @@ void AutoPolicy::search(const RehearsalSetup& setup, Climb& c, std::chrono::stea
       if (batch.size() == kSearchBatch || c.room_done + static_cast<int>(batch.size()) >= room_rehearsals_) break;
     }
     if (batch.empty()) break;
-    std::vector<RehearsalResult> res(batch.size());
-    run_parallel(batch.size(), [&](size_t i) {
-      RehearsalSetup si = setup;
-      si.pins = batch[i];
-      si.start_state = best.start_state;
-      si.time_limit_ms = std::max(1.0, search_limit_ms() - spent());
-      res[i] = rehearser_(best.policy, si);
-    });
     c.room_done += static_cast<int>(batch.size());
-    int better = -1;
-    for (size_t i = 0; i < res.size(); ++i) {
-      searched_.push_back(res[i]);
-      searched_moves_.push_back(moves[i]);
-      ++room_tried_;
-      const double bar = better < 0 ? best.time_ms * (1 - kMinGain) : res[static_cast<size_t>(better)].time_ms;
-      if (res[i].trained && res[i].time_ms < bar) better = static_cast<int>(i);
-    }
-    for (size_t i = 0; i < res.size(); ++i)
-      if (static_cast<int>(i) != better) ++lost[moves[i]];
-    if (better >= 0) best = res[static_cast<size_t>(better)], ++room_won_;
+    room_tried_ += static_cast<int>(batch.size());
+    room_won_ += rehearse_round(batch, std::vector<std::string>(batch.size(), best.policy), moves);
   }
   c.roomed = true;
   if (window_rehearsals_ > 0)
