@@ -104,6 +104,7 @@ RehearsalResult rehearse_again(const Graph& g, const AutoPolicy& a, size_t budge
   s.start_state = a.start_state();
   s.trigger_moves = a.trigger_moves();
   s.start_layout = a.warm_layout();
+  s.compact_unfit = a.compact_unfit();
   return rehearse(a.chosen(), s);
 }
 
@@ -971,7 +972,8 @@ TEST(AutoSearch, PinsReplayToThePredictedRun) {
   EXPECT_EQ(again.peak_allocated, rep["predicted_peak_bytes"].get<size_t>());
   RehearsalSetup start;
   start.graph = &t.graph(), start.budget = budget, start.gpu = "p100-16g";
-  const std::string label = rep["search"]["start"];  // ",restored": a start rehearsed restored
+  std::string label = rep["search"]["start"];  // ",restored" / ",compact": a start rehearsed so
+  if (label.size() > 8 && label.substr(label.size() - 8) == ",compact") start.compact_unfit = true, label.resize(label.size() - 8);
   if (label.size() > 9 && label.substr(label.size() - 9) == ",restored") start.start_state = StartState::kRestored;
   EXPECT_EQ(rehearse(rep["search"]["start_policy"].get<std::string>(), start).time_ms,
             rep["search"]["candidate_time_ms"].get<double>());
@@ -1041,6 +1043,7 @@ TEST(AutoSearch, TheWindowSearchCombinesMovesAndReplays) {
   unlimited_planning(t);
   auto* a = dynamic_cast<AutoPolicy*>(&t.memory().policy());
   ASSERT_NE(a, nullptr);
+  a->set_compact_starts(false);  // the window's win is on a climb with the evicting fallback
   const nlohmann::json rep = t.run().policy_report;
   const auto& search = rep["search"];
   ASSERT_GT(search["window"]["rehearsals"].get<int>(), 0) << search.dump();
@@ -1058,6 +1061,7 @@ TEST(AutoSearch, TheWindowSearchCombinesMovesAndReplays) {
   cfg.auto_window = 0;  // --auto-window 0
   Trainer off(cfg);
   unlimited_planning(off);
+  dynamic_cast<AutoPolicy&>(off.memory().policy()).set_compact_starts(false);
   const nlohmann::json rep0 = off.run().policy_report;
   EXPECT_EQ(rep0["search"]["window"]["rehearsals"].get<int>(), 0);
   // The plan is where a climb ended; the fastest climb may be another start's than the one the
@@ -1149,6 +1153,47 @@ TEST(AutoSearch, AMakeRoomPlanIsBitIdenticalToNone) {
       << "the plan that runs is not one a make-room move improved: the check proves nothing";
   for (const auto& it : r.iters) EXPECT_LE(it.peak_allocated, cfg.budget);
   expect_bit_identical(base, r);
+}
+
+// Where the plans do not fit, each packed start climbs again with the other fallback
+// (compact_unfit: compact within the budget, evict only the shortfall over it). On resnet-tiny at
+// 35% that start's climb is the fastest, and on cpu, real training, its plan is bit-identical to
+// none: the compactions move the tensors' bytes in the arena. The rehearser models p100-16g, so
+// the plan does not follow the machine's speed. At 50% every plan fits, the twins rehearse as
+// their origins and none is climbed.
+TEST(AutoSearch, ACompactingFallbackWinsWhereThePlansDoNotFitAndIsBitIdenticalToNone) {
+  const AutoRun base = train(config("resnet-tiny", "none", 0, 4));
+  auto rehearser = [](const std::string& policy, const RehearsalSetup& s) {
+    RehearsalSetup m = s;
+    m.gpu = "p100-16g", m.op_ms.clear(), m.link_ms_per_byte = 0, m.workspace.clear(), m.workspace_lean.clear();
+    return rehearse(policy, m);
+  };
+  TrainConfig cfg = config("resnet-tiny", "auto", align_up(static_cast<size_t>(static_cast<double>(max_peak(base)) * 0.35)), 4);
+  bounded_search(cfg);
+  Trainer t(cfg);
+  unlimited_planning(t);
+  auto* a = dynamic_cast<AutoPolicy*>(&t.memory().policy());
+  ASSERT_NE(a, nullptr);
+  a->set_rehearser(rehearser);
+  const AutoRun r = run(t, cfg);
+  EXPECT_GT(r.report["unfit_fallback"]["compact_starts"].get<int>(), 0) << r.report["unfit_fallback"].dump();
+  ASSERT_EQ(r.report["unfit_fallback"]["mode"], "compact") << r.report["search"].dump();
+  EXPECT_TRUE(a->compact_unfit());
+  const std::string start = r.report["search"]["start"].get<std::string>();
+  EXPECT_EQ(start.substr(start.size() - std::string(",compact").size()), ",compact") << start;
+  uint64_t compactions = 0;
+  for (size_t i = 1; i < r.iters.size(); ++i) compactions += r.iters[i].counters.compactions;
+  EXPECT_GT(compactions, 0u) << "no compaction in the guided iterations: the check proves nothing";
+  for (const auto& it : r.iters) EXPECT_LE(it.peak_allocated, cfg.budget);
+  expect_bit_identical(base, r);
+
+  TrainConfig fits = config("resnet-tiny", "auto", align_up(max_peak(base) / 2), 2, "p100-16g");
+  bounded_search(fits);
+  Trainer t2(fits);
+  unlimited_planning(t2);
+  const AutoRun r2 = run(t2, fits);
+  EXPECT_EQ(r2.report["unfit_fallback"]["compact_starts"].get<int>(), 0) << r2.report["search"].dump();
+  EXPECT_EQ(r2.report["unfit_fallback"]["mode"], "evict");
 }
 
 // The search's first round pauses every start's climb after a few rehearsals and the lowest go

@@ -255,6 +255,60 @@ TEST(Capuchin, GuidedFragmentationCompactsInsteadOfEvicting) {
   std::filesystem::remove(path);
 }
 
+// Where the plan does not fit (resnet-tiny at 35% on sim), the guided fallback evicts the least
+// recently used tensors for the whole request, within the budget or not. With compact_unfit (the
+// other fallback policy auto can choose) it is as where the plan fits: no victims within the
+// budget, so the memory manager compacts, and over it victims for the shortfall only.
+TEST(Capuchin, CompactUnfitEvictsOnlyTheShortfallWhereThePlanDoesNotFit) {
+  TrainConfig cfg;
+  cfg.model.name = "resnet-tiny";
+  cfg.backend = "sim";
+  cfg.gpu = "p100-16g";
+  cfg.policy = "none";
+  cfg.iters = 1;
+  size_t peak = 0;
+  {
+    Trainer none(cfg);
+    peak = none.step().peak_allocated;
+  }
+  cfg.policy = "capuchin";
+  cfg.budget = align_up(peak * 35 / 100);
+  Trainer t(cfg);
+  auto& policy = dynamic_cast<CapuchinPolicy&>(t.memory().policy());
+  EXPECT_FALSE(policy.compact_unfit());  // capuchin's own default
+  t.step();
+  ASSERT_TRUE(policy.guided());
+  ASSERT_FALSE(policy.plan().fits) << "the plan fits at this budget: the check proves nothing";
+  const MemoryManager& m = t.memory();
+  const size_t room = m.budget() - m.allocated(), shortfall = kAllocAlignment;
+  ASSERT_GT(room, shortfall);
+  auto bytes_of = [&](const std::vector<Victim>& v) {
+    size_t b = 0;
+    for (const Victim& x : v) b += m.view(x.id).bytes;
+    return b;
+  };
+  const size_t within = size_t{256} << 10;  // a request within the budget
+  ASSERT_LT(within, room);
+  EXPECT_GE(bytes_of(policy.choose_victims(within, m)), within);  // evicted for the whole request
+  const std::vector<Victim> whole = policy.choose_victims(room + shortfall, m);
+  ASSERT_FALSE(whole.empty());
+  EXPECT_GE(bytes_of(whole) - m.view(whole.back().id).bytes, shortfall);  // far more than the shortfall
+  policy.set_compact_unfit(true);
+  EXPECT_TRUE(policy.choose_victims(within, m).empty());
+  EXPECT_TRUE(policy.choose_victims(room, m).empty());
+  const std::vector<Victim> v = policy.choose_victims(room + shortfall, m);
+  ASSERT_FALSE(v.empty());
+  const size_t last = m.view(v.back().id).bytes;
+  EXPECT_GE(bytes_of(v), shortfall);
+  EXPECT_LT(bytes_of(v) - last, shortfall) << v.size() << " victims for a shortfall of " << shortfall << " bytes";
+  for (int i = 0; i < 2; ++i) {  // and the guided iterations train so, compacting
+    const IterationStats guided = t.step();
+    EXPECT_TRUE(policy.guided());
+    EXPECT_GT(guided.counters.compactions, 0u) << "guided iteration " << i + 1;
+    EXPECT_LE(guided.peak_allocated, cfg.budget);
+  }
+}
+
 // The ladder's compaction moves what the request needs, not the whole arena: on a 12 MiB log
 // where d (4 MiB) finds 5 MiB free in two holes (test::write_two_hole_log), the guided
 // iterations move c (1 MiB) into the top hole, where sliding everything down moved c and x (4).

@@ -524,7 +524,8 @@ std::vector<Victim> AutoPolicy::choose_victims(size_t bytes, const MemoryView& v
   bool fits = false;
   if (active_ && fallback_ && guided_plan_fits(*active_, &fits)) {
     // As Capuchin's own fallback: a request within the budget is fragmentation (compacted).
-    if (fits && view.allocated() + bytes <= view.budget()) return {};
+    if ((fits || compact_unfit_) && view.allocated() + bytes <= view.budget()) return {};
+    if (compact_unfit_ && view.allocated() + bytes > view.budget()) bytes = std::min(bytes, view.allocated() + bytes - view.budget());
     return fallback_->choose_victims(bytes, view);
   }
   if (active_) return active_->choose_victims(bytes, view);
@@ -807,6 +808,7 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       // iteration, the restore 128), so the choice is made before the climb, and not only where
       // the restored start is faster: ResNet-50 at 25% on p100-16g climbs to 1.365x from a
       // restored start that was not, 1.412x without it.
+      const size_t packed_starts = starts.size();
       std::vector<RehearsalResult> restored_rehearsals(starts.size());
       run_parallel(starts.size(), [&](size_t i) {
         RehearsalSetup si = s;
@@ -822,6 +824,30 @@ void AutoPolicy::choose(const AccessTrace& trace) {
         if (!x.trained || x.gaps.empty()) continue;
         ++restored_starts_;
         starts.push_back(&x), labels.push_back(labels[i] + ",restored");
+      }
+      // Each packed start again with the other fallback where its plan does not fit
+      // (compact_unfit: compact within the budget, evict the shortfall over it): one more start
+      // where that rehearses another time. Which fallback wins depends on the row and shows only
+      // after the climb: on BERT-base at 25% on h100-80g the LRU evictions of the whole request
+      // cost 35 ms of stall; on VGG-16 at 50% on h100-80g the start compacting is faster but
+      // climbs to a slower plan (the evictions within the budget made room for the prefetches).
+      // Not the restored starts too: their twins climbed as the packed ones' did, in half the time.
+      std::vector<RehearsalResult> compact_rehearsals(compact_starts_on_ ? packed_starts : 0);
+      run_parallel(compact_rehearsals.size(), [&](size_t i) {
+        RehearsalSetup si = s;
+        si.pins = starts[i]->pins;
+        si.start_state = starts[i]->start_state;
+        si.compact_unfit = true;
+        const double spent = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        si.time_limit_ms = std::max(1.0, search_limit_ms() - spent);
+        compact_rehearsals[i] = rehearser_(starts[i]->policy, si);
+      });
+      compact_starts_ = 0;
+      for (size_t i = 0; i < compact_rehearsals.size(); ++i) {
+        const auto& x = compact_rehearsals[i];
+        if (!x.trained || x.gaps.empty() || std::abs(x.time_ms - starts[i]->time_ms) <= kMinGain * starts[i]->time_ms) continue;
+        ++compact_starts_;
+        starts.push_back(&x), labels.push_back(labels[i] + ",compact");
       }
       std::vector<size_t> order(starts.size());
       for (size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -907,8 +933,10 @@ void AutoPolicy::choose(const AccessTrace& trace) {
         climbed_ms_ = e.climbed_ms, start_ms_ = e.start_ms, start_ = e.label, start_policy_ = e.policy;
         drifted_from_ms_ = 0, warm_ = {}, trigger_moves_.clear(), start_layout_.clear(), warm_layout_.clear();
         long_ms_ = {}, steady_ = {};
-        choose_start_state(s, t0);
-        warm_start(s);
+        RehearsalSetup se = s;  // the end's fallback, as its climb rehearsed it
+        se.compact_unfit = compact_unfit_ = e.r->compact_unfit;
+        choose_start_state(se, t0);
+        warm_start(se);
         finished_.push_back({e.label, e.r->time_ms, chosen_result_.time_ms});
         if (!kept || (chosen_result_.trained && chosen_result_.time_ms < kept_ms * (1 - kMinGain)))
           kept = std::apply([](auto&... x) { return std::make_tuple(x...); }, finish_fields()), kept_ms = chosen_result_.time_ms;
@@ -921,11 +949,13 @@ void AutoPolicy::choose(const AccessTrace& trace) {
   if (chosen_ == "capuchin") {
     static_cast<CapuchinPolicy&>(*measuring_).set_pins(pins_);
     static_cast<CapuchinPolicy&>(*measuring_).set_trigger_moves(trigger_moves_);
+    static_cast<CapuchinPolicy&>(*measuring_).set_compact_unfit(compact_unfit_);
     measuring_->end_iteration(trace);  // it measured this iteration: it plans from it
     active_ = std::move(measuring_);
   } else {
     active_ = make_candidate(chosen_);
-    if (auto* c = dynamic_cast<CapuchinPolicy*>(active_.get())) c->set_pins(pins_), c->set_trigger_moves(trigger_moves_);
+    if (auto* c = dynamic_cast<CapuchinPolicy*>(active_.get()))
+      c->set_pins(pins_), c->set_trigger_moves(trigger_moves_), c->set_compact_unfit(compact_unfit_);
     active_->attach(*view_);
     // A compression plan needs the non-zero counts this iteration measured.
     if (auto* z = dynamic_cast<CompressPolicy*>(active_.get())) z->set_measured_nonzeros(nonzeros_);
@@ -1157,6 +1187,7 @@ void AutoPolicy::search(const RehearsalSetup& setup, Climb& c, std::chrono::stea
       RehearsalSetup si = setup;
       si.pins = batch[i];
       si.start_state = best.start_state;
+      si.compact_unfit = best.compact_unfit;
       si.time_limit_ms = std::max(1.0, search_limit_ms() - spent());  // a share's end does not cut a rehearsal
       res[i] = rehearser_(policies[i], si);
     });
@@ -1330,6 +1361,7 @@ void AutoPolicy::window_search(const RehearsalSetup& setup, Climb& c, const Comp
       RehearsalSetup si = setup;
       si.pins = batch[i];
       si.start_state = best.start_state;
+      si.compact_unfit = best.compact_unfit;
       si.time_limit_ms = std::max(1.0, search_limit_ms() - spent());
       res[i] = rehearser_(best.policy, si);
     });
@@ -1392,6 +1424,9 @@ nlohmann::json AutoPolicy::report() const {
   for (const auto& p : pins_) pins.push_back(to_string(p));
   json out = {{"mode", "auto"}, {"chosen", chosen_}, {"forced", !forced_.empty()}, {"planning_ms", planning_ms_},
               {"candidates", cands}, {"pins", pins}};
+  // The fallback where a plan does not fit (CapuchinPolicy::set_compact_unfit): what runs, and
+  // the starts the search climbed with compact_unfit.
+  out["unfit_fallback"] = {{"mode", compact_unfit_ ? "compact" : "evict"}, {"compact_starts", compact_starts_}};
   if (chosen_result_.trained) add_prediction(out, chosen_result_);
   if (!searched_.empty() || !rehearsals_.empty()) {
     double base = start_ms_;  // where the search started: a candidate, or the LP's pins on one
@@ -1510,6 +1545,7 @@ std::string AutoPolicy::summary() const {
     else
       buf[0] = '\0';
     s += buf;
+    if (compact_unfit_) s += " fallback where the plan does not fit: compact;";
     std::snprintf(buf, sizeof buf, " planned in %.0f ms", planning_ms_);
     s += buf;
     if (bound_.compute_ms > 0 && !bound_.feasible) {

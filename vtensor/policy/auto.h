@@ -24,7 +24,8 @@
 //   At most 256 rehearsals; then, with densities, 128 more that may also compress a gap
 //   (FreeLunch's codec, a buffer for that gap only). Then "make room" moves (at most 144): a
 //   waiting swap's prefetch earlier, with a kept tensor alive over the new window recomputed or
-//   swapped. Then a window search: every combination of
+//   swapped. Each packed start also climbs with the fallback that compacts where the plan does
+//   not fit (CapuchinPolicy::set_compact_unfit) where that rehearses another time. Then a window search: every combination of
 //   2+ gaps' moves over the costliest gap and those overlapping it (exhaustive, at most 256).
 //   All within 1.3 s past the candidates' limit. The report adds a lower bound (bound.h).
 //   A linear program over the whole iteration (lp.h, Clp) gives a tighter bound; its rounded
@@ -119,6 +120,7 @@ struct RehearsalSetup {
   // warm start, Policy::take_start_layout).
   std::vector<LayoutBlock> start_layout;
   std::vector<TriggerMove> trigger_moves;  // replayed on the plan (CapuchinPolicy::set_trigger_moves)
+  bool compact_unfit = false;      // the fallback where the plan does not fit (CapuchinPolicy::set_compact_unfit)
   // Non-zero counts of the compressible outputs (the run's --densities on sim, or those auto's
   // measured iteration counted): what sizes the compression candidates' tensors. Null: the
   // compression candidates are not rehearsed.
@@ -153,6 +155,7 @@ struct RehearsalResult {
   double wall_ms = 0;              // how long the rehearsal took
   std::vector<PlanPin> pins;       // as rehearsed
   StartState start_state = StartState::kPacked;  // as rehearsed
+  bool compact_unfit = false;                    // as rehearsed (RehearsalSetup::compact_unfit)
   std::vector<RehearsedGap> gaps;  // the gaps the plan swaps or recomputes (Capuchin-based candidates)
   std::vector<LayoutBlock> end_layout;  // the arena the last iteration's end left
 };
@@ -205,6 +208,13 @@ class AutoPolicy final : public Policy {
   // The layout the measured iteration's end leaves (a rehearsal's; the run's is chosen).
   void set_start_layout(std::vector<LayoutBlock> l) { start_layout_ = std::move(l); }
   void set_trigger_moves(std::vector<TriggerMove> m) { trigger_moves_ = std::move(m); }
+  // The fallback of a Capuchin-based plan that does not fit (CapuchinPolicy::set_compact_unfit; a
+  // rehearsal's; the run's is its plan's, as the search climbed it: the ",compact" starts).
+  void set_compact_unfit(bool on) { compact_unfit_ = on; }
+  bool compact_unfit() const { return compact_unfit_; }
+  // Whether the search also climbs from the packed starts with compact_unfit (on by default;
+  // tests of one phase of the search turn it off).
+  void set_compact_starts(bool on) { compact_starts_on_ = on; }
   // The warm start that runs (warm_start; empty: none): the feedback's moves replayed, and the
   // layout the measured iteration's end leaves.
   const std::vector<TriggerMove>& trigger_moves() const { return trigger_moves_; }
@@ -316,7 +326,7 @@ class AutoPolicy final : public Policy {
   auto finish_fields() {
     return std::tie(chosen_result_, chosen_, pins_, start_state_, searched_state_, searched_ms_, finalists_, drifted_from_ms_,
                     long_ms_, steady_, warm_, trigger_moves_, start_layout_, warm_layout_, climbed_ms_, start_ms_, start_,
-                    start_policy_);
+                    start_policy_, compact_unfit_);
   }
   struct Finished {  // a plan given a start state and a warm start, for the report
     std::string start;
@@ -347,6 +357,9 @@ class AutoPolicy final : public Policy {
   // Where the search stops: the candidates' limit and kSearchTimeMs, less that reserve.
   double search_limit_ms() const { return time_limit_ms_ + kSearchTimeMs - start_state_reserve_ms_; }
   std::unique_ptr<Policy> fallback_;   // "...,dtr": evicts in guided iterations instead of LRU swapping
+  bool compact_unfit_ = false;
+  int compact_starts_ = 0;  // the starts with compact_unfit the search climbed from
+  bool compact_starts_on_ = true;
   std::string chosen_;
   std::vector<RehearsalResult> rehearsals_;
   std::vector<RehearsalResult> searched_;

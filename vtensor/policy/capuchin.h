@@ -17,7 +17,8 @@
 // fallback stays on; the plan ignores the host budget; for policy auto only, persistent tensors
 // may also be swapped across the iteration boundary (wrap_persistent, or a pin) and the feedback stops
 // after the guided iterations auto rehearsed (set_feedback_iterations) and its D2H queue may be
-// in deadline order (deadline_swap_outs). Full notes: docs/design.md.
+// in deadline order (deadline_swap_outs), and where the plan does not fit its fallback may compact
+// and evict only the shortfall (set_compact_unfit). Full notes: docs/design.md.
 #pragma once
 #include <string>
 #include <vector>
@@ -203,6 +204,12 @@ class CapuchinPolicy final : public Policy {
   int first_use(TensorId id) const { return static_cast<size_t>(id) < first_use_.size() ? first_use_[static_cast<size_t>(id)] : -1; }
   int last_use(TensorId id) const { return static_cast<size_t>(id) < last_use_.size() ? last_use_[static_cast<size_t>(id)] : -1; }
   bool guided() const { return guided_; }
+  // Where the plan does not fit, the guided fallback as where it does: no victims for a request
+  // within the budget (the memory manager compacts), and over it victims for the shortfall only,
+  // not the whole request. Off: the whole request, LRU (the passive fallback). Policy auto
+  // chooses it per row (AutoPolicy::set_compact_unfit).
+  void set_compact_unfit(bool on) { compact_unfit_ = on; }
+  bool compact_unfit() const { return compact_unfit_; }
   const CapuchinPlan& plan() const { return plan_; }
   int measurements() const { return measurements_; }
   int trigger_moves() const { return trigger_moves_; }
@@ -216,6 +223,7 @@ class CapuchinPolicy final : public Policy {
   CapuchinMode mode_;
   const MemoryView* view_ = nullptr;
   bool guided_ = false;
+  bool compact_unfit_ = false;
   bool repeats_ = false;  // the last iteration was guided by the plan the next one runs
   CapuchinPlan plan_;
   std::vector<std::vector<Action>> at_op_;

@@ -28,9 +28,11 @@ RehearsalResult rehearse(const std::string& candidate, const RehearsalSetup& set
     policy->set_start_state(setup.start_state);
     policy->set_start_layout(setup.start_layout);
     policy->set_trigger_moves(setup.trigger_moves);
+    policy->set_compact_unfit(setup.compact_unfit);
     const AutoPolicy* ap = policy.get();
     r.pins = setup.pins;
     r.start_state = setup.start_state;
+    r.compact_unfit = setup.compact_unfit;
     if (setup.time_limit_ms > 0)
       policy->set_deadline(std::chrono::steady_clock::now() +
                            std::chrono::microseconds(static_cast<long long>(setup.time_limit_ms * 1e3)));
