@@ -524,9 +524,8 @@ std::vector<Victim> AutoPolicy::choose_victims(size_t bytes, const MemoryView& v
   bool fits = false;
   if (active_ && fallback_ && guided_plan_fits(*active_, &fits)) {
     // As Capuchin's own fallback: a request within the budget is fragmentation (compacted).
-    if ((fits || compact_unfit_) && view.allocated() + bytes <= view.budget()) return {};
-    if (compact_unfit_ && view.allocated() + bytes > view.budget()) bytes = std::min(bytes, view.allocated() + bytes - view.budget());
-    return fallback_->choose_victims(bytes, view);
+    const auto need = guided_fallback_bytes(bytes, view.allocated(), view.budget(), fits, compact_unfit_);
+    return need ? fallback_->choose_victims(*need, view) : std::vector<Victim>{};
   }
   if (active_) return active_->choose_victims(bytes, view);
   // Measuring: swap the least recently used, parameters and optimizer state last. Swapping (not

@@ -895,13 +895,22 @@ std::vector<Action> CapuchinPolicy::after_op(int op_index) {
   return at_op_[static_cast<size_t>(op_index)];
 }
 
+std::optional<size_t> guided_fallback_bytes(size_t bytes, size_t allocated, size_t budget, bool fits, bool compact_unfit) {
+  if (allocated + bytes <= budget) return fits || compact_unfit ? std::nullopt : std::optional<size_t>(bytes);
+  return compact_unfit ? std::min(bytes, allocated + bytes - budget) : bytes;
+}
+
 std::vector<Victim> CapuchinPolicy::choose_victims(size_t bytes, const MemoryView& view) {
   // Passive mode (and the fallback of guided mode): least recently used first, swapped. Tensors
   // the plan is bringing back for an access soon go last, so the fallback does not undo a prefetch.
   // Guided, with the request within the budget: the space is fragmented, not short. Nothing to
   // evict; the memory manager compacts instead of swapping out what the plan keeps. Where the
   // plan does not fit, so too with compact_unfit_ (and over the budget, the shortfall only).
-  if (guided_ && (plan_.fits || compact_unfit_) && view.allocated() + bytes <= view.budget()) return {};
+  if (guided_) {
+    const auto need = guided_fallback_bytes(bytes, view.allocated(), view.budget(), plan_.fits, compact_unfit_);
+    if (!need) return {};
+    bytes = *need;
+  }
   auto awaited = [&](TensorId id) {
     if (!guided_ || static_cast<size_t>(id) >= candidates_of_.size()) return false;
     for (int k : candidates_of_[static_cast<size_t>(id)]) {
@@ -926,8 +935,6 @@ std::vector<Victim> CapuchinPolicy::choose_victims(size_t bytes, const MemoryVie
   // capuchin-swap, which never recomputes), else skipped for the next; when none can go, the
   // plain choice, which the memory manager refuses and reports as out of host memory.
   std::vector<Victim> out, plain;
-  if (guided_ && compact_unfit_ && view.allocated() + bytes > view.budget())
-    bytes = std::min(bytes, view.allocated() + bytes - view.budget());
   size_t freed = 0, plain_freed = 0, room = view.host_room();
   for (auto end = cands.end(); end != cands.begin(); --end) {
     std::pop_heap(cands.begin(), end, later);

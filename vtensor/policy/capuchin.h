@@ -20,6 +20,7 @@
 // in deadline order (deadline_swap_outs), and where the plan does not fit its fallback may compact
 // and evict only the shortfall (set_compact_unfit). Full notes: docs/design.md.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -141,6 +142,12 @@ struct CapuchinPlan {
   bool fits = false;
   std::vector<WrapSwap> wrap_swaps;  // PlannerInput::wrap_persistent
 };
+
+// What the guided fallback evicts for a request of `bytes`: nothing (nullopt) where the request is
+// within the budget and the plan fits or compact_unfit is on (the memory manager compacts); with
+// compact_unfit over the budget, the shortfall only; otherwise the whole request. Capuchin's own
+// fallback and policy auto's ",dtr" one (AutoPolicy::choose_victims) both follow it.
+std::optional<size_t> guided_fallback_bytes(size_t bytes, size_t allocated, size_t budget, bool fits, bool compact_unfit);
 
 // The op a swap-out issued after evict_op and ending at copy_end_ns ends in: the first later op
 // that ends at or after it (-1: none). Its block is freed after that op.
