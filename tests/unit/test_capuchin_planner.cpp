@@ -821,6 +821,37 @@ TEST(CapuchinPlanner, WrapSwapsFollowTheSearchsPins) {
   EXPECT_EQ(wrap_plan(4, true, {{2, 4, CapuchinDecision::kSwap, 8}}).wrap_swaps.at(0).trigger_op, 0);
 }
 
+// PlannerInput::min_wrap_bytes: the greedy leaves a persistent tensor under it on the device
+// (P is 100 B: a floor of 101 B keeps it, and the plan no longer fits; 100 B swaps it as before),
+// while a pin still swaps it.
+TEST(CapuchinPlanner, WrapSwapsLeaveTensorsUnderTheFloorUnlessPinned) {
+  auto plan = [](size_t floor, std::vector<PlanPin> pins) {
+    TraceBuilder tb(6);
+    tb.in.op_ns.assign(6, 10.0);
+    tb.in.swap_ns_per_byte = 0.1;
+    tb.in.budget = 150;
+    tb.in.wrap_persistent = true;
+    tb.in.min_wrap_bytes = floor;
+    tb.in.pins = std::move(pins);
+    const TensorId a = tb.tensor(100, 0, {}, false);
+    tb.accesses(a, {0, 2});
+    const TensorId pt = tb.tensor(100, -1, {}, false, true);
+    tb.access(pt, 4);
+    return plan_capuchin(tb.in, CapuchinMode::kSwap);
+  };
+  const CapuchinPlan at = plan(100, {});
+  ASSERT_EQ(at.wrap_swaps.size(), 1u);
+  EXPECT_EQ(at.wrap_swaps[0].trigger_op, 2);
+  EXPECT_TRUE(at.fits);
+  const CapuchinPlan over = plan(101, {});
+  EXPECT_TRUE(over.wrap_swaps.empty());
+  EXPECT_FALSE(over.fits);
+  const CapuchinPlan pinned = plan(101, {{2, 4, CapuchinDecision::kSwap}});
+  ASSERT_EQ(pinned.wrap_swaps.size(), 1u);
+  EXPECT_EQ(pinned.wrap_swaps[0].trigger_op, 2);
+  EXPECT_TRUE(pinned.fits);
+}
+
 // The lower bound on swap / recompute plans (bound.h), on traces small enough to solve by hand.
 // Ops 10 ns each; A (100 B, made by op 0, needed again at op `back`) is the only tensor that can
 // leave the device while B (50 B) lives at op `at`; budget 100 B, so 50 B of A must be off there.

@@ -143,6 +143,10 @@ std::unique_ptr<Policy> make_candidate(const std::string& full) {
 constexpr size_t kSearchBatch = 4;
 constexpr double kMinGain = 1e-5;
 constexpr double kMinCostMs = 1e-3;
+// The ",large-wraps" starts (AutoPolicy::plan): at most this many rehearsed (each leaves the
+// persistent tensors under a fraction of the budget to the device unless pinned:
+// AutoPolicy::set_min_wrap_fraction).
+constexpr size_t kLargeWrapStarts = 4;
 constexpr int kMaxLosses = 4;
 constexpr int kCompressRehearsals = 128;
 // The starts' climbs (AutoPolicy::choose): in the first round each start climbs for at most
@@ -848,6 +852,43 @@ void AutoPolicy::choose(const AccessTrace& trace) {
         ++compact_starts_;
         starts.push_back(&x), labels.push_back(labels[i] + ",compact");
       }
+      // The kLargeWrapStarts fastest packed starts (or their compacting twins) whose plans swap a
+      // persistent tensor under a floor over the iteration's end (min_wrap_fraction_ of the
+      // budget), again with the greedy leaving those on the device (CapuchinPolicy::
+      // set_min_wrap_bytes): where that rehearses faster, one more start. The small ones free next
+      // to nothing and their copies queue behind the large ones (ResNet-50 at 25% on p100-16g: a
+      // 1 KiB running mean's swap-out held its release op 6.4 ms), but they are not always waste
+      // (BERT-base at 50% on h100-80g: 71.6 -> 74.5 ms without any of 16 KiB or less). Few, as a
+      // row whose rehearsals are slow has no time left to climb (the LSTM log at 25% on p100-16g).
+      const auto min_wrap = static_cast<size_t>(static_cast<double>(s.budget) * min_wrap_fraction_);
+      std::vector<size_t> wrap_origins;
+      for (size_t i = 0; i < starts.size(); ++i) {
+        if (!large_wrap_starts_on_ || (i >= packed_starts && i < packed_starts + restored_starts_) || !wraps(starts[i]->policy)) continue;
+        const auto& gaps = starts[i]->gaps;
+        if (std::any_of(gaps.begin(), gaps.end(), [&](const RehearsedGap& x) { return x.wrap && x.decision == CapuchinDecision::kSwap && x.bytes < min_wrap; }))
+          wrap_origins.push_back(i);
+      }
+      std::stable_sort(wrap_origins.begin(), wrap_origins.end(), [&](size_t a, size_t b) { return starts[a]->time_ms < starts[b]->time_ms; });
+      wrap_origins.resize(std::min(wrap_origins.size(), kLargeWrapStarts));
+      std::vector<RehearsalResult> large_wrap_rehearsals(wrap_origins.size());
+      run_parallel(large_wrap_rehearsals.size(), [&](size_t i) {
+        const RehearsalResult& o = *starts[wrap_origins[i]];
+        RehearsalSetup si = s;
+        si.pins = o.pins;
+        si.start_state = o.start_state;
+        si.compact_unfit = o.compact_unfit;
+        si.min_wrap_bytes = min_wrap;
+        const double spent = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        si.time_limit_ms = std::max(1.0, search_limit_ms() - spent);
+        large_wrap_rehearsals[i] = rehearser_(o.policy, si);
+      });
+      large_wrap_starts_ = 0;
+      for (size_t i = 0; i < large_wrap_rehearsals.size(); ++i) {
+        const auto& x = large_wrap_rehearsals[i];
+        if (!(x.trained && !x.gaps.empty() && x.time_ms < starts[wrap_origins[i]]->time_ms * (1 - kMinGain))) continue;
+        ++large_wrap_starts_;
+        starts.push_back(&x), labels.push_back(labels[wrap_origins[i]] + ",large-wraps");
+      }
       std::vector<size_t> order(starts.size());
       for (size_t i = 0; i < order.size(); ++i) order[i] = i;
       std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return starts[a]->time_ms < starts[b]->time_ms; });
@@ -934,6 +975,7 @@ void AutoPolicy::choose(const AccessTrace& trace) {
         long_ms_ = {}, steady_ = {};
         RehearsalSetup se = s;  // the end's fallback, as its climb rehearsed it
         se.compact_unfit = compact_unfit_ = e.r->compact_unfit;
+        se.min_wrap_bytes = min_wrap_bytes_ = e.r->min_wrap_bytes;
         choose_start_state(se, t0);
         warm_start(se);
         finished_.push_back({e.label, e.r->time_ms, chosen_result_.time_ms});
@@ -949,12 +991,13 @@ void AutoPolicy::choose(const AccessTrace& trace) {
     static_cast<CapuchinPolicy&>(*measuring_).set_pins(pins_);
     static_cast<CapuchinPolicy&>(*measuring_).set_trigger_moves(trigger_moves_);
     static_cast<CapuchinPolicy&>(*measuring_).set_compact_unfit(compact_unfit_);
+    static_cast<CapuchinPolicy&>(*measuring_).set_min_wrap_bytes(min_wrap_bytes_);
     measuring_->end_iteration(trace);  // it measured this iteration: it plans from it
     active_ = std::move(measuring_);
   } else {
     active_ = make_candidate(chosen_);
     if (auto* c = dynamic_cast<CapuchinPolicy*>(active_.get()))
-      c->set_pins(pins_), c->set_trigger_moves(trigger_moves_), c->set_compact_unfit(compact_unfit_);
+      c->set_pins(pins_), c->set_trigger_moves(trigger_moves_), c->set_compact_unfit(compact_unfit_), c->set_min_wrap_bytes(min_wrap_bytes_);
     active_->attach(*view_);
     // A compression plan needs the non-zero counts this iteration measured.
     if (auto* z = dynamic_cast<CompressPolicy*>(active_.get())) z->set_measured_nonzeros(nonzeros_);
@@ -1187,6 +1230,7 @@ void AutoPolicy::search(const RehearsalSetup& setup, Climb& c, std::chrono::stea
       si.pins = batch[i];
       si.start_state = best.start_state;
       si.compact_unfit = best.compact_unfit;
+      si.min_wrap_bytes = best.min_wrap_bytes;
       si.time_limit_ms = std::max(1.0, search_limit_ms() - spent());  // a share's end does not cut a rehearsal
       res[i] = rehearser_(policies[i], si);
     });
@@ -1361,6 +1405,7 @@ void AutoPolicy::window_search(const RehearsalSetup& setup, Climb& c, const Comp
       si.pins = batch[i];
       si.start_state = best.start_state;
       si.compact_unfit = best.compact_unfit;
+      si.min_wrap_bytes = best.min_wrap_bytes;
       si.time_limit_ms = std::max(1.0, search_limit_ms() - spent());
       res[i] = rehearser_(best.policy, si);
     });
@@ -1426,6 +1471,9 @@ nlohmann::json AutoPolicy::report() const {
   // The fallback where a plan does not fit (CapuchinPolicy::set_compact_unfit): what runs, and
   // the starts the search climbed with compact_unfit.
   out["unfit_fallback"] = {{"mode", compact_unfit_ ? "compact" : "evict"}, {"compact_starts", compact_starts_}};
+  // The smallest persistent tensor the plan's greedy swaps over the iteration's end (0: any), and
+  // the ",large-wraps" starts the search climbed.
+  out["wrap_swaps"] = {{"min_bytes", min_wrap_bytes_}, {"large_wrap_starts", large_wrap_starts_}};
   if (chosen_result_.trained) add_prediction(out, chosen_result_);
   if (!searched_.empty() || !rehearsals_.empty()) {
     double base = start_ms_;  // where the search started: a candidate, or the LP's pins on one
@@ -1545,6 +1593,7 @@ std::string AutoPolicy::summary() const {
       buf[0] = '\0';
     s += buf;
     if (compact_unfit_) s += " fallback where the plan does not fit: compact;";
+    if (min_wrap_bytes_ > 0) s += " wrap swaps of " + std::to_string(min_wrap_bytes_) + " B or more unless pinned;";
     std::snprintf(buf, sizeof buf, " planned in %.0f ms", planning_ms_);
     s += buf;
     if (bound_.compute_ms > 0 && !bound_.feasible) {

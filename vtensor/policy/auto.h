@@ -25,7 +25,10 @@
 //   (FreeLunch's codec, a buffer for that gap only). Then "make room" moves (at most 144): a
 //   waiting swap's prefetch earlier, with a kept tensor alive over the new window recomputed or
 //   swapped. Each packed start also climbs with the fallback that compacts where the plan does
-//   not fit (CapuchinPolicy::set_compact_unfit) where that rehearses another time. Then a window search: every combination of
+//   not fit (CapuchinPolicy::set_compact_unfit) where that rehearses another time, and the 4
+//   fastest whose plans wrap-swap a persistent tensor under 1/65536 of the budget climb without
+//   such unpinned wrap swaps (",large-wraps", CapuchinPolicy::set_min_wrap_bytes) where that
+//   rehearses faster. Then a window search: every combination of
 //   2+ gaps' moves over the costliest gap and those overlapping it (exhaustive, at most 256).
 //   All within 1.3 s past the candidates' limit. The report adds a lower bound (bound.h).
 //   A linear program over the whole iteration (lp.h, Clp) gives a tighter bound; its rounded
@@ -121,6 +124,7 @@ struct RehearsalSetup {
   std::vector<LayoutBlock> start_layout;
   std::vector<TriggerMove> trigger_moves;  // replayed on the plan (CapuchinPolicy::set_trigger_moves)
   bool compact_unfit = false;      // the fallback where the plan does not fit (CapuchinPolicy::set_compact_unfit)
+  size_t min_wrap_bytes = 0;       // the smallest unpinned wrap swap (CapuchinPolicy::set_min_wrap_bytes)
   // Non-zero counts of the compressible outputs (the run's --densities on sim, or those auto's
   // measured iteration counted): what sizes the compression candidates' tensors. Null: the
   // compression candidates are not rehearsed.
@@ -156,6 +160,7 @@ struct RehearsalResult {
   std::vector<PlanPin> pins;       // as rehearsed
   StartState start_state = StartState::kPacked;  // as rehearsed
   bool compact_unfit = false;                    // as rehearsed (RehearsalSetup::compact_unfit)
+  size_t min_wrap_bytes = 0;                     // as rehearsed (RehearsalSetup::min_wrap_bytes)
   std::vector<RehearsedGap> gaps;  // the gaps the plan swaps or recomputes (Capuchin-based candidates)
   std::vector<LayoutBlock> end_layout;  // the arena the last iteration's end left
 };
@@ -212,9 +217,18 @@ class AutoPolicy final : public Policy {
   // rehearsal's; the run's is its plan's, as the search climbed it: the ",compact" starts).
   void set_compact_unfit(bool on) { compact_unfit_ = on; }
   bool compact_unfit() const { return compact_unfit_; }
+  // The smallest persistent tensor a Capuchin-based plan's greedy swaps over the iteration's end
+  // (CapuchinPolicy::set_min_wrap_bytes; a rehearsal's; the run's is its plan's: the ",large-wraps" starts).
+  void set_min_wrap_bytes(size_t b) { min_wrap_bytes_ = b; }
+  size_t min_wrap_bytes() const { return min_wrap_bytes_; }
   // Whether the search also climbs from the packed starts with compact_unfit (on by default;
   // tests of one phase of the search turn it off).
   void set_compact_starts(bool on) { compact_starts_on_ = on; }
+  // Likewise the ",large-wraps" starts (min_wrap_bytes): on by default.
+  void set_large_wrap_starts(bool on) { large_wrap_starts_on_ = on; }
+  // Their floor as a fraction of the budget (1/65536 by default; tests of the tiny presets, whose
+  // persistent tensors are all above it, raise it).
+  void set_min_wrap_fraction(double f) { min_wrap_fraction_ = f; }
   // The warm start that runs (warm_start; empty: none): the feedback's moves replayed, and the
   // layout the measured iteration's end leaves.
   const std::vector<TriggerMove>& trigger_moves() const { return trigger_moves_; }
@@ -326,7 +340,7 @@ class AutoPolicy final : public Policy {
   auto finish_fields() {
     return std::tie(chosen_result_, chosen_, pins_, start_state_, searched_state_, searched_ms_, finalists_, drifted_from_ms_,
                     long_ms_, steady_, warm_, trigger_moves_, start_layout_, warm_layout_, climbed_ms_, start_ms_, start_,
-                    start_policy_, compact_unfit_);
+                    start_policy_, compact_unfit_, min_wrap_bytes_);
   }
   struct Finished {  // a plan given a start state and a warm start, for the report
     std::string start;
@@ -359,7 +373,11 @@ class AutoPolicy final : public Policy {
   std::unique_ptr<Policy> fallback_;   // "...,dtr": evicts in guided iterations instead of LRU swapping
   bool compact_unfit_ = false;
   int compact_starts_ = 0;  // the starts with compact_unfit the search climbed from
+  size_t min_wrap_bytes_ = 0;
+  int large_wrap_starts_ = 0;  // the starts with min_wrap_bytes the search climbed from
   bool compact_starts_on_ = true;
+  bool large_wrap_starts_on_ = true;
+  double min_wrap_fraction_ = 1.0 / 65536;
   std::string chosen_;
   std::vector<RehearsalResult> rehearsals_;
   std::vector<RehearsalResult> searched_;

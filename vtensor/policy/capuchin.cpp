@@ -665,7 +665,7 @@ class Planner {
   // iteration's end has no other swap-outs); the prefetch is.
   // A pin on its gap (id, first use) comes first: a swap (with wrap_persistent or not; its
   // prefetch moved earlier as a swap's pin moves it; taken where the prefetch is late too) or a
-  // keep. Without wrap_persistent only the pinned are taken.
+  // keep. Without wrap_persistent only the pinned are taken; with it, those of min_wrap_bytes or more.
   void wrap_swaps(bool unpinned) {
     const size_t n = n_ops();
     const double period = start_[n];
@@ -676,7 +676,7 @@ class Planner {
       if (!t.persistent || t.bytes == 0 || t.excluded || ops_of_[id].empty()) continue;
       for (const PlanPin& q : in_.pins)
         if (static_cast<size_t>(q.id) == id && q.back_op == ops_of_[id].front()) pin_of[id] = &q;
-      if (unpinned || (pin_of[id] && pin_of[id]->decision == CapuchinDecision::kSwap)) order.push_back(id);
+      if ((unpinned && t.bytes >= in_.min_wrap_bytes) || (pin_of[id] && pin_of[id]->decision == CapuchinDecision::kSwap)) order.push_back(id);
     }
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
       if ((pin_of[a] != nullptr) != (pin_of[b] != nullptr)) return pin_of[a] != nullptr;
@@ -994,6 +994,7 @@ void CapuchinPolicy::end_iteration(const AccessTrace& trace) {
   in.swap_cost_weight = swap_cost_weight_;
   in.pins = pins_;
   in.wrap_persistent = wrap_persistent_;
+  in.min_wrap_bytes = min_wrap_bytes_;
   in.deadline_swap_outs = deadline_swap_outs_;
   for (const Op& op : view_->graph().ops()) {  // what the memory manager allocated (aligned) at each op
     const size_t ws = view_->workspace_bytes(op);

@@ -18,7 +18,8 @@
 // may also be swapped across the iteration boundary (wrap_persistent, or a pin) and the feedback stops
 // after the guided iterations auto rehearsed (set_feedback_iterations) and its D2H queue may be
 // in deadline order (deadline_swap_outs), and where the plan does not fit its fallback may compact
-// and evict only the shortfall (set_compact_unfit). Full notes: docs/design.md.
+// and evict only the shortfall (set_compact_unfit), and its greedy may leave persistent tensors under
+// a floor on the device (set_min_wrap_bytes). Full notes: docs/design.md.
 #pragma once
 #include <optional>
 #include <string>
@@ -96,6 +97,10 @@ struct PlannerInput {
   // Persistent tensors may also be swapped across the iteration boundary (policy auto's plans;
   // Capuchin plans within one iteration): see CapuchinPlan::wrap_swaps.
   bool wrap_persistent = false;
+  // With wrap_persistent, the greedy leaves a persistent tensor of fewer bytes than this on the
+  // device (a pin may still swap it): it frees next to nothing, and its copies queue behind the
+  // large ones on both lanes. 0: every size (policy auto searches over it).
+  size_t min_wrap_bytes = 0;
   // The D2H queue in deadline order (policy auto's plans; Capuchin issues each swap-out at its
   // eviction): a swap-out may go ahead of queued ones that have not started by its eviction and
   // whose prefetches come after its back-access; those are issued after it
@@ -196,6 +201,8 @@ class CapuchinPolicy final : public Policy {
   void set_trigger_moves(std::vector<TriggerMove> m) { trigger_moves_in_ = std::move(m); }
   // Also swap persistent tensors across the iteration boundary (PlannerInput::wrap_persistent).
   void set_wrap_persistent(bool on) { wrap_persistent_ = on; }
+  // The smallest persistent tensor the greedy swaps over the iteration's end (PlannerInput::min_wrap_bytes).
+  void set_min_wrap_bytes(size_t b) { min_wrap_bytes_ = b; }
   // Order the D2H queue by deadline (PlannerInput::deadline_swap_outs).
   void set_deadline_swap_outs(bool on) { deadline_swap_outs_ = on; }
   // Move late prefetches' triggers only after the first n guided iterations (-1: after every one,
@@ -250,6 +257,7 @@ class CapuchinPolicy final : public Policy {
   std::vector<TriggerMove> trigger_moves_in_;
   bool feed_back(size_t k);  // candidate k's prefetch one op earlier, where the budget lets it
   bool wrap_persistent_ = false;
+  size_t min_wrap_bytes_ = 0;
   bool deadline_swap_outs_ = false;
   int feedback_iterations_ = -1;
 };
