@@ -812,15 +812,24 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       // the restored start is faster: ResNet-50 at 25% on p100-16g climbs to 1.365x from a
       // restored start that was not, 1.412x without it.
       const size_t packed_starts = starts.size();
-      std::vector<RehearsalResult> restored_rehearsals(starts.size());
-      run_parallel(starts.size(), [&](size_t i) {
-        RehearsalSetup si = s;
-        si.pins = starts[i]->pins;
-        si.start_state = StartState::kRestored;
-        const double spent = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-        si.time_limit_ms = std::max(1.0, search_limit_ms() - spent);
-        restored_rehearsals[i] = rehearser_(starts[i]->policy, si);
-      });
+      // The starts `origins` rehearsed again, all at once, each as it was rehearsed (pins, start
+      // state, fallback, wrap floor) but for the one setting `vary` changes.
+      auto rehearse_twins = [&](const std::vector<size_t>& origins, const std::function<void(RehearsalSetup&)>& vary) {
+        std::vector<RehearsalResult> res(origins.size());
+        run_parallel(origins.size(), [&](size_t i) {
+          const RehearsalResult& o = *starts[origins[i]];
+          RehearsalSetup si = s;
+          si.pins = o.pins, si.start_state = o.start_state, si.compact_unfit = o.compact_unfit, si.min_wrap_bytes = o.min_wrap_bytes;
+          vary(si);
+          const double spent = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+          si.time_limit_ms = std::max(1.0, search_limit_ms() - spent);
+          res[i] = rehearser_(o.policy, si);
+        });
+        return res;
+      };
+      std::vector<size_t> packed(packed_starts);
+      for (size_t i = 0; i < packed_starts; ++i) packed[i] = i;
+      const std::vector<RehearsalResult> restored_rehearsals = rehearse_twins(packed, [](RehearsalSetup& x) { x.start_state = StartState::kRestored; });
       restored_starts_ = 0;
       for (size_t i = 0, n = starts.size(); i < n; ++i) {
         const auto& x = restored_rehearsals[i];
@@ -835,16 +844,8 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       // cost 35 ms of stall; on VGG-16 at 50% on h100-80g the start compacting is faster but
       // climbs to a slower plan (the evictions within the budget made room for the prefetches).
       // Not the restored starts too: their twins climbed as the packed ones' did, in half the time.
-      std::vector<RehearsalResult> compact_rehearsals(compact_starts_on_ ? packed_starts : 0);
-      run_parallel(compact_rehearsals.size(), [&](size_t i) {
-        RehearsalSetup si = s;
-        si.pins = starts[i]->pins;
-        si.start_state = starts[i]->start_state;
-        si.compact_unfit = true;
-        const double spent = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-        si.time_limit_ms = std::max(1.0, search_limit_ms() - spent);
-        compact_rehearsals[i] = rehearser_(starts[i]->policy, si);
-      });
+      const std::vector<RehearsalResult> compact_rehearsals =
+          rehearse_twins(compact_starts_on_ ? packed : std::vector<size_t>{}, [](RehearsalSetup& x) { x.compact_unfit = true; });
       compact_starts_ = 0;
       for (size_t i = 0; i < compact_rehearsals.size(); ++i) {
         const auto& x = compact_rehearsals[i];
@@ -870,18 +871,7 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       }
       std::stable_sort(wrap_origins.begin(), wrap_origins.end(), [&](size_t a, size_t b) { return starts[a]->time_ms < starts[b]->time_ms; });
       wrap_origins.resize(std::min(wrap_origins.size(), kLargeWrapStarts));
-      std::vector<RehearsalResult> large_wrap_rehearsals(wrap_origins.size());
-      run_parallel(large_wrap_rehearsals.size(), [&](size_t i) {
-        const RehearsalResult& o = *starts[wrap_origins[i]];
-        RehearsalSetup si = s;
-        si.pins = o.pins;
-        si.start_state = o.start_state;
-        si.compact_unfit = o.compact_unfit;
-        si.min_wrap_bytes = min_wrap;
-        const double spent = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-        si.time_limit_ms = std::max(1.0, search_limit_ms() - spent);
-        large_wrap_rehearsals[i] = rehearser_(o.policy, si);
-      });
+      const std::vector<RehearsalResult> large_wrap_rehearsals = rehearse_twins(wrap_origins, [&](RehearsalSetup& x) { x.min_wrap_bytes = min_wrap; });
       large_wrap_starts_ = 0;
       for (size_t i = 0; i < large_wrap_rehearsals.size(); ++i) {
         const auto& x = large_wrap_rehearsals[i];
