@@ -272,6 +272,10 @@ struct ExperimentArgs {
   UmArgs um;
 };
 
+constexpr const char* kStepInBackwardHelp =
+    "run each parameter's optimizer step as soon as its gradient is complete, inside the backward, so the gradient dies "
+    "there (PyTorch's optimizer step in backward; the same bits)";
+
 // --optimizer: the kind only (learning rates do not change memory or predicted time).
 void apply_optimizer(ExperimentArgs& a) { a.cfg.optimizer.kind = parse_optimizer(a.optimizer); }
 
@@ -289,6 +293,7 @@ void add_experiment_model_options(CLI::App* c, ExperimentArgs& a, bool model_req
   c->add_option("--iters", a.cfg.iters, "iterations per run (default 3: policies that measure need more than one)");
   c->add_option("--host-budget", a.host_budget_text, kHostBudgetHelp);
   c->add_flag("--inplace-relu-grad", a.cfg.inplace_relu_grad, "relu backward writes dx over dy where dy dies");
+  c->add_flag("--step-in-backward", a.cfg.optimizer.in_backward, kStepInBackwardHelp);
   add_um_options(c, a.um);
 }
 
@@ -408,6 +413,8 @@ int cmd_sweep(ExperimentArgs a) {
     if (!batches.empty()) throw std::invalid_argument("--batches: a trace has a fixed batch");
     if (a.cfg.inplace_relu_grad)
       throw std::invalid_argument("--inplace-relu-grad applies to --model only: a trace keeps the views it was recorded with");
+    if (a.cfg.optimizer.in_backward)
+      throw std::invalid_argument("--step-in-backward applies to --model only: a trace keeps the op order it was recorded with");
     a.cfg.graph = std::make_shared<const Graph>(load_trace(a.trace));
     a.cfg.model.name = a.trace;
   } else {
@@ -526,6 +533,7 @@ int vtensor::run_cli(int argc, char** argv, CliMode mode) {
   train->add_option("--auto-lp", cfg.auto_lp, kAutoLpHelp);
   train->add_option("--auto-ilp", cfg.auto_ilp, kAutoIlpHelp);
   train->add_flag("--inplace-relu-grad", cfg.inplace_relu_grad, "relu backward writes dx over dy where dy dies (cuDNN's in-place ReLU, as in vDNN)");
+  train->add_flag("--step-in-backward", cfg.optimizer.in_backward, kStepInBackwardHelp);
   train->add_option("--weight-decay", cfg.optimizer.weight_decay, "weight decay (L2 for sgd and adam, decoupled for adamw)");
   train->add_option("--report", report, "write a JSON report to this file");
   train->add_option("--trace", cfg.trace_path, "write the access trace (JSON lines) to this file");

@@ -1,6 +1,6 @@
 // Reverse-mode autodiff over the static graph: walks the forward ops backwards and appends
 // one backward op (or two for conv) per forward op whose output has a gradient, then the
-// optimizer step. Gradients reaching a tensor twice (residual connections) are summed.
+// optimizer step (or, with in_backward, each parameter's step once its gradient is complete). Gradients reaching a tensor twice (residual connections) are summed.
 #include <algorithm>
 #include <map>
 #include <stdexcept>
@@ -16,40 +16,57 @@ class Autodiff {
 
   void run(const OptimizerConfig& opt) {
     const int num_forward = static_cast<int>(g_.num_ops());
-    for (int i = num_forward - 1; i >= 0; --i) backward_of(Op(g_.op(i)));  // a copy: add_op reallocates
-    for (TensorId p : g_.params) {
-      auto it = grad_.find(p);
-      if (it == grad_.end()) continue;  // parameter does not reach the loss
-      const TensorInfo pt = g_.tensor(p);
-      auto state = [&](const char* what) {
-        return g_.add_tensor({.name = pt.name + "." + what, .shape = pt.shape, .kind = TensorKind::kOptimizerState});
-      };
-      Op op{.name = (opt.kind == OptimizerKind::kSgd ? "sgd." : "adam.") + pt.name, .layer = layer_of(p), .optimizer = true};
-      op.attrs.lr = opt.lr;
-      op.attrs.weight_decay = opt.weight_decay;
-      if (opt.kind == OptimizerKind::kSgd) {
-        TensorId mid = state("momentum");
-        op.kind = OpKind::kSgdMomentum;
-        op.inputs = {p, it->second, mid};
-        op.inplace = {p, mid};
-        op.attrs.sgd_momentum = opt.momentum;
-        op.flops = 4.0 * static_cast<double>(pt.shape.numel());
-      } else {
-        TensorId m = state("adam_m"), v = state("adam_v");
-        op.kind = OpKind::kAdam;
-        op.inputs = {p, it->second, m, v};
-        op.inplace = {p, m, v};
-        op.attrs.beta1 = opt.beta1;
-        op.attrs.beta2 = opt.beta2;
-        op.attrs.adam_eps = opt.eps;
-        op.attrs.decoupled_wd = opt.kind == OptimizerKind::kAdamW;
-        op.flops = 12.0 * static_cast<double>(pt.shape.numel());
-      }
-      g_.add_op(op);
+    // in_backward: a parameter's gradient is complete once the backward of its first reader has
+    // run (backward walks the forward ops in reverse, and only readers add to it).
+    std::vector<std::vector<TensorId>> steps_after(static_cast<size_t>(num_forward));
+    if (opt.in_backward) {
+      std::vector<int> first_reader(g_.num_tensors(), -1);
+      for (int i = num_forward - 1; i >= 0; --i)
+        for (TensorId t : g_.op(i).inputs) first_reader[static_cast<size_t>(t)] = i;
+      for (TensorId p : g_.params)
+        if (first_reader[static_cast<size_t>(p)] >= 0) steps_after[static_cast<size_t>(first_reader[static_cast<size_t>(p)])].push_back(p);
     }
+    for (int i = num_forward - 1; i >= 0; --i) {
+      backward_of(Op(g_.op(i)));  // a copy: add_op reallocates
+      for (TensorId p : steps_after[static_cast<size_t>(i)]) step(p, opt);
+    }
+    if (!opt.in_backward)
+      for (TensorId p : g_.params) step(p, opt);
   }
 
  private:
+  // The optimizer op of parameter p (none when its gradient does not reach the loss).
+  void step(TensorId p, const OptimizerConfig& opt) {
+    auto it = grad_.find(p);
+    if (it == grad_.end()) return;  // parameter does not reach the loss
+    const TensorInfo pt = g_.tensor(p);
+    auto state = [&](const char* what) {
+      return g_.add_tensor({.name = pt.name + "." + what, .shape = pt.shape, .kind = TensorKind::kOptimizerState});
+    };
+    Op op{.name = (opt.kind == OptimizerKind::kSgd ? "sgd." : "adam.") + pt.name, .layer = layer_of(p), .optimizer = true};
+    op.attrs.lr = opt.lr;
+    op.attrs.weight_decay = opt.weight_decay;
+    if (opt.kind == OptimizerKind::kSgd) {
+      TensorId mid = state("momentum");
+      op.kind = OpKind::kSgdMomentum;
+      op.inputs = {p, it->second, mid};
+      op.inplace = {p, mid};
+      op.attrs.sgd_momentum = opt.momentum;
+      op.flops = 4.0 * static_cast<double>(pt.shape.numel());
+    } else {
+      TensorId m = state("adam_m"), v = state("adam_v");
+      op.kind = OpKind::kAdam;
+      op.inputs = {p, it->second, m, v};
+      op.inplace = {p, m, v};
+      op.attrs.beta1 = opt.beta1;
+      op.attrs.beta2 = opt.beta2;
+      op.attrs.adam_eps = opt.eps;
+      op.attrs.decoupled_wd = opt.kind == OptimizerKind::kAdamW;
+      op.flops = 12.0 * static_cast<double>(pt.shape.numel());
+    }
+    g_.add_op(op);
+  }
+
   int layer_of(TensorId p) {
     for (const auto& op : g_.ops())
       for (TensorId in : op.inputs)

@@ -89,10 +89,13 @@ struct OptimizerConfig {
   float momentum = 0.9f;
   float weight_decay = 0.f;
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;  // adam / adamw
+  // Each parameter's step right after the backward op that completes its gradient, instead of
+  // all steps after the backward: the gradient dies there. Same bits (the steps are per tensor).
+  bool in_backward = false;
 };
 
 // Appends backward ops for `graph.loss` and one optimizer op per parameter (SGD with its
-// momentum tensor, or Adam with m and v). Gradients of tensors used twice are summed with add ops.
+// momentum tensor, or Adam with m and v), after the backward or, with opt.in_backward, inside it. Gradients of tensors used twice are summed with add ops.
 void build_backward(Graph& graph, const OptimizerConfig& opt);
 // vDNN's in-place ReLU backward (cuDNN writes dX over dY): each relu backward whose dy storage
 // dies at that op writes dx over it (dx becomes a view of dy). Same bits; returns the ops changed.

@@ -373,6 +373,7 @@ std::string report_json(const TrainResult& r) {
         {"lr", c.optimizer.lr},
         {"weight_decay", c.optimizer.weight_decay},
         {"momentum", c.optimizer.momentum},
+        {"step_in_backward", c.optimizer.in_backward},
         {"inplace_relu_grad", c.inplace_relu_grad}}},
       {"device", r.device},
       {"graph", {{"ops", r.num_ops}, {"tensors", r.num_tensors}, {"param_bytes", r.param_bytes},
