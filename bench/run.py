@@ -1731,6 +1731,55 @@ def _lp_cell(c, run, budget):
     return f"{float(hit[0]['overhead']):.3f}×" if hit and hit[0]["status"] == "ok" else "OOM"
 
 
+# The optimizer step inside the backward (--step-in-backward): each policy against none at the
+# same budgets in bytes (50% / 25% of the reference run's unmanaged peak), with the step after the
+# backward (the reference) and inside it.
+SIB_POLICIES = ["capuchin", "dtr", "auto"]
+
+
+def _sib_sweep(row, got, inside):
+    args = ["sweep", "--model", row["model"], "--batch", str(row["batch"]), *(["--seq", str(row["seq"])] if "seq" in row else []),
+            "--backend", "sim", "--gpu", row["gpu"], "--iters", "4", "--policies", ",".join(["none", *SIB_POLICIES]),
+            *densities_args({"model": row["model"]})]
+    if not inside:
+        return args + ["--budgets", "50%,25%"]
+    ref = {r["budget"]: r["budget_bytes"] for r in (got.get("after") or []) if r["policy"] == "none"}
+    if "50%" not in ref or "25%" not in ref:
+        return None
+    return args + ["--budgets", f"{int(ref['50%'])}B,{int(ref['25%'])}B", "--step-in-backward"]
+
+
+def _sib_cell(c, policy, k):
+    def one(run):
+        rows = [r for r in (c.rep.get(run) or []) if r["policy"] == policy]
+        if len(rows) <= k:
+            return "-"
+        return f"{float(rows[k]['overhead']):.3f}×" if rows[k]["status"] == "ok" else "OOM"
+    return f"{one('after')} → {one('inside')}"
+
+
+def _sib_peak(c):
+    def peak(run):
+        rows = c.rep.get(run) or []
+        return float(rows[0]["unmanaged_peak_bytes"]) / 2**20 if rows else None
+    a, b = peak("after"), peak("inside")
+    return f"{a:.0f} → {b:.0f}" if a is not None and b is not None else "-"
+
+
+EXPERIMENTS["step-in-backward"] = {
+    "kind": "runs", "serial": True,  # auto's planning limit makes its choice depend on the machine's speed
+    "about": "each policy against none with the optimizer step after the backward (the reference) → inside it: "
+             "`vtensor sweep --model M --batch B [--seq S] --backend sim --gpu G --iters 4 --policies "
+             "none,capuchin,dtr,auto --budgets 50%,25% [--densities bench/densities/M.json]`, then the same with "
+             "`--budgets X,Y --step-in-backward` where X and Y are the first sweep's budgets in bytes",
+    "rows": [{**m, "gpu": g} for g in ("p100-16g", "h100-80g") for m in PAPER_MODELS],
+    "runs": [("after", lambda r, got: _sib_sweep(r, got, False)), ("inside", lambda r, got: _sib_sweep(r, got, True))],
+    "columns": [("model", lambda c: c.row["model"]), ("GPU", lambda c: c.row["gpu"]),
+                ("none's peak MiB", _sib_peak),
+                *[(f"{p} {b}", (lambda p, k: lambda c: _sib_cell(c, p, k))(p, k))
+                  for p in SIB_POLICIES for k, b in enumerate(("50%", "25%"))]]}
+
+
 EXPERIMENTS["auto-lp"] = {
     "kind": "runs", "serial": True,  # auto's planning limit makes its choice depend on the machine's speed
     "about": "auto against none with its LP starts (default) and without them (`--auto-lp 0`): `vtensor sweep --model M "
