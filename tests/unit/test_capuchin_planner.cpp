@@ -1113,3 +1113,24 @@ TEST(LinearProgram, MoreThanCanLeaveIsTheWorkingSetAndWithinTheBudgetNothingBind
   EXPECT_EQ(none.overhead_ms, 0.0);
   EXPECT_TRUE(lp_pins(none).empty());
 }
+
+// A persistent tensor last used by the iteration's last op (the optimizer step of the first
+// layer under --step-in-backward): its gap over the iteration's end lies wholly in the next
+// iteration. P (60 MiB, ops 1 and 2) must be 40 MiB off at op 0, where A (80 MiB) lives, in a
+// 100 MiB budget; the wrap gap (2, 1) is the only way, and the LP sizes it without reading past
+// its segments (ASan caught that read in the sanitizer job).
+TEST(LinearProgram, AWrapGapAfterTheLastOpLiesInTheNextIteration) {
+  TraceBuilder tb = lp_trace(3, 100);
+  tb.in.budget = 100 * kMiB;
+  const TensorId p = tb.tensor(60 * kMiB, -1, {}, false, true);
+  tb.accesses(p, {1, 2});
+  tb.access(tb.tensor(80 * kMiB, 0, {}, false), 0);
+  const LpResult r = solve_lp(tb.in);
+  ASSERT_EQ(r.status, "optimal");
+  ASSERT_EQ(r.gaps.size(), 1u);
+  EXPECT_EQ(r.gaps[0].id, p);
+  EXPECT_EQ(r.gaps[0].evict_op, 2);
+  EXPECT_EQ(r.gaps[0].back_op, 1);
+  EXPECT_NEAR(r.swapped_bytes / kMiB, 40.0, 1e-4);
+  EXPECT_GE(r.overhead_ms, 0.0);
+}

@@ -258,7 +258,8 @@ LpResult solve_lp(const PlannerInput& input, const LpOptions& opt) {
     cut(m);
     long long cols = 0;
     for (const Gap& g : gaps) {
-      const int lo = seg_of[static_cast<size_t>(g.a + 1)];
+      // a wrap gap after the iteration's last op lies in the next iteration only
+      const int lo = g.a + 1 < n ? seg_of[static_cast<size_t>(g.a + 1)] : seg_of.back() + 1;
       const int hi = seg_of[static_cast<size_t>((g.b - 1) % n)];
       cols += 2 + 3 * (g.b < n ? hi - lo + 1 : (seg_of.back() - lo + 1) + hi + 1);  // copies out, in, recompute
     }
