@@ -1,7 +1,7 @@
 // The optimizer step inside the backward (OptimizerConfig::in_backward, --step-in-backward): each
 // parameter's step runs once its gradient is complete and nothing after it reads the parameter;
-// the run has the same bits as the step after the backward, never a higher peak, and the
-// lossless policies under it match `none` under it bit for bit.
+// the run has the same bits as the step after the backward (SGD, Adam, AdamW) and never a higher
+// peak, and the lossless policies under it match `none` under it bit for bit.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -25,8 +25,11 @@ namespace {
 
 using test::RunOutcome;
 
-TrainConfig config(const std::string& model, bool in_backward, const std::string& policy = "none", size_t budget = 0) {
+TrainConfig config(const std::string& model, bool in_backward, const std::string& policy = "none", size_t budget = 0,
+                   OptimizerKind optimizer = OptimizerKind::kSgd) {
   TrainConfig cfg;
+  cfg.optimizer.kind = optimizer;
+  if (optimizer != OptimizerKind::kSgd) cfg.optimizer.lr = 1e-3f;
   cfg.model.name = model;
   cfg.policy = policy;
   cfg.budget = budget;
@@ -82,19 +85,21 @@ TEST_P(StepInBackward, EachStepFollowsItsGradientsLastWriterAndNothingAfterReads
 }
 
 TEST_P(StepInBackward, SameBitsAsTheStepAfterTheBackwardAndNoHigherPeak) {
-  const RunOutcome after = test::run_training(config(GetParam(), false));
-  const RunOutcome in = test::run_training(config(GetParam(), true));
-  ASSERT_EQ(after.iters.size(), in.iters.size());
-  for (size_t i = 0; i < after.iters.size(); ++i)
-    EXPECT_EQ(0, std::memcmp(&after.iters[i].loss, &in.iters[i].loss, sizeof(float))) << "iteration " << i;
-  test::expect_same_bits(after.params, in.params, "parameter");
-  test::expect_same_bits(after.buffers, in.buffers, "buffer");
-  const auto state_after = state_by_param(config(GetParam(), false)), state_in = state_by_param(config(GetParam(), true));
-  EXPECT_EQ(state_after.size(), state_in.size());
-  EXPECT_TRUE(state_after == state_in) << "optimizer state differs";
-  EXPECT_LE(in.peak, after.peak);
-  RecordProperty("peak_after", std::to_string(after.peak));
-  RecordProperty("peak_in", std::to_string(in.peak));
+  for (const OptimizerKind opt : {OptimizerKind::kSgd, OptimizerKind::kAdam, OptimizerKind::kAdamW}) {
+    SCOPED_TRACE(to_string(opt));
+    const TrainConfig after_cfg = config(GetParam(), false, "none", 0, opt), in_cfg = config(GetParam(), true, "none", 0, opt);
+    const RunOutcome after = test::run_training(after_cfg);
+    const RunOutcome in = test::run_training(in_cfg);
+    ASSERT_EQ(after.iters.size(), in.iters.size());
+    for (size_t i = 0; i < after.iters.size(); ++i)
+      EXPECT_EQ(0, std::memcmp(&after.iters[i].loss, &in.iters[i].loss, sizeof(float))) << "iteration " << i;
+    test::expect_same_bits(after.params, in.params, "parameter");
+    test::expect_same_bits(after.buffers, in.buffers, "buffer");
+    const auto state_after = state_by_param(after_cfg), state_in = state_by_param(in_cfg);
+    EXPECT_EQ(state_after.size(), state_in.size());
+    EXPECT_TRUE(state_after == state_in) << "optimizer state differs";
+    EXPECT_LE(in.peak, after.peak);
+  }
 }
 
 // Under the step in the backward, the planning policies at 60% of its peak match `none` under it.
