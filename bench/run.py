@@ -1771,11 +1771,15 @@ EXPERIMENTS["step-in-backward"] = {
     "about": "each policy against none with the optimizer step after the backward (the reference) → inside it: "
              "`vtensor sweep --model M --batch B [--seq S] --backend sim --gpu G --iters 4 --policies "
              "none,capuchin,dtr,auto --budgets 50%,25% [--densities bench/densities/M.json]`, then the same with "
-             "`--budgets X,Y --step-in-backward` where X and Y are the first sweep's budgets in bytes",
+             "`--budgets X,Y --step-in-backward` where X and Y are the first sweep's budgets in bytes; none's maximum "
+             "batch at the GPU's memory: `vtensor maxbatch --model M [--seq S] --gpu G --policy none [--step-in-backward]`",
     "rows": [{**m, "gpu": g} for g in ("p100-16g", "h100-80g") for m in PAPER_MODELS],
-    "runs": [("after", lambda r, got: _sib_sweep(r, got, False)), ("inside", lambda r, got: _sib_sweep(r, got, True))],
+    "runs": [("after", lambda r, got: _sib_sweep(r, got, False)), ("inside", lambda r, got: _sib_sweep(r, got, True)),
+             ("mb after", lambda r, got: maxbatch(r, "--policy", "none")),
+             ("mb inside", lambda r, got: maxbatch(r, "--policy", "none", "--step-in-backward"))],
     "columns": [("model", lambda c: c.row["model"]), ("GPU", lambda c: c.row["gpu"]),
                 ("none's peak MiB", _sib_peak),
+                ("none's max batch", lambda c: f"{c.rep['mb after']['max_batch']} → {c.rep['mb inside']['max_batch']}"),
                 *[(f"{p} {b}", (lambda p, k: lambda c: _sib_cell(c, p, k))(p, k))
                   for p in SIB_POLICIES for k, b in enumerate(("50%", "25%"))]]}
 
