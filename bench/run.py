@@ -1718,12 +1718,15 @@ EXPERIMENTS["auto-search-logs"] = auto_search(
 
 # What the LP's starts buy: auto with them (default) and without (--auto-lp 0), the same sweep
 # otherwise (as headline-*: reference batch, 4 iterations, densities where the model has them).
+def _paper_sweep(row, policies, budgets):
+    """`vtensor sweep` of a paper model's row at its reference batch on sim, as headline-*."""
+    return ["sweep", "--model", row["model"], "--batch", str(row["batch"]), *(["--seq", str(row["seq"])] if "seq" in row else []),
+            "--backend", "sim", "--gpu", row["gpu"], "--iters", "4", "--policies", policies, "--budgets", budgets,
+            *densities_args({"model": row["model"]})]
+
+
 def _lp_sweep(row, off):
-    m = {"model": row["model"]}
-    args = ["sweep", "--model", row["model"], "--batch", str(row["batch"]), *(["--seq", str(row["seq"])] if "seq" in row else []),
-            "--backend", "sim", "--gpu", row["gpu"], "--iters", "4", "--policies", "none,auto", "--budgets", "50%,25%",
-            *densities_args(m)]
-    return args + (["--auto-lp", "0"] if off else [])
+    return _paper_sweep(row, "none,auto", "50%,25%") + (["--auto-lp", "0"] if off else [])
 
 
 def _lp_cell(c, run, budget):
@@ -1738,15 +1741,13 @@ SIB_POLICIES = ["capuchin", "dtr", "auto"]
 
 
 def _sib_sweep(row, got, inside):
-    args = ["sweep", "--model", row["model"], "--batch", str(row["batch"]), *(["--seq", str(row["seq"])] if "seq" in row else []),
-            "--backend", "sim", "--gpu", row["gpu"], "--iters", "4", "--policies", ",".join(["none", *SIB_POLICIES]),
-            *densities_args({"model": row["model"]})]
+    policies = ",".join(["none", *SIB_POLICIES])
     if not inside:
-        return args + ["--budgets", "50%,25%"]
+        return _paper_sweep(row, policies, "50%,25%")
     ref = {r["budget"]: r["budget_bytes"] for r in (got.get("after") or []) if r["policy"] == "none"}
     if "50%" not in ref or "25%" not in ref:
         return None
-    return args + ["--budgets", f"{int(ref['50%'])}B,{int(ref['25%'])}B", "--step-in-backward"]
+    return _paper_sweep(row, policies, f"{int(ref['50%'])}B,{int(ref['25%'])}B") + ["--step-in-backward"]
 
 
 def _sib_cell(c, policy, k):
