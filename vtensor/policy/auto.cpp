@@ -974,6 +974,16 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       }
       if (kept) finish_fields() = *kept;
     }
+    // Off sim the plan is made from the rehearsal's record of the measured iteration, as every
+    // rehearsal made it, not from the clock's: the two differ in the last bits of the times, and a
+    // plan made from the clock's could wrap-swap other tensors than the warm layout was rehearsed
+    // with (the measured iteration's end then left another arena, and the layout was not taken).
+    if (view_->modelled_gpu().empty() && !chosen_.empty()) {
+      RehearsalSetup m = s;
+      m.measured_only = true;
+      const RehearsalResult mr = rehearser_(chosen_, m);
+      if (mr.measured_trace && use_sequence(*mr.measured_trace) == use_sequence(trace)) planned_from_ = mr.measured_trace;
+    }
   }
   if (chosen_.empty()) chosen_ = "capuchin";
   if (dtr_fallback(chosen_)) fallback_ = make_policy("dtr");
@@ -982,7 +992,7 @@ void AutoPolicy::choose(const AccessTrace& trace) {
     static_cast<CapuchinPolicy&>(*measuring_).set_trigger_moves(trigger_moves_);
     static_cast<CapuchinPolicy&>(*measuring_).set_compact_unfit(compact_unfit_);
     static_cast<CapuchinPolicy&>(*measuring_).set_min_wrap_bytes(min_wrap_bytes_);
-    measuring_->end_iteration(trace);  // it measured this iteration: it plans from it
+    measuring_->end_iteration(planned_from_ ? *planned_from_ : trace);  // it measured this iteration: it plans from it
     active_ = std::move(measuring_);
   } else {
     active_ = make_candidate(chosen_);
@@ -991,7 +1001,7 @@ void AutoPolicy::choose(const AccessTrace& trace) {
     active_->attach(*view_);
     // A compression plan needs the non-zero counts this iteration measured.
     if (auto* z = dynamic_cast<CompressPolicy*>(active_.get())) z->set_measured_nonzeros(nonzeros_);
-    active_->end_iteration(trace);  // a measuring planner plans from it; the others ignore it
+    active_->end_iteration(planned_from_ ? *planned_from_ : trace);  // a measuring planner plans from it; the others ignore it
   }
   planning_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -1458,6 +1468,9 @@ nlohmann::json AutoPolicy::report() const {
   for (const auto& p : pins_) pins.push_back(to_string(p));
   json out = {{"mode", "auto"}, {"chosen", chosen_}, {"forced", !forced_.empty()}, {"planning_ms", planning_ms_},
               {"candidates", cands}, {"pins", pins}};
+  // What the plan was made from: the measured iteration as the clock recorded it (on sim the same
+  // as the rehearsals'), or off sim as the rehearsals recorded it (choose).
+  out["planned_from"] = planned_from_ ? "rehearsed measured iteration" : "measured iteration";
   // The fallback where a plan does not fit (CapuchinPolicy::set_compact_unfit): what runs, and
   // the starts the search climbed with compact_unfit.
   out["unfit_fallback"] = {{"mode", compact_unfit_ ? "compact" : "evict"}, {"compact_starts", compact_starts_}};

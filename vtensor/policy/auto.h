@@ -129,6 +129,7 @@ struct RehearsalSetup {
   // measured iteration counted): what sizes the compression candidates' tensors. Null: the
   // compression candidates are not rehearsed.
   std::shared_ptr<const DensityTable> densities;
+  bool measured_only = false;      // run the measured iteration only; its trace comes back (measured_trace)
 };
 
 // One access gap of a rehearsed Capuchin-based plan: what the plan decided and what it cost in
@@ -163,6 +164,9 @@ struct RehearsalResult {
   size_t min_wrap_bytes = 0;                     // as rehearsed (RehearsalSetup::min_wrap_bytes)
   std::vector<RehearsedGap> gaps;  // the gaps the plan swaps or recomputes (Capuchin-based candidates)
   std::vector<LayoutBlock> end_layout;  // the arena the last iteration's end left
+  // The measured iteration's trace as the rehearsal recorded it (RehearsalSetup::measured_only):
+  // what each rehearsed plan was made from.
+  std::shared_ptr<const AccessTrace> measured_trace;
 };
 
 // A rehearsal ran past its time limit (thrown by the rehearsed policy, caught by the rehearsal).
@@ -326,6 +330,7 @@ class AutoPolicy final : public Policy {
   std::unique_ptr<Policy> measuring_;  // Capuchin's hybrid, passive until it plans
   std::unique_ptr<Policy> active_;     // the chosen planner's policy, once chosen
   bool measured_last_ = false;         // the last iteration was the measured one
+  std::shared_ptr<const AccessTrace> planned_from_;  // off sim: the rehearsal's measured iteration (choose)
   StartState start_state_ = StartState::kPacked;  // what each iteration's end leaves
   std::vector<LayoutBlock> start_layout_;  // the measured iteration's end leaves it (the warm start)
   std::vector<TriggerMove> trigger_moves_;  // the plan's feedback moves, replayed (the warm start)

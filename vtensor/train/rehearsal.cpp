@@ -48,7 +48,11 @@ RehearsalResult rehearse(const std::string& candidate, const RehearsalSetup& set
       if (i == 0) {  // the measured iteration: the same for every candidate, but for its end's moves
         r.measured_ms = s.time_ms;
         r.start_layout_applied = !setup.start_layout.empty() && mm.live_device_blocks() == setup.start_layout;
-        continue;
+        if (!setup.measured_only) continue;
+        r.measured_trace = std::make_shared<const AccessTrace>(mm.tracker().current());
+        r.trained = true;
+        r.wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        return r;
       }
       ++guided;
       r.peak_allocated = std::max(r.peak_allocated, s.peak_allocated);
