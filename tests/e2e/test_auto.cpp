@@ -148,6 +148,9 @@ TEST_P(AutoTiny, BitIdenticalToNoneAtTheSmallestBudgetItReaches) {
     for (const auto& s : r.iters) EXPECT_LE(s.peak_allocated, budget);
     ASSERT_TRUE(r.report.is_object());
     EXPECT_FALSE(r.report["chosen"].get<std::string>().empty());
+    // The plan that runs was made from the measured iteration as the rehearsals recorded it: the
+    // same accesses as the clock's record (else the clock's is used).
+    EXPECT_EQ(r.report["planned_from"], "rehearsed measured iteration");
     ASSERT_GE(r.report["candidates"].size(), auto_candidates().size());
     for (size_t i = auto_candidates().size(); i < r.report["candidates"].size(); ++i)  // the wrap-swap reruns
       EXPECT_NE(r.report["candidates"][i]["policy"].get<std::string>().find(",wrap"), std::string::npos);
