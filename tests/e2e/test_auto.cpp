@@ -228,6 +228,36 @@ TEST(AutoEdf, SwapOutsIssuedLaterThanTheirEvictionKeepTheRunBitIdentical) {
   EXPECT_GT(deferred, 0) << "no swap-out was issued later than its eviction";
 }
 
+// One op's prefetches in need order (",need", tried on the plan auto chose): the memory manager
+// issues them in the plan's order, so the order changes only when copies run. On cpu the run
+// stays bit-identical to none; on sim the budget holds, and on some row the order is not the
+// greedy's.
+TEST(AutoNeed, PrefetchesInNeedOrderKeepTheRunBitIdentical) {
+  int reordered = 0;
+  for (const std::string model : {"resnet-tiny", "bert-tiny"})
+    for (const double fraction : {0.5, 0.25}) {
+      SCOPED_TRACE(model + " at " + std::to_string(fraction));
+      for (const std::string gpu : {"p100-16g", ""}) {
+        const AutoRun base = train(config(model, "none", 0, 4, gpu));
+        const size_t budget = align_up(static_cast<size_t>(static_cast<double>(max_peak(base)) * fraction));
+        const TrainConfig cfg = config(model, "capuchin-swap", budget, 4, gpu);
+        const AutoRun plain = train(cfg);
+        Trainer t(cfg);
+        auto* c = dynamic_cast<CapuchinPolicy*>(&t.memory().policy());
+        ASSERT_NE(c, nullptr);
+        c->set_need_ordered_prefetches(true);
+        const AutoRun r = run(t, cfg);
+        for (const auto& s : r.iters) EXPECT_LE(s.peak_allocated, budget);
+        uint64_t prefetched = 0;
+        for (size_t i = 1; i < r.iters.size(); ++i) prefetched += r.iters[i].counters.prefetches;
+        EXPECT_GT(prefetched, 0u);
+        if (gpu.empty()) expect_bit_identical(base, r);
+        else reordered += r.report["plan"] != plain.report["plan"];
+      }
+    }
+  EXPECT_GT(reordered, 0) << "the need order never differed from the greedy's";
+}
+
 // A persistent tensor the plan keeps but the passive fallback evicts (momentum at the optimizer
 // step, where the weights, their gradients and momentum do not fit) costs its wait at its first
 // use or for its copy out: the rehearsal reports that gap over the iteration's end
@@ -375,9 +405,10 @@ std::pair<std::string, double> fastest_start(const nlohmann::json& runs) {
   return best;
 }
 
-// What the run's guided iterations take over a long run on sim: the warm start's long rehearsal
-// where one runs, else the long run of the start state that runs.
+// What the run's guided iterations take over a long run on sim: the need order's long rehearsal
+// where it won, the warm start's where one runs, else the long run of the start state that runs.
 double long_run_ms(const nlohmann::json& report) {
+  if (report.contains("need_order") && report["need_order"]["won"].get<bool>()) return report["need_order"]["long_ms"].get<double>();
   if (report.contains("warm_start") && !report["warm_start"]["variant"].is_null())
     return report["warm_start"]["long_ms"].get<double>();
   const auto& ss = report["start_state"];
@@ -454,7 +485,7 @@ TEST(AutoRunLong, ADriftingPlanGivesWayToTheFastestFinalistOverALongRun) {
     EXPECT_FALSE(ap->chosen() == first->first && ap->pins() == first->second) << "the drifting plan still runs";
     bool listed = false;  // the plan that runs is a finalist, with the long-run times the report gives
     for (const auto& f : ss["finalists"])
-      listed |= f["policy"] == ap->chosen() && f["pins"].get<size_t>() == ap->pins().size() &&
+      listed |= f["policy"] == (a.report.contains("need_order") && a.report["need_order"]["won"].get<bool>() ? a.report["need_order"]["searched_policy"].get<std::string>() : ap->chosen()) && f["pins"].get<size_t>() == ap->pins().size() &&
                 f["packed_ms"] == ss["packed_ms"] && f["reordered_ms"] == ss["reordered_ms"] &&
                 f["restored_ms"] == ss["restored_ms"];
     EXPECT_TRUE(listed) << ss.dump();
@@ -759,10 +790,16 @@ TEST_P(AutoSim, PredictionIsTheRunAndNoCandidateIsFaster) {
   EXPECT_LE(a.report["search"]["time_ms"].get<double>(), a.report["search"]["candidate_time_ms"].get<double>());
   // The prediction is the search's end, rehearsed again from another start state where that
   // one ran faster over a long run ("start_state"), and again warm where that is faster.
+  // Then with one op's prefetches in need order where that is faster ("need_order").
   const auto& warm = a.report["warm_start"];
   const bool warmed = warm.is_object() && !warm["variant"].is_null();
-  const double cold = warmed ? warm["cold_ms"].get<double>() : a.report["predicted_time_ms"].get<double>();
-  if (warmed) EXPECT_LE(a.report["predicted_time_ms"].get<double>(), cold);
+  const auto& need = a.report["need_order"];
+  const bool needed = need.is_object() && need["won"].get<bool>();
+  EXPECT_EQ(needed, a.report["chosen"].get<std::string>().find(",need") != std::string::npos) << a.report["chosen"];
+  if (needed) EXPECT_LT(a.report["predicted_time_ms"].get<double>(), need["searched_ms"].get<double>());
+  const double finished = needed ? need["searched_ms"].get<double>() : a.report["predicted_time_ms"].get<double>();
+  const double cold = warmed ? warm["cold_ms"].get<double>() : finished;
+  if (warmed) EXPECT_LE(finished, cold);
   if (switched)
     EXPECT_LT(ss[ss["state"].get<std::string>() + "_ms"].get<double>(),
               ss[a.report["search"]["start_state"].get<std::string>() + "_ms"].get<double>());

@@ -206,6 +206,38 @@ TEST(CapuchinPlanner, ADeadlineOrderedQueueIssuesAShortGapFirst) {
   EXPECT_TRUE(p.fits);
 }
 
+// One op's prefetches in need order (PlannerInput::need_ordered_prefetches, policy auto's ",need"):
+// x and y are both off over z's ops and both prefetched after op 13, the first op they may be back
+// at. The lane model places each copy in a gap of its own; the stream copies in issue order, so y,
+// needed first, is issued first. The rest of the plan is the same.
+TEST(CapuchinPlanner, NeedOrderIssuesOneOpsPrefetchesInTheOrderTheyAreNeeded) {
+  TraceBuilder b(30);
+  b.in.swap_ns_per_byte = 0.1;
+  const TensorId x = b.tensor(800, 0, {}, true);
+  b.accesses(x, {0, 20});
+  const TensorId y = b.tensor(300, 0, {}, true);
+  b.accesses(y, {1, 16});
+  const TensorId z = b.tensor(1100, 0, {}, true);
+  b.live(z, 3, 13);
+  b.in.budget = 1200;
+  const CapuchinPlan plain = plan_capuchin(b.in, CapuchinMode::kSwap);
+  b.in.need_ordered_prefetches = true;
+  const CapuchinPlan p = plan_capuchin(b.in, CapuchinMode::kSwap);
+  ASSERT_EQ(candidate(p, x).decision, CapuchinDecision::kSwap);
+  ASSERT_EQ(candidate(p, y).decision, CapuchinDecision::kSwap);
+  EXPECT_EQ(candidate(p, x).trigger_op, 13);
+  EXPECT_EQ(candidate(p, y).trigger_op, 13);
+  EXPECT_EQ(p.plan.at(13), (std::vector<Action>{{ActionKind::kPrefetch, y, 13}, {ActionKind::kPrefetch, x, 13}}));
+  EXPECT_EQ(plain.plan.at(13), (std::vector<Action>{{ActionKind::kPrefetch, x, 13}, {ActionKind::kPrefetch, y, 13}}))
+      << "chosen first, issued first";
+  auto sorted = [](std::vector<Action> a) {
+    std::sort(a.begin(), a.end(), [](const Action& l, const Action& r) { return std::tie(l.op, l.tensor, l.kind) < std::tie(r.op, r.tensor, r.kind); });
+    return a;
+  };
+  EXPECT_EQ(sorted(p.plan.actions), sorted(plain.plan.actions));
+  EXPECT_EQ(p.memory_after, plain.memory_after);
+}
+
 // The copy lane jumps over chains of touching intervals and skips blocks of narrow gaps, and the
 // trigger walk bisects: both must give what the plain definitions give, on lanes with chains, gaps
 // of every size (lanes of up to 120 intervals: several of the lane's blocks) and removals.

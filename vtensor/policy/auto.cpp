@@ -91,6 +91,9 @@ std::string with_wrap(const std::string& name) {
 // "...,edf" (before ",wrap"): a Capuchin plan with its D2H queue in deadline order
 // (PlannerInput::deadline_swap_outs).
 constexpr const char* kEdf = ",edf";
+// "...,need" (before ",edf"): a Capuchin plan issuing one op's prefetches in need order
+// (PlannerInput::need_ordered_prefetches); only the searched plans' finish tries it.
+constexpr const char* kNeed = ",need";
 
 std::unique_ptr<Policy> make_candidate(const std::string& full) {
   std::string name = without_dtr(full);
@@ -98,6 +101,8 @@ std::unique_ptr<Policy> make_candidate(const std::string& full) {
   if (wrap) name.resize(name.size() - std::string(kWrap).size());
   const bool edf = ends_with(name, kEdf);
   if (edf) name.resize(name.size() - std::string(kEdf).size());
+  const bool need = ends_with(name, kNeed);
+  if (need) name.resize(name.size() - std::string(kNeed).size());
   const size_t at = name.find('@');
   const std::string base = name.substr(0, at);
   bool known = false;
@@ -134,6 +139,11 @@ std::unique_ptr<Policy> make_candidate(const std::string& full) {
     auto* c = dynamic_cast<CapuchinPolicy*>(p.get());
     if (!c) return nullptr;
     c->set_deadline_swap_outs(true);
+  }
+  if (need) {
+    auto* c = dynamic_cast<CapuchinPolicy*>(p.get());
+    if (!c) return nullptr;
+    c->set_need_ordered_prefetches(true);
   }
   return p;
 }
@@ -247,11 +257,13 @@ std::optional<std::string> respelled(const std::string& full, double f, double w
   const bool wrap = ends_with(name, kWrap);
   if (wrap) name.resize(name.size() - std::string(kWrap).size());
   const bool edf = ends_with(name, kEdf);
+  if (edf) name.resize(name.size() - std::string(kEdf).size());
+  const bool need = ends_with(name, kNeed);
   const std::string base = name.substr(0, name.find_first_of("@,"));
   if (base.rfind("capuchin", 0) != 0 || !(f > 0 && f <= 1) || !(w > 0)) return std::nullopt;
   char buf[64];
   std::snprintf(buf, sizeof buf, w == 1 ? "@%g" : "@%g,w%g", std::round(f * 100) / 100, w);
-  std::string out = base + buf + (edf ? kEdf : "") + (wrap ? kWrap : "") + (dtr_fallback(full) ? kDtrFallback : "");
+  std::string out = base + buf + (need ? kNeed : "") + (edf ? kEdf : "") + (wrap ? kWrap : "") + (dtr_fallback(full) ? kDtrFallback : "");
   if (!make_candidate(out)) return std::nullopt;
   return out;
 }
@@ -265,6 +277,18 @@ std::optional<std::string> with_edf_toggled(const std::string& full) {
   if (ends_with(name, kEdf)) name.resize(name.size() - std::string(kEdf).size());
   else name += kEdf;
   std::string out = name + (wrap ? kWrap : "") + (dtr_fallback(full) ? kDtrFallback : "");
+  if (!make_candidate(out)) return std::nullopt;
+  return out;
+}
+// The candidate with ",need" (nullopt where it has it, or that is not a candidate).
+std::optional<std::string> with_need(const std::string& full) {
+  std::string name = without_dtr(full);
+  const bool wrap = ends_with(name, kWrap);
+  if (wrap) name.resize(name.size() - std::string(kWrap).size());
+  const bool edf = ends_with(name, kEdf);
+  if (edf) name.resize(name.size() - std::string(kEdf).size());
+  if (ends_with(name, kNeed)) return std::nullopt;
+  std::string out = name + kNeed + (edf ? kEdf : "") + (wrap ? kWrap : "") + (dtr_fallback(full) ? kDtrFallback : "");
   if (!make_candidate(out)) return std::nullopt;
   return out;
 }
@@ -973,6 +997,10 @@ void AutoPolicy::choose(const AccessTrace& trace) {
           kept = std::apply([](auto&... x) { return std::make_tuple(x...); }, finish_fields()), kept_ms = chosen_result_.time_ms;
       }
       if (kept) finish_fields() = *kept;
+      RehearsalSetup se = s;
+      se.compact_unfit = compact_unfit_;
+      se.min_wrap_bytes = min_wrap_bytes_;
+      need_order(se);
     }
     // Off sim the plan is made from the rehearsal's record of the measured iteration, as every
     // rehearsal made it, not from the clock's: the two differ in the last bits of the times, and a
@@ -1110,6 +1138,42 @@ void AutoPolicy::choose_start_state(const RehearsalSetup& setup, std::chrono::st
   }
   start_state_ = state;
   chosen_result_ = std::move(r);
+}
+
+// The need order: the plan as it will run (its start state and warm start) rehearsed once more
+// with one op's prefetches issued in the order their tensors are needed (",need"), kept where the
+// measured and guided iterations take less time in all and its long run does not drift (as
+// warm_start keeps a variant). Capuchin's lane model puts each copy in the first gap that fits
+// it, but the H2D stream copies in issue order, so a small prefetch chosen late can wait behind a
+// large one issued at the same op for a later access. As a start for every candidate it won on
+// some rows and lost on more (the climbs then settled elsewhere), and tried on the climbs' ends
+// before their warm starts it lost what the warm start gave the plan without it.
+void AutoPolicy::need_order(const RehearsalSetup& setup) {
+  const auto name = with_need(chosen_);
+  const RehearsalResult& steady = steady_[static_cast<size_t>(start_state_)];
+  if (!name || !chosen_result_.trained || !rehearser_) return;
+  std::array<RehearsalResult, 2> res;
+  run_parallel(res.size(), [&](size_t i) {
+    RehearsalSetup s = setup;
+    s.pins = pins_;
+    s.trigger_moves = trigger_moves_;
+    s.start_layout = start_layout_;
+    s.start_state = start_state_;
+    s.time_limit_ms = 0;
+    s.iterations = i ? kLongRunIterations : kRehearsedIterations;
+    res[i] = rehearser_(*name, s);
+  });
+  const RehearsalResult &r = res[0], &l = res[1];
+  need_ = {true, false, chosen_result_.time_ms, r.trained ? r.time_ms : 0, l.trained ? l.time_ms : 0, chosen_};
+  const double guided = kRehearsedIterations - 1;
+  auto total = [&](const RehearsalResult& x) { return x.measured_ms + guided * x.time_ms; };
+  if (!r.trained || !l.trained || r.time_ms > chosen_result_.time_ms) return;
+  if (!start_layout_.empty() && !r.start_layout_applied) return;
+  if (steady.trained && l.time_ms > steady.time_ms * (1 + kLongRunDrift)) return;
+  if (total(r) >= total(chosen_result_) * (1 - kMinGain)) return;
+  need_.won = true;
+  chosen_ = *name;
+  chosen_result_ = r;
 }
 
 // The warm start: the first guided iteration starts where the chosen plan's long rehearsal (in
@@ -1526,6 +1590,10 @@ nlohmann::json AutoPolicy::report() const {
     out["start_state"]["finalists"] = fin;
     out["start_state"]["replaced_ms"] = drifted_from_ms_ > 0 ? json(drifted_from_ms_) : json(nullptr);
   }
+  if (need_.tried)  // the need order (need_order): the plan's time as searched, and with ",need"
+    out["need_order"] = {{"won", need_.won}, {"searched_policy", need_.before_policy}, {"searched_ms", need_.before_ms},
+                         {"time_ms", need_.time_ms > 0 ? json(need_.time_ms) : json(nullptr)},
+                         {"long_ms", need_.long_ms > 0 ? json(need_.long_ms) : json(nullptr)}};
   if (warm_.tried > 0) {  // the warm start (warm_start): what ran, and the plan's times without it
     out["warm_start"] = {{"variants", warm_.tried}, {"variant", warm_.variant.empty() ? json(nullptr) : json(warm_.variant)},
                          {"layout_blocks", warm_.layout_blocks}, {"trigger_moves", warm_.trigger_moves},

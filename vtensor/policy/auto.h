@@ -52,7 +52,8 @@
 // fastest over the long run is the plan. Then the warm start: where it takes the measured and
 // guided iterations less time in all, the first guided iteration starts where that long
 // rehearsal settled (its layout, moved to at the measured iteration's end; the trigger moves
-// Capuchin's feedback made, replayed), not where the measured iteration left things.
+// Capuchin's feedback made, replayed), not where the measured iteration left things. Last, the
+// plan with one op's prefetches issued in need order (",need"), kept where that is faster.
 // Without a Rehearser (set by the Trainer) it runs Capuchin's hybrid.
 // Full notes: docs/design.md.
 #pragma once
@@ -340,12 +341,20 @@ class AutoPolicy final : public Policy {
   LongRun long_ms_{};  // the plan's
   std::array<RehearsalResult, kStartStates> steady_;  // the plan's long rehearsals, from each start state
   void warm_start(const RehearsalSetup& setup);
+  void need_order(const RehearsalSetup& setup);
+  struct NeedOrder {  // need_order's rehearsal of the plan, for the report
+    bool tried = false, won = false;
+    double before_ms = 0, time_ms = 0;  // the plan as it was; with ",need" (0: did not train)
+    double long_ms = 0;                 // with ",need" over the long run (0: did not train)
+    std::string before_policy;          // the plan's candidate before
+  };
+  NeedOrder need_;
   // What choose_start_state and warm_start decide for a plan, and where its climb started: saved
   // per finished plan (kFinishedPlans), the fastest restored.
   auto finish_fields() {
     return std::tie(chosen_result_, chosen_, pins_, start_state_, searched_state_, searched_ms_, finalists_, drifted_from_ms_,
                     long_ms_, steady_, warm_, trigger_moves_, start_layout_, warm_layout_, climbed_ms_, start_ms_, start_,
-                    start_policy_, compact_unfit_, min_wrap_bytes_);
+                    start_policy_, compact_unfit_, min_wrap_bytes_, need_);
   }
   struct Finished {  // a plan given a start state and a warm start, for the report
     std::string start;

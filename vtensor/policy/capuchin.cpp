@@ -1,6 +1,7 @@
 #include "vtensor/policy/capuchin.h"
 
 #include <algorithm>
+#include <map>
 #include <cstdio>
 #include <functional>
 #include <queue>
@@ -120,6 +121,7 @@ class Planner {
     out_.peak_after = peak();
     out_.fits = out_.peak_after <= in_.budget;
     sort_actions(out_.plan);
+    if (in_.need_ordered_prefetches) order_prefetches_by_need();
     out_.op_start_ns = start_;
     return std::move(out_);
   }
@@ -547,6 +549,28 @@ class Planner {
         for (auto& a : out_.plan.actions)
           if (a.kind == ActionKind::kPrefetch && a.tensor == c.id && a.op == c.trigger_op) a.op = p;
       c.trigger_op = p;
+    }
+  }
+
+  // need_ordered_prefetches: at one op, the prefetches in the order their tensors are needed (the
+  // H2D stream copies in issue order; the lane model placed each in a gap of its own).
+  void order_prefetches_by_need() {
+    std::map<std::pair<TensorId, int>, int> need;
+    for (const auto& c : out_.candidates)
+      if (c.decision == CapuchinDecision::kSwap) need[{c.id, c.trigger_op}] = need_by(c);
+    for (const auto& w : out_.wrap_swaps) need[{w.id, w.trigger_op}] = w.back_op;
+    auto& acts = out_.plan.actions;
+    for (size_t i = 0; i < acts.size();) {
+      size_t j = i;
+      std::vector<size_t> pos;
+      for (; j < acts.size() && acts[j].op == acts[i].op; ++j)
+        if (acts[j].kind == ActionKind::kPrefetch) pos.push_back(j);
+      std::vector<Action> pf;
+      for (size_t q : pos) pf.push_back(acts[q]);
+      auto key = [&](const Action& a) { const auto it = need.find({a.tensor, a.op}); return it == need.end() ? 1 << 30 : it->second; };
+      std::stable_sort(pf.begin(), pf.end(), [&](const Action& a, const Action& b) { return key(a) < key(b); });
+      for (size_t q = 0; q < pos.size(); ++q) acts[pos[q]] = pf[q];
+      i = j;
     }
   }
 
@@ -996,6 +1020,7 @@ void CapuchinPolicy::end_iteration(const AccessTrace& trace) {
   in.wrap_persistent = wrap_persistent_;
   in.min_wrap_bytes = min_wrap_bytes_;
   in.deadline_swap_outs = deadline_swap_outs_;
+  in.need_ordered_prefetches = need_ordered_prefetches_;
   for (const Op& op : view_->graph().ops()) {  // what the memory manager allocated (aligned) at each op
     const size_t ws = view_->workspace_bytes(op);
     in.workspace_bytes.push_back(ws ? align_up(ws) : 0);

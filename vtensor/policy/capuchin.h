@@ -106,6 +106,10 @@ struct PlannerInput {
   // whose prefetches come after its back-access; those are issued after it
   // (CapuchinCandidate::swap_out_op).
   bool deadline_swap_outs = false;
+  // The prefetches issued after one op in the order their tensors are needed, not in the order the
+  // greedy chose them. The stream copies in issue order, while the lane model (CopyLane) put each
+  // in the first gap that fits it; policy auto rehearses the searched plan both ways (",need").
+  bool need_ordered_prefetches = false;
 };
 
 // A persistent tensor swapped across the iteration boundary: out after its last use, its block
@@ -205,6 +209,8 @@ class CapuchinPolicy final : public Policy {
   void set_min_wrap_bytes(size_t b) { min_wrap_bytes_ = b; }
   // Order the D2H queue by deadline (PlannerInput::deadline_swap_outs).
   void set_deadline_swap_outs(bool on) { deadline_swap_outs_ = on; }
+  // Issue one op's prefetches in need order (PlannerInput::need_ordered_prefetches).
+  void set_need_ordered_prefetches(bool on) { need_ordered_prefetches_ = on; }
   // Move late prefetches' triggers only after the first n guided iterations (-1: after every one,
   // Capuchin's own). Policy auto: those its rehearsal timed, so later iterations run that plan.
   void set_feedback_iterations(int n) { feedback_iterations_ = n; }
@@ -259,6 +265,7 @@ class CapuchinPolicy final : public Policy {
   bool wrap_persistent_ = false;
   size_t min_wrap_bytes_ = 0;
   bool deadline_swap_outs_ = false;
+  bool need_ordered_prefetches_ = false;
   int feedback_iterations_ = -1;
 };
 
