@@ -46,6 +46,9 @@ const char* const kAutoRoomHelp =
 const char* const kAutoLpHelp =
     "policy auto: the fastest candidates its linear program's rounded plans (untimed and timed) are rehearsed on, each plan's fastest a start for its search (0: none, the LP still bounds; default 3)";
 
+const char* const kAutoSecondsHelp =
+    "policy auto: seconds its candidates' rehearsals may take, its search then 1.3 s more (default 8; at most 600)";
+
 const char* const kAutoIlpHelp =
     "policy auto: seconds for its integer program over the LP's fractional gaps (COIN-OR Cbc), whose plan is one more start for its search (0: none; default 0)";
 
@@ -68,6 +71,12 @@ void check_auto_search(const TrainConfig& cfg, const CLI::App& cmd, bool single_
   check_auto_count("--auto-room", cfg.auto_room, "no make-room moves", cfg, cmd.get_option("--auto-room")->count() > 0,
                    single_policy);
   check_auto_count("--auto-lp", cfg.auto_lp, "no LP starts", cfg, cmd.get_option("--auto-lp")->count() > 0, single_policy);
+  if (cmd.get_option("--auto-seconds")->count() > 0) {
+    if (!(cfg.auto_seconds > 0 && cfg.auto_seconds <= 600))
+      throw std::invalid_argument("--auto-seconds must be seconds in (0, 600], got " + format_number(cfg.auto_seconds));
+    if (single_policy && cfg.policy != "auto")
+      throw std::invalid_argument("--auto-seconds applies to --policy auto only, got --policy " + cfg.policy);
+  }
   if (cmd.get_option("--auto-ilp")->count() > 0) {
     if (!(cfg.auto_ilp >= 0 && cfg.auto_ilp <= 60))
       throw std::invalid_argument("--auto-ilp must be seconds in [0, 60] (0: no integer program), got " + format_number(cfg.auto_ilp));
@@ -385,6 +394,7 @@ CLI::App* add_sweep(CLI::App& app, ExperimentArgs& a) {
   c->add_option("--auto-room", a.cfg.auto_room, kAutoRoomHelp);
   c->add_option("--auto-lp", a.cfg.auto_lp, kAutoLpHelp);
   c->add_option("--auto-ilp", a.cfg.auto_ilp, kAutoIlpHelp);
+  c->add_option("--auto-seconds", a.cfg.auto_seconds, kAutoSecondsHelp);
   c->add_option("--densities", a.cfg.densities_path, "runs of the compress policies and auto: non-zero counts recorded by a cpu run (train --densities-out)");
   c->add_option("--out", a.out, "output file, .csv or .json")->required();
   return c;
@@ -532,6 +542,7 @@ int vtensor::run_cli(int argc, char** argv, CliMode mode) {
   train->add_option("--auto-room", cfg.auto_room, kAutoRoomHelp);
   train->add_option("--auto-lp", cfg.auto_lp, kAutoLpHelp);
   train->add_option("--auto-ilp", cfg.auto_ilp, kAutoIlpHelp);
+  train->add_option("--auto-seconds", cfg.auto_seconds, kAutoSecondsHelp);
   train->add_flag("--inplace-relu-grad", cfg.inplace_relu_grad, "relu backward writes dx over dy where dy dies (cuDNN's in-place ReLU, as in vDNN)");
   train->add_flag("--step-in-backward", cfg.optimizer.in_backward, kStepInBackwardHelp);
   train->add_option("--weight-decay", cfg.optimizer.weight_decay, "weight decay (L2 for sgd and adam, decoupled for adamw)");

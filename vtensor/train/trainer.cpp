@@ -58,8 +58,11 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
     throw std::invalid_argument("--auto-lp must be a rehearsal count >= 0 (0: no LP starts), got " + std::to_string(cfg_.auto_lp));
   if (!(cfg_.auto_ilp == -1 || (cfg_.auto_ilp >= 0 && cfg_.auto_ilp <= 60)))
     throw std::invalid_argument("--auto-ilp must be seconds in [0, 60] (0: no integer program), got " + format_number(cfg_.auto_ilp));
+  if (!(cfg_.auto_seconds == -1 || (cfg_.auto_seconds > 0 && cfg_.auto_seconds <= 600)))
+    throw std::invalid_argument("--auto-seconds must be seconds in (0, 600], got " + format_number(cfg_.auto_seconds));
   if (auto* a = dynamic_cast<AutoPolicy*>(policy.get())) {
     a->set_rehearser(rehearse);
+    if (cfg_.auto_seconds > 0) a->set_time_limit_ms(cfg_.auto_seconds * 1e3);
     if (cfg_.auto_ilp >= 0) a->set_ilp_seconds(cfg_.auto_ilp);
     if (cfg_.auto_lp >= 0) a->set_lp_rehearsals(cfg_.auto_lp);
     if (cfg_.auto_search >= 0) a->set_search_rehearsals(cfg_.auto_search);
