@@ -1149,6 +1149,7 @@ void AutoPolicy::choose_start_state(const RehearsalSetup& setup, std::chrono::st
 // some rows and lost on more (the climbs then settled elsewhere), and tried on the climbs' ends
 // before their warm starts it lost what the warm start gave the plan without it.
 void AutoPolicy::need_order(const RehearsalSetup& setup) {
+  need_ = {};
   const auto name = with_need(chosen_);
   const RehearsalResult& steady = steady_[static_cast<size_t>(start_state_)];
   if (!name || !chosen_result_.trained || !rehearser_) return;

@@ -354,7 +354,7 @@ class AutoPolicy final : public Policy {
   auto finish_fields() {
     return std::tie(chosen_result_, chosen_, pins_, start_state_, searched_state_, searched_ms_, finalists_, drifted_from_ms_,
                     long_ms_, steady_, warm_, trigger_moves_, start_layout_, warm_layout_, climbed_ms_, start_ms_, start_,
-                    start_policy_, compact_unfit_, min_wrap_bytes_, need_);
+                    start_policy_, compact_unfit_, min_wrap_bytes_);
   }
   struct Finished {  // a plan given a start state and a warm start, for the report
     std::string start;

@@ -1,9 +1,9 @@
 #include "vtensor/policy/capuchin.h"
 
 #include <algorithm>
-#include <map>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <queue>
 #include <stdexcept>
 
