@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -191,13 +192,13 @@ TEST(AutoWrap, PersistentSwapsAcrossIterationsAreBitIdentical) {
   }
 }
 
-// A D2H queue in deadline order (the ",edf" starts of auto's search): some swap-outs are issued
-// after ops later than their evictions, ahead of them others whose gaps close sooner. The
-// memory manager carries that out: on sim the plan defers some swap-outs, holds the budget and
-// runs its swaps; on cpu the run stays bit-identical to none.
-TEST(AutoEdf, SwapOutsIssuedLaterThanTheirEvictionKeepTheRunBitIdentical) {
-  int deferred = 0;
-  for (const std::string model : {"resnet-tiny", "gpt-tiny"})
+// capuchin-swap with `set` applied to the policy, on each model at 50% and 25% of its unmanaged
+// peak, on sim (p100-16g) and on cpu: every run holds the budget and on cpu is bit-identical to
+// none; `check` sees each run (gpu empty: cpu), and with `plain` the same run without `set` on sim.
+void capuchin_swap_rows(const std::vector<std::string>& models, const std::function<void(CapuchinPolicy&)>& set,
+                        const std::function<void(const AutoRun&, const AutoRun* plain, const std::string& gpu)>& check,
+                        bool plain = false) {
+  for (const std::string& model : models)
     for (const double fraction : {0.5, 0.25}) {
       SCOPED_TRACE(model + " at " + std::to_string(fraction));
       for (const std::string gpu : {"p100-16g", ""}) {
@@ -207,24 +208,39 @@ TEST(AutoEdf, SwapOutsIssuedLaterThanTheirEvictionKeepTheRunBitIdentical) {
         Trainer t(cfg);
         auto* c = dynamic_cast<CapuchinPolicy*>(&t.memory().policy());
         ASSERT_NE(c, nullptr);
-        c->set_deadline_swap_outs(true);
+        set(*c);
         const AutoRun r = run(t, cfg);
         for (const auto& s : r.iters) EXPECT_LE(s.peak_allocated, budget);
-        uint64_t swapped = 0;
-        for (size_t i = 1; i < r.iters.size(); ++i) swapped += r.iters[i].counters.swapped_out_bytes;
-        EXPECT_GT(swapped, 0u);
-        if (gpu.empty()) {
-          expect_bit_identical(base, r);
-          continue;
+        if (gpu.empty()) expect_bit_identical(base, r);
+        if (gpu.empty() || !plain) {
+          check(r, nullptr, gpu);
+        } else {
+          const AutoRun without = train(cfg);
+          check(r, &without, gpu);
         }
-        for (const auto& x : r.report["tensors"])
-          if (x.contains("swap_out_after_op")) {
-            EXPECT_GT(x["swap_out_after_op"].get<int>(), x["evict_after_op"].get<int>());
-            EXPECT_LT(x["swap_out_after_op"].get<int>(), x["freed_after_op"].get<int>());
-            ++deferred;
-          }
       }
     }
+}
+
+// A D2H queue in deadline order (the ",edf" starts of auto's search): some swap-outs are issued
+// after ops later than their evictions, ahead of them others whose gaps close sooner. The
+// memory manager carries that out: on sim the plan defers some swap-outs, holds the budget and
+// runs its swaps; on cpu the run stays bit-identical to none.
+TEST(AutoEdf, SwapOutsIssuedLaterThanTheirEvictionKeepTheRunBitIdentical) {
+  int deferred = 0;
+  capuchin_swap_rows({"resnet-tiny", "gpt-tiny"}, [](CapuchinPolicy& c) { c.set_deadline_swap_outs(true); },
+                     [&](const AutoRun& r, const AutoRun*, const std::string& gpu) {
+                       uint64_t swapped = 0;
+                       for (size_t i = 1; i < r.iters.size(); ++i) swapped += r.iters[i].counters.swapped_out_bytes;
+                       EXPECT_GT(swapped, 0u);
+                       if (gpu.empty()) return;
+                       for (const auto& x : r.report["tensors"])
+                         if (x.contains("swap_out_after_op")) {
+                           EXPECT_GT(x["swap_out_after_op"].get<int>(), x["evict_after_op"].get<int>());
+                           EXPECT_LT(x["swap_out_after_op"].get<int>(), x["freed_after_op"].get<int>());
+                           ++deferred;
+                         }
+                     });
   EXPECT_GT(deferred, 0) << "no swap-out was issued later than its eviction";
 }
 
@@ -234,27 +250,14 @@ TEST(AutoEdf, SwapOutsIssuedLaterThanTheirEvictionKeepTheRunBitIdentical) {
 // greedy's.
 TEST(AutoNeed, PrefetchesInNeedOrderKeepTheRunBitIdentical) {
   int reordered = 0;
-  for (const std::string model : {"resnet-tiny", "bert-tiny"})
-    for (const double fraction : {0.5, 0.25}) {
-      SCOPED_TRACE(model + " at " + std::to_string(fraction));
-      for (const std::string gpu : {"p100-16g", ""}) {
-        const AutoRun base = train(config(model, "none", 0, 4, gpu));
-        const size_t budget = align_up(static_cast<size_t>(static_cast<double>(max_peak(base)) * fraction));
-        const TrainConfig cfg = config(model, "capuchin-swap", budget, 4, gpu);
-        const AutoRun plain = train(cfg);
-        Trainer t(cfg);
-        auto* c = dynamic_cast<CapuchinPolicy*>(&t.memory().policy());
-        ASSERT_NE(c, nullptr);
-        c->set_need_ordered_prefetches(true);
-        const AutoRun r = run(t, cfg);
-        for (const auto& s : r.iters) EXPECT_LE(s.peak_allocated, budget);
-        uint64_t prefetched = 0;
-        for (size_t i = 1; i < r.iters.size(); ++i) prefetched += r.iters[i].counters.prefetches;
-        EXPECT_GT(prefetched, 0u);
-        if (gpu.empty()) expect_bit_identical(base, r);
-        else reordered += r.report["plan"] != plain.report["plan"];
-      }
-    }
+  capuchin_swap_rows({"resnet-tiny", "bert-tiny"}, [](CapuchinPolicy& c) { c.set_need_ordered_prefetches(true); },
+                     [&](const AutoRun& r, const AutoRun* plain, const std::string&) {
+                       uint64_t prefetched = 0;
+                       for (size_t i = 1; i < r.iters.size(); ++i) prefetched += r.iters[i].counters.prefetches;
+                       EXPECT_GT(prefetched, 0u);
+                       if (plain) reordered += r.report["plan"] != plain->report["plan"];
+                     },
+                     true);
   EXPECT_GT(reordered, 0) << "the need order never differed from the greedy's";
 }
 
@@ -976,10 +979,10 @@ TEST(Auto, WithoutARehearserRunsCapuchinAndForcedNamesMustBeKnown) {
 TEST(Auto, PlanningTimeLimitKeepsThePlainPlanners) {
   const AutoRun base = train(config("resnet-tiny", "none", 0, 2, "p100-16g"));
   TrainConfig cfg = config("resnet-tiny", "auto", align_up(max_peak(base) / 2), 3, "p100-16g");
+  cfg.auto_seconds = 1e-6;  // --auto-seconds: past it at once
   Trainer t(cfg);
   auto* a = dynamic_cast<AutoPolicy*>(&t.memory().policy());
   ASSERT_NE(a, nullptr);
-  a->set_time_limit_ms(0);
   t.run();
   EXPECT_FALSE(a->chosen().empty());
   ASSERT_GE(a->rehearsals().size(), auto_candidates().size());  // and the wrap-swap reruns, not rehearsed either
