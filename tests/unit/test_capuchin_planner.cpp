@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <cmath>
 
 #include "vtensor/policy/bound.h"
@@ -289,6 +290,56 @@ TEST(CapuchinPlanner, TheLaneAndTheTriggerWalkAnswerAsTheirDefinitions) {
       while (end(p) > deadline + 1e-3 && p - 1 >= lo && mem[static_cast<size_t>(p)] <= 100) --p;
       ASSERT_EQ(walk_back_trigger(from, lo, end, deadline, mem, 100), p) << "from " << from << " lo " << lo;
     }
+  }
+}
+
+// The H2D queue in issue order (FifoLane, policy auto's ",fifo"): starts, the delay a new copy
+// would add and removals must give what replaying the queue from scratch gives (copies in issue
+// order, ties in add order, each starting at its issue or the previous one's end).
+TEST(CapuchinPlanner, TheFifoLaneAnswersAsTheQueueReplayed) {
+  unsigned seed = 4242;
+  auto next = [&](unsigned m) { return (seed = seed * 1103515245u + 12345u) / 65536u % m; };
+  struct C { double issue, dur, need; int key; };
+  auto replay = [](const std::vector<C>& cs) {  // starts by key, and the stall summed
+    std::vector<size_t> order(cs.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return cs[a].issue < cs[b].issue; });
+    std::map<int, double> start;
+    double end = -1e300, stall = 0;
+    for (size_t i : order) {
+      const double s = std::max(cs[i].issue, end);
+      end = s + cs[i].dur;
+      start[cs[i].key] = s;
+      stall += std::max(0.0, end - cs[i].need);
+    }
+    return std::make_pair(start, stall);
+  };
+  for (int round = 0; round < 40; ++round) {
+    FifoLane lane;
+    std::vector<C> added;
+    for (int k = 0; k < 60; ++k) {
+      const C c{static_cast<double>(next(400)), 1.0 + next(25), static_cast<double>(next(500)), k};
+      // Its start and the delay it adds, asked before it is queued.
+      std::vector<C> with = added;
+      with.push_back(c);
+      const auto [before, stall0] = replay(added);
+      const auto [after, stall1] = replay(with);
+      double own = std::max(0.0, after.at(c.key) + c.dur - c.need);
+      ASSERT_EQ(lane.start_if(c.issue, c.dur), after.at(c.key));
+      ASSERT_NEAR(lane.delay(c.issue, c.dur), stall1 - stall0 - own, 1e-6);
+      ASSERT_EQ(lane.add(c.issue, c.dur, c.need, c.key), after.at(c.key));
+      added.push_back(c);
+      if (next(6) == 0) {
+        const size_t gone = next(static_cast<unsigned>(added.size()));
+        ASSERT_TRUE(lane.remove(added[gone].key));
+        added.erase(added.begin() + static_cast<std::ptrdiff_t>(gone));
+      }
+      const auto [now, stall] = replay(added);
+      for (const auto& [key, st] : now) ASSERT_EQ(lane.start_of(key), st) << "key " << key;
+      ASSERT_EQ(lane.size(), added.size());
+    }
+    EXPECT_FALSE(lane.remove(-7));
+    EXPECT_EQ(lane.start_of(-7), -1);
   }
 }
 

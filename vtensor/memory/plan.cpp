@@ -99,6 +99,59 @@ bool CopyLane::remove(double start, double dur) {
   return false;
 }
 
+size_t FifoLane::place(double issue) const {
+  return static_cast<size_t>(std::upper_bound(q_.begin(), q_.end(), issue, [](double t, const Copy& c) { return t < c.issue; }) - q_.begin());
+}
+
+double FifoLane::start_if(double issue, double dur) const {
+  (void)dur;
+  return std::max(issue, end_before(place(issue)));
+}
+
+double FifoLane::delay(double issue, double dur) const {
+  const size_t i = place(issue);
+  double end = std::max(issue, end_before(i)) + dur, added = 0;
+  for (size_t j = i; j < q_.size(); ++j) {
+    const Copy& c = q_[j];
+    const double s = std::max(c.issue, end);
+    if (s <= c.start) break;  // the queue has caught up: no later copy moves
+    added += std::max(0.0, s + c.dur - c.need) - std::max(0.0, c.start + c.dur - c.need);
+    end = s + c.dur;
+  }
+  return added;
+}
+
+void FifoLane::settle(size_t from) {
+  for (size_t j = from; j < q_.size(); ++j) {
+    const double s = std::max(q_[j].issue, end_before(j));
+    if (j > from && s == q_[j].start) break;
+    q_[j].start = s;
+  }
+}
+
+double FifoLane::add(double issue, double dur, double need, int key) {
+  const size_t i = place(issue);
+  q_.insert(q_.begin() + static_cast<std::ptrdiff_t>(i), Copy{issue, dur, need, key, 0});
+  settle(i);
+  return q_[i].start;
+}
+
+bool FifoLane::remove(int key) {
+  for (size_t i = 0; i < q_.size(); ++i)
+    if (q_[i].key == key) {
+      q_.erase(q_.begin() + static_cast<std::ptrdiff_t>(i));
+      settle(i);
+      return true;
+    }
+  return false;
+}
+
+double FifoLane::start_of(int key) const {
+  for (const Copy& c : q_)
+    if (c.key == key) return c.start;
+  return -1;
+}
+
 std::vector<std::vector<Action>> actions_by_op(const Plan& plan, size_t num_ops) {
   std::vector<std::vector<Action>> at(num_ops);
   for (const Action& a : plan.actions)

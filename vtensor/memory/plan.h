@@ -75,6 +75,31 @@ class CopyLane {
   mutable bool indexed_ = true;
 };
 
+// The same queue as the device runs it (a stream copies in issue order): a copy starts when it is
+// issued or when the copy issued before it ends, whichever is later. A copy issued before queued
+// ones goes ahead of them and delays them, where CopyLane would fit it into a later gap; delay()
+// is what that costs the queued copies that end after their need time. Copies issued at the same
+// time run in the order they were added.
+class FifoLane {
+ public:
+  // The start of a copy of `dur` issued at `issue` (behind every copy issued at or before it).
+  double start_if(double issue, double dur) const;
+  // The stall (time past their need) that copy would add to the queued copies it delays.
+  double delay(double issue, double dur) const;
+  // Queues it (`need`: when it must have ended; `key`: for remove and start_of); its start.
+  double add(double issue, double dur, double need, int key);
+  bool remove(int key);                // the first copy added with key; false when there is none
+  double start_of(int key) const;      // its start now (-1 when there is none)
+  size_t size() const { return q_.size(); }
+
+ private:
+  struct Copy { double issue, dur, need; int key; double start; };
+  size_t place(double issue) const;    // the first copy issued after `issue`
+  double end_before(size_t i) const { return i == 0 ? -1e300 : q_[i - 1].start + q_[i - 1].dur; }
+  void settle(size_t from);            // starts from copy `from` on
+  std::vector<Copy> q_;                // by issue time; ties in add order
+};
+
 // A planner's predicted memory curve: bytes held after each op. The arithmetic Capuchin's and
 // the compression planner share: its peak, the bytes over a budget summed over the ops, whether
 // any op in [first, last] is over, and adding a tensor's bytes over [first, last] (both clamped

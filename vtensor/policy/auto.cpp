@@ -61,48 +61,56 @@ bool is_compress_candidate(const std::string& name) { return name.rfind("compres
 // 25% on h100-80g: 130 evictions per iteration in 1-3, 232 in 4-9; with the limit, 135).
 constexpr int kFeedbackIterations = kRehearsedIterations - 2;
 
-// "NAME", "NAME@F" (a Capuchin mode or compress policy planning for F of the budget) or
-// "capuchin@F,wW" (the hybrid weighing a swap's stall W times against recompute time): the
-// policy, or null when the name is not a candidate.
 constexpr const char* kDtrFallback = ",dtr";
-
-// "...,dtr": guided iterations evict as DTR does where the plan does not cover the budget.
-bool dtr_fallback(const std::string& name) {
-  const std::string suffix = kDtrFallback;
-  return name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // "...,wrap" (before ",dtr"): a Capuchin plan that also swaps persistent tensors across the
 // iteration boundary (PlannerInput::wrap_persistent).
 constexpr const char* kWrap = ",wrap";
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-// The candidate's name without its ",dtr" suffix.
-std::string without_dtr(const std::string& full) {
-  return dtr_fallback(full) ? full.substr(0, full.size() - std::string(kDtrFallback).size()) : full;
-}
-// Does the candidate (with or without ",dtr") swap persistent tensors across the boundary?
-bool wraps(const std::string& full) { return ends_with(without_dtr(full), kWrap); }
-std::string with_wrap(const std::string& name) {
-  return without_dtr(name) + kWrap + (dtr_fallback(name) ? kDtrFallback : "");
-}
-
 // "...,edf" (before ",wrap"): a Capuchin plan with its D2H queue in deadline order
 // (PlannerInput::deadline_swap_outs).
 constexpr const char* kEdf = ",edf";
 // "...,need" (before ",edf"): a Capuchin plan issuing one op's prefetches in need order
 // (PlannerInput::need_ordered_prefetches); only the searched plans' finish tries it.
 constexpr const char* kNeed = ",need";
+// "...,fifo" (before ",need"): a Capuchin plan made with its H2D queue in issue order
+// (PlannerInput::fifo_prefetches); the fastest candidates are rehearsed with it.
+constexpr const char* kFifo = ",fifo";
 
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// A candidate's name: its head ("capuchin@0.9,w4", "dtr", ...) and its suffixes, in the order
+// written here (",dtr" last: guided iterations evict as DTR does where the plan does not cover the
+// budget).
+struct CandidateName {
+  std::string head;
+  bool fifo = false, need = false, edf = false, wrap = false, dtr = false;
+  std::string str() const {
+    return head + (fifo ? kFifo : "") + (need ? kNeed : "") + (edf ? kEdf : "") + (wrap ? kWrap : "") + (dtr ? kDtrFallback : "");
+  }
+};
+CandidateName parse_name(const std::string& full) {
+  CandidateName n{full};
+  auto peel = [&](const std::string& suffix, bool& flag) {
+    if (!ends_with(n.head, suffix)) return;
+    flag = true;
+    n.head.resize(n.head.size() - suffix.size());
+  };
+  peel(kDtrFallback, n.dtr), peel(kWrap, n.wrap), peel(kEdf, n.edf), peel(kNeed, n.need), peel(kFifo, n.fifo);
+  return n;
+}
+bool dtr_fallback(const std::string& name) { return parse_name(name).dtr; }
+// Does the candidate (with or without ",dtr") swap persistent tensors across the boundary?
+bool wraps(const std::string& full) { return parse_name(full).wrap; }
+
+// "NAME", "NAME@F" (a Capuchin mode or compress policy planning for F of the budget) or
+// "capuchin@F,wW" (the hybrid weighing a swap's stall W times against recompute time): the
+// policy, or null when the name is not a candidate.
+// With suffixes (CandidateName), as they say.
 std::unique_ptr<Policy> make_candidate(const std::string& full) {
-  std::string name = without_dtr(full);
-  const bool wrap = ends_with(name, kWrap);
-  if (wrap) name.resize(name.size() - std::string(kWrap).size());
-  const bool edf = ends_with(name, kEdf);
-  if (edf) name.resize(name.size() - std::string(kEdf).size());
-  const bool need = ends_with(name, kNeed);
-  if (need) name.resize(name.size() - std::string(kNeed).size());
+  const CandidateName parsed = parse_name(full);
+  const std::string& name = parsed.head;
+  const bool wrap = parsed.wrap, edf = parsed.edf, need = parsed.need;
   const size_t at = name.find('@');
   const std::string base = name.substr(0, at);
   bool known = false;
@@ -145,6 +153,11 @@ std::unique_ptr<Policy> make_candidate(const std::string& full) {
     if (!c) return nullptr;
     c->set_need_ordered_prefetches(true);
   }
+  if (parsed.fifo) {
+    auto* c = dynamic_cast<CapuchinPolicy*>(p.get());
+    if (!c) return nullptr;  // capuchin-recompute too, as with ",edf"
+    c->set_fifo_prefetches(true);
+  }
   return p;
 }
 
@@ -173,6 +186,7 @@ const std::vector<double> kStartWeightFactors = {0.5, 2};
 constexpr int kHeadroomRounds = 3;
 // The fastest Capuchin candidates rehearsed again with wrap swaps (",wrap").
 constexpr size_t kWrapCandidates = 8;
+
 // The window search (AutoPolicy::window_search): gaps per window, combinations rehearsed per
 // window, and the anchors tried without a gain before it ends.
 constexpr size_t kWindowGaps = 4;
@@ -253,42 +267,35 @@ double swap_weight(const std::string& full) {
 // ",wrap" and ",dtr" kept ("capuchin@0.85,w4,wrap,dtr" with 0.87 and 4: "capuchin@0.87,w4,wrap,dtr");
 // nullopt where that is not a candidate (a weight on another mode than the hybrid, f outside (0, 1]).
 std::optional<std::string> respelled(const std::string& full, double f, double w) {
-  std::string name = without_dtr(full);
-  const bool wrap = ends_with(name, kWrap);
-  if (wrap) name.resize(name.size() - std::string(kWrap).size());
-  const bool edf = ends_with(name, kEdf);
-  if (edf) name.resize(name.size() - std::string(kEdf).size());
-  const bool need = ends_with(name, kNeed);
-  const std::string base = name.substr(0, name.find_first_of("@,"));
+  CandidateName n = parse_name(full);
+  const std::string base = n.head.substr(0, n.head.find_first_of("@,"));
   if (base.rfind("capuchin", 0) != 0 || !(f > 0 && f <= 1) || !(w > 0)) return std::nullopt;
   char buf[64];
   std::snprintf(buf, sizeof buf, w == 1 ? "@%g" : "@%g,w%g", std::round(f * 100) / 100, w);
-  std::string out = base + buf + (need ? kNeed : "") + (edf ? kEdf : "") + (wrap ? kWrap : "") + (dtr_fallback(full) ? kDtrFallback : "");
+  n.head = base + buf;
+  std::string out = n.str();
   if (!make_candidate(out)) return std::nullopt;
   return out;
 }
 std::optional<std::string> with_fraction(const std::string& full, double f) { return respelled(full, f, swap_weight(full)); }
-// The candidate with its D2H queue in the other order (",edf" added or removed; nullopt where
-// that is not a candidate).
-std::optional<std::string> with_edf_toggled(const std::string& full) {
-  std::string name = without_dtr(full);
-  const bool wrap = ends_with(name, kWrap);
-  if (wrap) name.resize(name.size() - std::string(kWrap).size());
-  if (ends_with(name, kEdf)) name.resize(name.size() - std::string(kEdf).size());
-  else name += kEdf;
-  std::string out = name + (wrap ? kWrap : "") + (dtr_fallback(full) ? kDtrFallback : "");
+// The candidate with a suffix set (nullopt where it has it already, or that is not a candidate).
+std::optional<std::string> with_flag(const std::string& full, bool CandidateName::*flag) {
+  CandidateName n = parse_name(full);
+  if (n.*flag) return std::nullopt;
+  n.*flag = true;
+  std::string out = n.str();
   if (!make_candidate(out)) return std::nullopt;
   return out;
 }
-// The candidate with ",need" (nullopt where it has it, or that is not a candidate).
-std::optional<std::string> with_need(const std::string& full) {
-  std::string name = without_dtr(full);
-  const bool wrap = ends_with(name, kWrap);
-  if (wrap) name.resize(name.size() - std::string(kWrap).size());
-  const bool edf = ends_with(name, kEdf);
-  if (edf) name.resize(name.size() - std::string(kEdf).size());
-  if (ends_with(name, kNeed)) return std::nullopt;
-  std::string out = name + kNeed + (edf ? kEdf : "") + (wrap ? kWrap : "") + (dtr_fallback(full) ? kDtrFallback : "");
+std::optional<std::string> with_need(const std::string& full) { return with_flag(full, &CandidateName::need); }
+std::optional<std::string> with_fifo(const std::string& full) { return with_flag(full, &CandidateName::fifo); }
+std::optional<std::string> with_wrap_swaps(const std::string& full) { return with_flag(full, &CandidateName::wrap); }
+// The candidate with its D2H queue in the other order (",edf" added or removed; nullopt where
+// that is not a candidate).
+std::optional<std::string> with_edf_toggled(const std::string& full) {
+  CandidateName n = parse_name(full);
+  n.edf = !n.edf;
+  std::string out = n.str();
   if (!make_candidate(out)) return std::nullopt;
   return out;
 }
@@ -684,29 +691,31 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       si.time_limit_ms = i == 0 ? 0 : std::max(1.0, time_limit_ms_ - spent);
       rehearsals_[i] = rehearser_(candidates_[i], si);
     });
+    // The fastest rehearsed candidates again as `variant` names them (those it names), after them.
+    auto rehearse_again = [&](std::optional<std::string> (*variant)(const std::string&), size_t count) {
+      std::vector<size_t> order;
+      for (size_t i = 0; i < rehearsals_.size(); ++i)
+        if (rehearsals_[i].trained && variant(rehearsals_[i].policy)) order.push_back(i);
+      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return rehearsals_[a].time_ms < rehearsals_[b].time_ms; });
+      order.resize(std::min(order.size(), count));
+      const size_t first = rehearsals_.size();
+      for (size_t i : order) rehearsals_.push_back({.policy = *variant(rehearsals_[i].policy)});
+      run_parallel(rehearsals_.size() - first, [&](size_t j) {
+        auto& r = rehearsals_[first + j];
+        const double spent = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        if (spent > time_limit_ms_) {
+          r.error = "not rehearsed: planning time limit";
+          return;
+        }
+        RehearsalSetup si = s;
+        si.time_limit_ms = std::max(1.0, time_limit_ms_ - spent);
+        r = rehearser_(r.policy, si);
+      });
+    };
     // The fastest swapping Capuchin plans again, with their persistent tensors also swapped across
     // the iteration boundary: a choice of the whole plan (it frees memory everywhere the greedy
     // then plans around), so it is rehearsed on the best few rather than on all.
-    std::vector<size_t> order;
-    for (size_t i = 0; i < rehearsals_.size(); ++i) {
-      const auto p = rehearsals_[i].trained ? make_candidate(with_wrap(rehearsals_[i].policy)) : nullptr;
-      if (p) order.push_back(i);
-    }
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return rehearsals_[a].time_ms < rehearsals_[b].time_ms; });
-    order.resize(std::min(order.size(), kWrapCandidates));
-    const size_t first_wrap = rehearsals_.size();
-    for (size_t i : order) rehearsals_.push_back({.policy = with_wrap(rehearsals_[i].policy)});
-    run_parallel(rehearsals_.size() - first_wrap, [&](size_t j) {
-      auto& r = rehearsals_[first_wrap + j];
-      const double spent = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      if (spent > time_limit_ms_) {
-        r.error = "not rehearsed: planning time limit";
-        return;
-      }
-      RehearsalSetup si = s;
-      si.time_limit_ms = std::max(1.0, time_limit_ms_ - spent);
-      r = rehearser_(r.policy, si);
-    });
+    rehearse_again(with_wrap_swaps, kWrapCandidates);
     // The LP's rounded plans, pinned on the fastest Capuchin-based candidates without and with
     // wrap swaps: more starts for the search (the greedy plans what the pins leave).
     lp_rehearsals_.clear();
@@ -1140,41 +1149,56 @@ void AutoPolicy::choose_start_state(const RehearsalSetup& setup, std::chrono::st
   chosen_result_ = std::move(r);
 }
 
-// The need order: the plan as it will run (its start state and warm start) rehearsed once more
-// with one op's prefetches issued in the order their tensors are needed (",need"), kept where the
-// measured and guided iterations take less time in all and its long run does not drift (as
-// warm_start keeps a variant). Capuchin's lane model puts each copy in the first gap that fits
-// it, but the H2D stream copies in issue order, so a small prefetch chosen late can wait behind a
-// large one issued at the same op for a later access. As a start for every candidate it won on
-// some rows and lost on more (the climbs then settled elsewhere), and tried on the climbs' ends
-// before their warm starts it lost what the warm start gave the plan without it.
+// The issue order: the plan as it will run (its start state and warm start) rehearsed once more
+// planned for the H2D stream's issue order, in three variants: one op's prefetches issued in the
+// order their tensors are needed (",need"), the queue planned in issue order (",fifo": FifoLane,
+// a prefetch charged the stall it adds to those queued after it), and both. Capuchin's lane model
+// puts each copy in the first gap that fits it, but the stream copies in issue order: a small
+// prefetch chosen late waits behind a large one issued at the same op for a later access, and a
+// prefetch issued early delays those queued after it. The fastest variant whose measured and
+// guided iterations take less time in all is rehearsed over the long run, and kept where that
+// does not drift (as warm_start keeps a variant); else the next. As starts for every candidate
+// (",need" on all, ",fifo" on the fastest eight) each won on some rows and lost on more: the
+// climbs then settled elsewhere (docs/experiments.md).
 void AutoPolicy::need_order(const RehearsalSetup& setup) {
   need_ = {};
-  const auto name = with_need(chosen_);
+  std::vector<std::string> names;
+  for (const auto& v : {with_need(chosen_), with_fifo(chosen_), with_fifo(with_need(chosen_).value_or(""))})
+    if (v) names.push_back(*v);
   const RehearsalResult& steady = steady_[static_cast<size_t>(start_state_)];
-  if (!name || !chosen_result_.trained || !rehearser_) return;
-  std::array<RehearsalResult, 2> res;
-  run_parallel(res.size(), [&](size_t i) {
+  if (names.empty() || !chosen_result_.trained || !rehearser_) return;
+  auto rehearse = [&](const std::string& name, int iterations) {
     RehearsalSetup s = setup;
     s.pins = pins_;
     s.trigger_moves = trigger_moves_;
     s.start_layout = start_layout_;
     s.start_state = start_state_;
     s.time_limit_ms = 0;
-    s.iterations = i ? kLongRunIterations : kRehearsedIterations;
-    res[i] = rehearser_(*name, s);
-  });
-  const RehearsalResult &r = res[0], &l = res[1];
-  need_ = {true, false, chosen_result_.time_ms, r.trained ? r.time_ms : 0, l.trained ? l.time_ms : 0, chosen_};
+    s.iterations = iterations;
+    return rehearser_(name, s);
+  };
+  std::vector<RehearsalResult> res(names.size());
+  run_parallel(res.size(), [&](size_t i) { res[i] = rehearse(names[i], kRehearsedIterations); });
+  need_ = {true, false, chosen_result_.time_ms, 0, 0, chosen_};
   const double guided = kRehearsedIterations - 1;
   auto total = [&](const RehearsalResult& x) { return x.measured_ms + guided * x.time_ms; };
-  if (!r.trained || !l.trained || r.time_ms > chosen_result_.time_ms) return;
-  if (!start_layout_.empty() && !r.start_layout_applied) return;
-  if (steady.trained && l.time_ms > steady.time_ms * (1 + kLongRunDrift)) return;
-  if (total(r) >= total(chosen_result_) * (1 - kMinGain)) return;
-  need_.won = true;
-  chosen_ = *name;
-  chosen_result_ = r;
+  std::vector<size_t> order;
+  for (size_t i = 0; i < res.size(); ++i) {
+    const RehearsalResult& r = res[i];
+    if (!r.trained || r.time_ms > chosen_result_.time_ms || (!start_layout_.empty() && !r.start_layout_applied)) continue;
+    if (total(r) < total(chosen_result_) * (1 - kMinGain)) order.push_back(i);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return total(res[a]) < total(res[b]); });
+  for (size_t i : order) {
+    const RehearsalResult l = rehearse(names[i], kLongRunIterations);
+    if (!l.trained || (steady.trained && l.time_ms > steady.time_ms * (1 + kLongRunDrift))) continue;
+    need_ = {true, true, chosen_result_.time_ms, res[i].time_ms, l.time_ms, chosen_};
+    const CandidateName n = parse_name(names[i]);
+    need_.variant = n.fifo && n.need ? "fifo,need" : n.fifo ? "fifo" : "need";
+    chosen_ = names[i];
+    chosen_result_ = res[i];
+    return;
+  }
 }
 
 // The warm start: the first guided iteration starts where the chosen plan's long rehearsal (in
@@ -1591,8 +1615,9 @@ nlohmann::json AutoPolicy::report() const {
     out["start_state"]["finalists"] = fin;
     out["start_state"]["replaced_ms"] = drifted_from_ms_ > 0 ? json(drifted_from_ms_) : json(nullptr);
   }
-  if (need_.tried)  // the need order (need_order): the plan's time as searched, and with ",need"
-    out["need_order"] = {{"won", need_.won}, {"searched_policy", need_.before_policy}, {"searched_ms", need_.before_ms},
+  if (need_.tried)  // the issue order (need_order): the plan's time as searched, and the variant that won
+    out["need_order"] = {{"won", need_.won}, {"variant", need_.won ? json(need_.variant) : json(nullptr)},
+                         {"searched_policy", need_.before_policy}, {"searched_ms", need_.before_ms},
                          {"time_ms", need_.time_ms > 0 ? json(need_.time_ms) : json(nullptr)},
                          {"long_ms", need_.long_ms > 0 ? json(need_.long_ms) : json(nullptr)}};
   if (warm_.tried > 0) {  // the warm start (warm_start): what ran, and the plan's times without it

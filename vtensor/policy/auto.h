@@ -342,11 +342,12 @@ class AutoPolicy final : public Policy {
   std::array<RehearsalResult, kStartStates> steady_;  // the plan's long rehearsals, from each start state
   void warm_start(const RehearsalSetup& setup);
   void need_order(const RehearsalSetup& setup);
-  struct NeedOrder {  // need_order's rehearsal of the plan, for the report
+  struct NeedOrder {  // need_order's rehearsals of the plan, for the report
     bool tried = false, won = false;
-    double before_ms = 0, time_ms = 0;  // the plan as it was; with ",need" (0: did not train)
-    double long_ms = 0;                 // with ",need" over the long run (0: did not train)
+    double before_ms = 0, time_ms = 0;  // the plan as it was; the variant that won (0: none)
+    double long_ms = 0;                 // that variant over the long run (0: none)
     std::string before_policy;          // the plan's candidate before
+    std::string variant;                // "need", "fifo" or "fifo,need"
   };
   NeedOrder need_;
   // What choose_start_state and warm_start decide for a plan, and where its climb started: saved

@@ -104,7 +104,7 @@ namespace {
 
 class Planner {
  public:
-  Planner(const PlannerInput& in, CapuchinMode mode) : in_(in), mode_(mode) {}
+  Planner(const PlannerInput& in, CapuchinMode mode) : in_(in), mode_(mode), fifo_(in.fifo_prefetches) {}
 
   CapuchinPlan run() {
     measure();
@@ -116,6 +116,7 @@ class Planner {
     if (mode_ != CapuchinMode::kRecompute) hidden_swaps();
     greedy();
     if (mode_ != CapuchinMode::kRecompute) refine_triggers();
+    read_prefetch_starts();
     issue_swap_outs();
     out_.memory_after = mem_.values();
     out_.peak_after = peak();
@@ -132,7 +133,8 @@ class Planner {
     size_t pos = 0;                  // its place in the D2H queue (outq_)
     int trigger = -1, release = -1;  // prefetch after trigger; the block is freed after release
     double stall = 0, out_end = 0, in_start = 0;
-    double cost() const { return stall; }
+    double issue = 0, delay = 0;  // the prefetch's issue time; the stall it adds to queued ones (fifo)
+    double cost() const { return stall + delay; }
   };
 
   size_t n_ops() const { return static_cast<size_t>(in_.num_ops); }
@@ -141,6 +143,29 @@ class Planner {
   bool fits() const { return mem_.fits(); }
   unsigned long long excess() const { return mem_.excess(); }  // bytes over the budget, summed over the ops
   bool hits_over(int first, int last) const { return mem_.over(first, last); }
+  // The H2D queue: CopyLane's gaps, or with fifo_prefetches the stream's issue order (FifoLane,
+  // keyed by candidate; a wrap swap's copy is never removed: key -1).
+  double in_fit(double issue, double dur) const { return fifo_ ? inq_.start_if(issue, dur) : h2d_.earliest_fit(issue, dur); }
+  double in_delay(double issue, double dur) const { return fifo_ ? inq_.delay(issue, dur) : 0; }
+  void in_add(double issue, double start, double dur, double need, int key) {
+    if (fifo_) inq_.add(issue, dur, need, key);
+    else h2d_.add(start, dur);
+  }
+  void in_remove(double start, double dur, int key) {
+    if (fifo_) inq_.remove(key);
+    else h2d_.remove(start, dur);
+  }
+  double issue_at(int trigger, double out_end) const { return std::max(start_[static_cast<size_t>(trigger) + 1], out_end); }
+  // In issue order, a copy queued later moves those issued after it: their starts, read back.
+  void read_prefetch_starts() {
+    if (!fifo_) return;
+    for (size_t k = 0; k < out_.candidates.size(); ++k) {
+      auto& c = out_.candidates[k];
+      if (c.decision != CapuchinDecision::kSwap) continue;
+      c.prefetch_start_ns = inq_.start_of(static_cast<int>(k));
+      c.swap_stall_ns = std::max(0.0, c.prefetch_start_ns + c.swap_ns - start_[static_cast<size_t>(c.back_op)]);
+    }
+  }
   void add_mem(int first, int last, long long delta) { mem_.add(first, last, delta); }
 
   // Op start times, live intervals and the unmanaged memory curve from the trace.
@@ -216,11 +241,13 @@ class Planner {
     r.out_end = queued_out_end(c, pos);
     r.release = capuchin_release_op(start_, c.evict_op, r.out_end);
     if (r.release < 0 || r.release + 1 > b - 1) return r;
-    auto in_start = [&](int p) { return h2d_.earliest_fit(std::max(start_[static_cast<size_t>(p) + 1], r.out_end), c.swap_ns); };
+    auto in_start = [&](int p) { return in_fit(issue_at(p, r.out_end), c.swap_ns); };
     const int p = walk_back_trigger(b - 1, r.release + 1, [&](int q) { return in_start(q) + c.swap_ns; },
                                     start_[static_cast<size_t>(b)], mem_.values(), in_.budget);
     r.trigger = p;
     r.in_start = in_start(p);
+    r.issue = issue_at(p, r.out_end);
+    r.delay = in_delay(r.issue, c.swap_ns);
     r.stall = std::max(0.0, r.in_start + c.swap_ns - start_[static_cast<size_t>(b)]);
     r.ok = hits_over(r.release + 1, p);  // gone over some op above the budget
     return r;
@@ -255,7 +282,7 @@ class Planner {
         } else if (c.decision == CapuchinDecision::kSwap && c.release_op < b && b <= c.trigger_op) {
           // On host then: swapped back in for the recomputation, behind the prefetches on the lane.
           const double t = start_[static_cast<size_t>(b)];
-          cost += h2d_.earliest_fit(t, c.swap_ns) + c.swap_ns - t;
+          cost += in_fit(t, c.swap_ns) + c.swap_ns - t;
           handled = true;
         } else if (c.decision == CapuchinDecision::kSwap && c.trigger_op < b && b < c.back_op &&
                    c.prefetch_start_ns + c.swap_ns > start_[static_cast<size_t>(b)] + kEpsNs) {
@@ -287,6 +314,7 @@ class Planner {
     const size_t mark = mem_.mark();
     const std::vector<int> q = outq_;
     const CopyLane h2d = h2d_;
+    const FifoLane inq = inq_;
     std::vector<int> releases, issued;
     for (int k : outq_) {
       releases.push_back(out_.candidates[static_cast<size_t>(k)].release_op);
@@ -303,11 +331,11 @@ class Planner {
     for (size_t i = pos; i < fifo; ++i)  // the ones it goes ahead of are issued after it
       out_.candidates[static_cast<size_t>(outq_[i])].swap_out_op = c.evict_op;
     outq_.insert(outq_.begin() + static_cast<std::ptrdiff_t>(pos), k);
-    h2d_.add(s.in_start, c.swap_ns);
+    in_add(s.issue, s.in_start, c.swap_ns, start_[static_cast<size_t>(need_by(c))], k);
     const bool queued = queue_swap_outs(pos);
     if (std::find(moved_.begin(), moved_.end(), k) == moved_.end()) moved_.push_back(k);
     if (!queued || excess() >= over || cancels_a_recompute()) {
-      mem_.rollback(mark), outq_ = q, h2d_ = h2d;
+      mem_.rollback(mark), outq_ = q, h2d_ = h2d, inq_ = inq;
       for (size_t i = 0; i < q.size(); ++i) {
         auto& x = out_.candidates[static_cast<size_t>(q[i])];
         x.release_op = releases[i], x.swap_out_op = issued[i];
@@ -505,18 +533,19 @@ class Planner {
       auto& s = out_.candidates[static_cast<size_t>(k)];
       if (!(s.release_op < b && b < s.back_op)) continue;
       const double t = start_[static_cast<size_t>(b)];
-      const double demand_end = b <= s.trigger_op ? h2d_.earliest_fit(t, s.swap_ns) + s.swap_ns : s.prefetch_start_ns + s.swap_ns;
+      if (fifo_) s.prefetch_start_ns = inq_.start_of(k);
+      const double demand_end = b <= s.trigger_op ? in_fit(t, s.swap_ns) + s.swap_ns : s.prefetch_start_ns + s.swap_ns;
       if (demand_end <= t + kEpsNs) continue;
-      h2d_.remove(s.prefetch_start_ns, s.swap_ns);
+      in_remove(s.prefetch_start_ns, s.swap_ns, k);
       add_mem(s.release_op + 1, s.trigger_op, static_cast<long long>(s.bytes));
       const double out_end = out_end_[static_cast<size_t>(k)];
-      auto in_start = [&](int q) { return h2d_.earliest_fit(std::max(start_[static_cast<size_t>(q) + 1], out_end), s.swap_ns); };
+      auto in_start = [&](int q) { return in_fit(issue_at(q, out_end), s.swap_ns); };
       const int q = walk_back_trigger(b - 1, s.release_op + 1, [&](int x) { return in_start(x) + s.swap_ns; }, t, mem_.values(), in_.budget);
       const bool better = q < b && q > s.release_op && in_start(q) + s.swap_ns < demand_end;
       const int trig = better ? q : s.trigger_op;
       add_mem(s.release_op + 1, trig, -static_cast<long long>(s.bytes));
       const double st = better ? in_start(q) : s.prefetch_start_ns;
-      h2d_.add(st, s.swap_ns);
+      in_add(issue_at(trig, out_end), st, s.swap_ns, start_[static_cast<size_t>(need_by(s))], k);
       if (!better) continue;
       for (auto& a : out_.plan.actions)
         if (a.kind == ActionKind::kPrefetch && a.tensor == s.id && a.op == s.trigger_op) a.op = q;
@@ -531,10 +560,15 @@ class Planner {
   void refine_triggers() {
     for (size_t k = 0; k < out_.candidates.size(); ++k) {
       auto& c = out_.candidates[k];
-      if (c.decision != CapuchinDecision::kSwap || c.swap_stall_ns <= kEpsNs) continue;
-      h2d_.remove(c.prefetch_start_ns, c.swap_ns);
+      if (c.decision != CapuchinDecision::kSwap) continue;
+      if (fifo_) {
+        c.prefetch_start_ns = inq_.start_of(static_cast<int>(k));
+        c.swap_stall_ns = std::max(0.0, c.prefetch_start_ns + c.swap_ns - start_[static_cast<size_t>(c.back_op)]);
+      }
+      if (c.swap_stall_ns <= kEpsNs) continue;
+      in_remove(c.prefetch_start_ns, c.swap_ns, static_cast<int>(k));
       const double out_end = out_end_[k];
-      auto in_start = [&](int p) { return h2d_.earliest_fit(std::max(start_[static_cast<size_t>(p) + 1], out_end), c.swap_ns); };
+      auto in_start = [&](int p) { return in_fit(issue_at(p, out_end), c.swap_ns); };
       int p = c.trigger_op;
       while (in_start(p) + c.swap_ns > start_[static_cast<size_t>(c.back_op)] + kEpsNs && p - 1 >= c.release_op + 1 &&
              mem_[static_cast<size_t>(p)] + c.bytes <= in_.budget) {
@@ -542,7 +576,7 @@ class Planner {
         --p;
       }
       const double s = in_start(p);
-      h2d_.add(s, c.swap_ns);
+      in_add(issue_at(p, out_end), s, c.swap_ns, start_[static_cast<size_t>(need_by(c))], static_cast<int>(k));
       c.prefetch_start_ns = s;
       c.swap_stall_ns = std::max(0.0, s + c.swap_ns - start_[static_cast<size_t>(c.back_op)]);
       if (p != c.trigger_op)
@@ -598,7 +632,9 @@ class Planner {
             if (s.ok && (p.trigger_shift > 0 || (p.trigger_op >= 0 && p.trigger_op < s.trigger))) {
               const int latest = p.trigger_op >= 0 ? std::min(s.trigger, p.trigger_op) : s.trigger;
               s.trigger = std::max(s.release + 1, latest - p.trigger_shift);
-              s.in_start = h2d_.earliest_fit(std::max(start_[static_cast<size_t>(s.trigger) + 1], s.out_end), c.swap_ns);
+              s.issue = issue_at(s.trigger, s.out_end);
+              s.in_start = in_fit(s.issue, c.swap_ns);
+              s.delay = in_delay(s.issue, c.swap_ns);
               s.stall = std::max(0.0, s.in_start + c.swap_ns - start_[static_cast<size_t>(c.back_op)]);
             }
             return true;
@@ -726,7 +762,7 @@ class Planner {
         lo = release - static_cast<int>(n) + 1;
       }
       const double ready = out_end > period ? out_end - period : 0;  // the host copy exists (this iteration's clock)
-      auto in_start = [&](int p) { return h2d_.earliest_fit(std::max(start_[static_cast<size_t>(p) + 1], ready), swap_ns); };
+      auto in_start = [&](int p) { return in_fit(issue_at(p, ready), swap_ns); };
       int p = walk_back_trigger(u1 - 1, lo, [&](int q) { return in_start(q) + swap_ns; },
                                 start_[static_cast<size_t>(u1)], mem_.values(), in_.budget);
       if (p < lo || (!pin && in_start(p) + swap_ns > start_[static_cast<size_t>(u1)] + kEpsNs)) continue;  // not hidden
@@ -737,7 +773,7 @@ class Planner {
       if (!over) continue;
       add_mem(lo, p, -static_cast<long long>(t.bytes));
       if (!wraps) add_mem(release + 1, static_cast<int>(n) - 1, -static_cast<long long>(t.bytes));
-      h2d_.add(in_start(p), swap_ns);
+      in_add(issue_at(p, ready), in_start(p), swap_ns, start_[static_cast<size_t>(u1)], -1);
       const auto tid = static_cast<TensorId>(id);
       out_.wrap_swaps.push_back({tid, t.bytes, um, release, p, u1});
       out_.plan.actions.push_back({ActionKind::kSwapOut, tid, um, release});
@@ -853,7 +889,9 @@ class Planner {
   std::vector<std::vector<int>> ops_of_, cands_of_;
   MemoryCurve mem_;  // the predicted curve as the choices change it
   std::vector<int> held_from_;  // per candidate: first op a recomputation holds it back from, -1: none
+  bool fifo_ = false;
   CopyLane h2d_;
+  FifoLane inq_;  // the H2D queue with fifo_prefetches (h2d_ is unused then)
   CopyLane codec_;  // the compression stream (pinned compressions)
   std::vector<int> outq_;       // chosen swaps in D2H issue order (swap-out op, then when chosen)
   std::vector<double> out_end_;  // per candidate: when its queued swap-out ends
@@ -1021,6 +1059,7 @@ void CapuchinPolicy::end_iteration(const AccessTrace& trace) {
   in.min_wrap_bytes = min_wrap_bytes_;
   in.deadline_swap_outs = deadline_swap_outs_;
   in.need_ordered_prefetches = need_ordered_prefetches_;
+  in.fifo_prefetches = fifo_prefetches_;
   for (const Op& op : view_->graph().ops()) {  // what the memory manager allocated (aligned) at each op
     const size_t ws = view_->workspace_bytes(op);
     in.workspace_bytes.push_back(ws ? align_up(ws) : 0);

@@ -110,6 +110,9 @@ struct PlannerInput {
   // greedy chose them. The stream copies in issue order, while the lane model (CopyLane) put each
   // in the first gap that fits it; policy auto rehearses the searched plan both ways (",need").
   bool need_ordered_prefetches = false;
+  // The H2D queue planned as the stream runs it (FifoLane: a prefetch issued before queued ones
+  // delays them, and a swap is charged that delay) instead of CopyLane's gaps; policy auto's ",fifo".
+  bool fifo_prefetches = false;
 };
 
 // A persistent tensor swapped across the iteration boundary: out after its last use, its block
@@ -211,6 +214,8 @@ class CapuchinPolicy final : public Policy {
   void set_deadline_swap_outs(bool on) { deadline_swap_outs_ = on; }
   // Issue one op's prefetches in need order (PlannerInput::need_ordered_prefetches).
   void set_need_ordered_prefetches(bool on) { need_ordered_prefetches_ = on; }
+  // Plan the H2D queue in issue order (PlannerInput::fifo_prefetches).
+  void set_fifo_prefetches(bool on) { fifo_prefetches_ = on; }
   // Move late prefetches' triggers only after the first n guided iterations (-1: after every one,
   // Capuchin's own). Policy auto: those its rehearsal timed, so later iterations run that plan.
   void set_feedback_iterations(int n) { feedback_iterations_ = n; }
@@ -266,6 +271,7 @@ class CapuchinPolicy final : public Policy {
   size_t min_wrap_bytes_ = 0;
   bool deadline_swap_outs_ = false;
   bool need_ordered_prefetches_ = false;
+  bool fifo_prefetches_ = false;
   int feedback_iterations_ = -1;
 };
 
