@@ -1626,8 +1626,10 @@ def _auto(c):
     window = search.get("window", {}).get("rehearsals", 0)
     state = (r.get("start_state") or {}).get("state", "packed")
     warm = (r.get("warm_start") or {}).get("variant")
-    need = (r.get("need_order") or {}).get("won")
-    then = (f"; {state} start" if state != "packed" else "") + (f"; warm ({warm})" if warm else "") + ("; need order" if need else "")
+    order = r.get("need_order") or {}
+    need = order.get("variant") if order.get("won") else None
+    then = (f"; {state} start" if state != "packed" else "") + (f"; warm ({warm})" if warm else "") + \
+        (f"; issue order ({need})" if need else "")
     return {"best": f"{best} {plain[best]:.1f} ms" if best else "none trains",
             "choice": f"{lp_start}{start} {cand:.1f} ms" + (f" (plan: {r['chosen']})" if r["chosen"] != start else ""),
             "searched": f"{climbed:.1f} → {searched:.1f} ms ({len(r.get('pins', []))} pinned)"
@@ -1689,8 +1691,10 @@ def auto_search(rows, what):
                  "',edf' in X: planned with the D2H queue in deadline order; 'restored ...': that start's climb "
                  "rehearsed restored start states (StartState); '; S start': the start state S that runs, where not "
                  "packed, '; warm (V)': the warm start that runs (the steady layout, the feedback's trigger moves, "
-                 "or both: AutoPolicy::warm_start), '; need order': then one op's prefetches issued in the order "
-                 "their tensors are needed (',need' in the plan: AutoPolicy::need_order), then the prediction; "
+                 "or both: AutoPolicy::warm_start), '; issue order (V)': then planned for the H2D stream's issue order "
+                 "(AutoPolicy::need_order; V: 'need', one op's prefetches issued in the order their tensors are "
+                 "needed, ',need' in the plan; 'fifo', the H2D queue planned in issue order, ',fifo'; or both), "
+                 "then the prediction; "
                  "'(plan: Y)': the climb's headroom moves ended at Y",
         "rows": rows,
         "runs": [("budgets", lambda r, got: ["sweep", *_auto_src(r), "--gpu", r["gpu"], "--policies", "none",
