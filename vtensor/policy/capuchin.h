@@ -19,7 +19,9 @@
 // after the guided iterations auto rehearsed (set_feedback_iterations) and its D2H queue may be
 // in deadline order (deadline_swap_outs), and where the plan does not fit its fallback may compact
 // and evict only the shortfall (set_compact_unfit), and its greedy may leave persistent tensors under
-// a floor on the device (set_min_wrap_bytes). Full notes: docs/design.md.
+// a floor on the device (set_min_wrap_bytes), and its H2D queue may be planned in issue order
+// with each swap charged the stall it adds to those queued after it (fifo_prefetches).
+// Full notes: docs/design.md.
 #pragma once
 #include <optional>
 #include <string>
