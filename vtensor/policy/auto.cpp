@@ -72,7 +72,7 @@ constexpr const char* kEdf = ",edf";
 // (PlannerInput::need_ordered_prefetches); only the searched plans' finish tries it.
 constexpr const char* kNeed = ",need";
 // "...,fifo" (before ",need"): a Capuchin plan made with its H2D queue in issue order
-// (PlannerInput::fifo_prefetches); the fastest candidates are rehearsed with it.
+// (PlannerInput::fifo_prefetches); as ",need", only the searched plan's finish tries it.
 constexpr const char* kFifo = ",fifo";
 
 bool ends_with(const std::string& s, const std::string& suffix) {
@@ -105,8 +105,7 @@ bool wraps(const std::string& full) { return parse_name(full).wrap; }
 
 // "NAME", "NAME@F" (a Capuchin mode or compress policy planning for F of the budget) or
 // "capuchin@F,wW" (the hybrid weighing a swap's stall W times against recompute time): the
-// policy, or null when the name is not a candidate.
-// With suffixes (CandidateName), as they say.
+// policy, or null when the name is not a candidate; the suffixes (CandidateName) set its options.
 std::unique_ptr<Policy> make_candidate(const std::string& full) {
   const CandidateName parsed = parse_name(full);
   const std::string& name = parsed.head;
@@ -186,7 +185,6 @@ const std::vector<double> kStartWeightFactors = {0.5, 2};
 constexpr int kHeadroomRounds = 3;
 // The fastest Capuchin candidates rehearsed again with wrap swaps (",wrap").
 constexpr size_t kWrapCandidates = 8;
-
 // The window search (AutoPolicy::window_search): gaps per window, combinations rehearsed per
 // window, and the anchors tried without a gain before it ends.
 constexpr size_t kWindowGaps = 4;
