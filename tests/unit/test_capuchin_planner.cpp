@@ -325,7 +325,7 @@ TEST(CapuchinPlanner, TheFifoLaneAnswersAsTheQueueReplayed) {
       const auto [before, stall0] = replay(added);
       const auto [after, stall1] = replay(with);
       double own = std::max(0.0, after.at(c.key) + c.dur - c.need);
-      ASSERT_EQ(lane.start_if(c.issue, c.dur), after.at(c.key));
+      ASSERT_EQ(lane.start_if(c.issue), after.at(c.key));
       ASSERT_NEAR(lane.delay(c.issue, c.dur), stall1 - stall0 - own, 1e-6);
       ASSERT_EQ(lane.add(c.issue, c.dur, c.need, c.key), after.at(c.key));
       added.push_back(c);

@@ -103,8 +103,7 @@ size_t FifoLane::place(double issue) const {
   return static_cast<size_t>(std::upper_bound(q_.begin(), q_.end(), issue, [](double t, const Copy& c) { return t < c.issue; }) - q_.begin());
 }
 
-double FifoLane::start_if(double issue, double dur) const {
-  (void)dur;
+double FifoLane::start_if(double issue) const {
   return std::max(issue, end_before(place(issue)));
 }
 

@@ -82,8 +82,8 @@ class CopyLane {
 // time run in the order they were added.
 class FifoLane {
  public:
-  // The start of a copy of `dur` issued at `issue` (behind every copy issued at or before it).
-  double start_if(double issue, double dur) const;
+  // The start of a copy issued at `issue` (behind every copy issued at or before it).
+  double start_if(double issue) const;
   // The stall (time past their need) that copy would add to the queued copies it delays.
   double delay(double issue, double dur) const;
   // Queues it (`need`: when it must have ended; `key`: for remove and start_of); its start.

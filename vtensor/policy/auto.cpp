@@ -276,18 +276,15 @@ std::optional<std::string> respelled(const std::string& full, double f, double w
   return out;
 }
 std::optional<std::string> with_fraction(const std::string& full, double f) { return respelled(full, f, swap_weight(full)); }
-// The candidate with a suffix set (nullopt where it has it already, or that is not a candidate).
-std::optional<std::string> with_flag(const std::string& full, bool CandidateName::*flag) {
+// The candidate with wrap swaps (nullopt where it has them, or that is not a candidate).
+std::optional<std::string> with_wrap_swaps(const std::string& full) {
   CandidateName n = parse_name(full);
-  if (n.*flag) return std::nullopt;
-  n.*flag = true;
+  if (n.wrap) return std::nullopt;
+  n.wrap = true;
   std::string out = n.str();
   if (!make_candidate(out)) return std::nullopt;
   return out;
 }
-std::optional<std::string> with_need(const std::string& full) { return with_flag(full, &CandidateName::need); }
-std::optional<std::string> with_fifo(const std::string& full) { return with_flag(full, &CandidateName::fifo); }
-std::optional<std::string> with_wrap_swaps(const std::string& full) { return with_flag(full, &CandidateName::wrap); }
 // The candidate with its D2H queue in the other order (",edf" added or removed; nullopt where
 // that is not a candidate).
 std::optional<std::string> with_edf_toggled(const std::string& full) {
@@ -689,31 +686,27 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       si.time_limit_ms = i == 0 ? 0 : std::max(1.0, time_limit_ms_ - spent);
       rehearsals_[i] = rehearser_(candidates_[i], si);
     });
-    // The fastest rehearsed candidates again as `variant` names them (those it names), after them.
-    auto rehearse_again = [&](std::optional<std::string> (*variant)(const std::string&), size_t count) {
-      std::vector<size_t> order;
-      for (size_t i = 0; i < rehearsals_.size(); ++i)
-        if (rehearsals_[i].trained && variant(rehearsals_[i].policy)) order.push_back(i);
-      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return rehearsals_[a].time_ms < rehearsals_[b].time_ms; });
-      order.resize(std::min(order.size(), count));
-      const size_t first = rehearsals_.size();
-      for (size_t i : order) rehearsals_.push_back({.policy = *variant(rehearsals_[i].policy)});
-      run_parallel(rehearsals_.size() - first, [&](size_t j) {
-        auto& r = rehearsals_[first + j];
-        const double spent = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-        if (spent > time_limit_ms_) {
-          r.error = "not rehearsed: planning time limit";
-          return;
-        }
-        RehearsalSetup si = s;
-        si.time_limit_ms = std::max(1.0, time_limit_ms_ - spent);
-        r = rehearser_(r.policy, si);
-      });
-    };
     // The fastest swapping Capuchin plans again, with their persistent tensors also swapped across
     // the iteration boundary: a choice of the whole plan (it frees memory everywhere the greedy
     // then plans around), so it is rehearsed on the best few rather than on all.
-    rehearse_again(with_wrap_swaps, kWrapCandidates);
+    std::vector<size_t> order;
+    for (size_t i = 0; i < rehearsals_.size(); ++i)
+      if (rehearsals_[i].trained && with_wrap_swaps(rehearsals_[i].policy)) order.push_back(i);
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return rehearsals_[a].time_ms < rehearsals_[b].time_ms; });
+    order.resize(std::min(order.size(), kWrapCandidates));
+    const size_t first_wrap = rehearsals_.size();
+    for (size_t i : order) rehearsals_.push_back({.policy = *with_wrap_swaps(rehearsals_[i].policy)});
+    run_parallel(rehearsals_.size() - first_wrap, [&](size_t j) {
+      auto& r = rehearsals_[first_wrap + j];
+      const double spent = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (spent > time_limit_ms_) {
+        r.error = "not rehearsed: planning time limit";
+        return;
+      }
+      RehearsalSetup si = s;
+      si.time_limit_ms = std::max(1.0, time_limit_ms_ - spent);
+      r = rehearser_(r.policy, si);
+    });
     // The LP's rounded plans, pinned on the fastest Capuchin-based candidates without and with
     // wrap swaps: more starts for the search (the greedy plans what the pins leave).
     lp_rehearsals_.clear();
@@ -1160,9 +1153,13 @@ void AutoPolicy::choose_start_state(const RehearsalSetup& setup, std::chrono::st
 // climbs then settled elsewhere (docs/experiments.md).
 void AutoPolicy::need_order(const RehearsalSetup& setup) {
   need_ = {};
-  std::vector<std::string> names;
-  for (const auto& v : {with_need(chosen_), with_fifo(chosen_), with_fifo(with_need(chosen_).value_or(""))})
-    if (v) names.push_back(*v);
+  std::vector<std::string> names;  // ",need", ",fifo", ",fifo,need": those that are candidates
+  for (const auto& [fifo, need] : {std::pair{false, true}, std::pair{true, false}, std::pair{true, true}}) {
+    CandidateName n = parse_name(chosen_);
+    if (n.fifo || n.need) break;
+    n.fifo = fifo, n.need = need;
+    if (make_candidate(n.str())) names.push_back(n.str());
+  }
   const RehearsalResult& steady = steady_[static_cast<size_t>(start_state_)];
   if (names.empty() || !chosen_result_.trained || !rehearser_) return;
   auto rehearse = [&](const std::string& name, int iterations) {

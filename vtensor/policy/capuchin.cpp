@@ -145,7 +145,7 @@ class Planner {
   bool hits_over(int first, int last) const { return mem_.over(first, last); }
   // The H2D queue: CopyLane's gaps, or with fifo_prefetches the stream's issue order (FifoLane,
   // keyed by candidate; a wrap swap's copy is never removed: key -1).
-  double in_fit(double issue, double dur) const { return fifo_ ? inq_.start_if(issue, dur) : h2d_.earliest_fit(issue, dur); }
+  double in_fit(double issue, double dur) const { return fifo_ ? inq_.start_if(issue) : h2d_.earliest_fit(issue, dur); }
   double in_delay(double issue, double dur) const { return fifo_ ? inq_.delay(issue, dur) : 0; }
   void in_add(double issue, double start, double dur, double need, int key) {
     if (fifo_) inq_.add(issue, dur, need, key);
