@@ -1628,8 +1628,9 @@ def _auto(c):
     warm = (r.get("warm_start") or {}).get("variant")
     order = r.get("need_order") or {}
     need = order.get("variant") if order.get("won") else None
+    high = (r.get("placement") or {}).get("high_from_bytes", 0)
     then = (f"; {state} start" if state != "packed" else "") + (f"; warm ({warm})" if warm else "") + \
-        (f"; issue order ({need})" if need else "")
+        (f"; issue order ({need})" if need else "") + (f"; placed high (≥ {high / 2**20:.0f} MiB)" if high else "")
     return {"best": f"{best} {plain[best]:.1f} ms" if best else "none trains",
             "choice": f"{lp_start}{start} {cand:.1f} ms" + (f" (plan: {r['chosen']})" if r["chosen"] != start else ""),
             "searched": f"{climbed:.1f} → {searched:.1f} ms ({len(r.get('pins', []))} pinned)"
@@ -1694,6 +1695,8 @@ def auto_search(rows, what):
                  "or both: AutoPolicy::warm_start), '; issue order (V)': then planned for the H2D stream's issue order "
                  "(AutoPolicy::need_order; V: 'need', one op's prefetches issued in the order their tensors are "
                  "needed, ',need' in the plan; 'fifo', the H2D queue planned in issue order, ',fifo'; or both), "
+                 "'; placed high (≥ N MiB)': then the device allocator's requests of N MiB or more placed at the top "
+                 "of their free block (AutoPolicy::placement), "
                  "then the prediction; "
                  "'(plan: Y)': the climb's headroom moves ended at Y",
         "rows": rows,

@@ -49,6 +49,9 @@ const char* const kAutoLpHelp =
 const char* const kAutoSecondsHelp =
     "policy auto: seconds its candidates' rehearsals may take, its search then 1.3 s more (default 8; at most 600)";
 
+const char* const kAutoPlacementHelp =
+    "policy auto: the device allocator's placement, search (its finish also rehearses the plan with requests of 2, 5 or 10% of the budget or more placed high, and keeps the fastest; default) or low (never)";
+
 const char* const kAutoIlpHelp =
     "policy auto: seconds for its integer program over the LP's fractional gaps (COIN-OR Cbc), whose plan is one more start for its search (0: none; default 0)";
 
@@ -76,6 +79,12 @@ void check_auto_search(const TrainConfig& cfg, const CLI::App& cmd, bool single_
       throw std::invalid_argument("--auto-seconds must be seconds in (0, 600], got " + format_number(cfg.auto_seconds));
     if (single_policy && cfg.policy != "auto")
       throw std::invalid_argument("--auto-seconds applies to --policy auto only, got --policy " + cfg.policy);
+  }
+  if (cmd.get_option("--auto-placement")->count() > 0) {
+    if (cfg.auto_placement != "search" && cfg.auto_placement != "low")
+      throw std::invalid_argument("--auto-placement must be search or low, got '" + cfg.auto_placement + "'");
+    if (single_policy && cfg.policy != "auto")
+      throw std::invalid_argument("--auto-placement applies to --policy auto only, got --policy " + cfg.policy);
   }
   if (cmd.get_option("--auto-ilp")->count() > 0) {
     if (!(cfg.auto_ilp >= 0 && cfg.auto_ilp <= 60))
@@ -395,6 +404,7 @@ CLI::App* add_sweep(CLI::App& app, ExperimentArgs& a) {
   c->add_option("--auto-lp", a.cfg.auto_lp, kAutoLpHelp);
   c->add_option("--auto-ilp", a.cfg.auto_ilp, kAutoIlpHelp);
   c->add_option("--auto-seconds", a.cfg.auto_seconds, kAutoSecondsHelp);
+  c->add_option("--auto-placement", a.cfg.auto_placement, kAutoPlacementHelp);
   c->add_option("--densities", a.cfg.densities_path, "runs of the compress policies and auto: non-zero counts recorded by a cpu run (train --densities-out)");
   c->add_option("--out", a.out, "output file, .csv or .json")->required();
   return c;
@@ -543,6 +553,7 @@ int vtensor::run_cli(int argc, char** argv, CliMode mode) {
   train->add_option("--auto-lp", cfg.auto_lp, kAutoLpHelp);
   train->add_option("--auto-ilp", cfg.auto_ilp, kAutoIlpHelp);
   train->add_option("--auto-seconds", cfg.auto_seconds, kAutoSecondsHelp);
+  train->add_option("--auto-placement", cfg.auto_placement, kAutoPlacementHelp);
   train->add_flag("--inplace-relu-grad", cfg.inplace_relu_grad, "relu backward writes dx over dy where dy dies (cuDNN's in-place ReLU, as in vDNN)");
   train->add_flag("--step-in-backward", cfg.optimizer.in_backward, kStepInBackwardHelp);
   train->add_option("--weight-decay", cfg.optimizer.weight_decay, "weight decay (L2 for sgd and adam, decoupled for adamw)");

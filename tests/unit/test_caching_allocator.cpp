@@ -277,28 +277,34 @@ struct Shadow {
   size_t capacity;
   std::map<size_t, std::pair<size_t, size_t>> live;  // offset -> (requested, rounded)
 
-  // Offset the allocator must return for `rounded` bytes: smallest gap that fits, lowest offset.
+  size_t high = 0;  // set_high_placement's size (0: none)
+
+  // Offset the allocator must return for `rounded` bytes: smallest gap that fits, lowest offset;
+  // at or over `high`, the same size's highest gap, its top end.
   std::optional<size_t> best_fit(size_t rounded) const {
     std::optional<size_t> best;
     size_t best_size = 0, pos = 0;
+    const bool top = high > 0 && rounded >= high;
     auto consider = [&](size_t start, size_t end) {
       size_t gap = end - start;
-      if (gap >= rounded && (!best || gap < best_size)) best = start, best_size = gap;
+      if (gap >= rounded && (!best || gap < best_size || (top && gap == best_size))) best = start, best_size = gap;
     };
     for (const auto& [off, sizes] : live) {
       consider(pos, off);
       pos = off + sizes.second;
     }
     consider(pos, capacity);
+    if (best && top) *best += best_size - rounded;
     return best;
   }
 };
 
-void run_random_ops(uint64_t seed, size_t capacity, int num_ops) {
-  SCOPED_TRACE("seed " + std::to_string(seed));
+void run_random_ops(uint64_t seed, size_t capacity, int num_ops, size_t high = 0) {
+  SCOPED_TRACE("seed " + std::to_string(seed) + " high " + std::to_string(high));
   std::mt19937_64 rng(seed);
   CachingAllocator a(capacity);
-  Shadow shadow{capacity, {}};
+  a.set_high_placement(high);
+  Shadow shadow{capacity, {}, high};
   std::vector<size_t> live_offsets;  // for picking a random live block
   size_t shadow_allocated = 0, max_live = 0;
   auto pick_size = [&]() -> size_t {
@@ -370,6 +376,45 @@ TEST(CachingAllocatorProperty, RandomOpsMatchBestFitModel) {
     run_random_ops(seed, 1 << 20, 20000);
     if (HasFatalFailure()) return;
   }
+}
+
+// With high placement (policy auto's finish may turn it on) the same, against the model that
+// places a request of that size or more at the top of the highest best-fit gap.
+TEST(CachingAllocatorProperty, RandomOpsMatchTheModelWithHighPlacement) {
+  for (uint64_t seed : {6, 7, 8}) {
+    run_random_ops(seed, 1 << 20, 20000, (1 << 20) / 64);
+    if (HasFatalFailure()) return;
+  }
+  run_random_ops(14, 64 * kA, 20000, 2 * kA);
+}
+
+TEST(CachingAllocator, HighPlacementTakesTheTopOfTheHighestBestFitBlock) {
+  {
+    CachingAllocator a(64 * kA);
+    a.set_high_placement(4 * kA);
+    EXPECT_EQ(a.allocate(4 * kA), 60 * kA);  // the whole arena is one block: its top
+    EXPECT_EQ(a.stats().reserved, 64 * kA);  // the address space in use reaches the top
+    EXPECT_EQ(a.allocate(kA), 0u);           // under the size: low, as without it
+    a.check_invariants();
+  }
+  CachingAllocator a(64 * kA);
+  // Holes of 8 units at 8 and 24, 4 at 60.
+  must_alloc(a, 8 * kA);
+  const size_t h1 = must_alloc(a, 8 * kA);
+  must_alloc(a, 8 * kA);
+  const size_t h2 = must_alloc(a, 8 * kA);
+  must_alloc(a, 28 * kA);
+  a.free(h1);
+  a.free(h2);
+  a.set_high_placement(4 * kA);
+  EXPECT_EQ(a.allocate(6 * kA), h2 + 2 * kA);  // best fit 8 units: the higher hole, its top end
+  EXPECT_EQ(a.allocate(4 * kA), 60 * kA);      // an exact fit is the whole hole
+  EXPECT_EQ(a.allocate(2 * kA), h2);           // small: best fit, low end
+  EXPECT_EQ(a.allocate(kA), h1);
+  a.check_invariants();
+  a.set_high_placement(0);  // off: low again
+  EXPECT_EQ(a.allocate(4 * kA), h1 + kA);
+  a.check_invariants();
 }
 
 TEST(CachingAllocatorProperty, TinyArenaHighPressure) {

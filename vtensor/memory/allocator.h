@@ -64,6 +64,9 @@ class DeviceAllocator {
   virtual std::vector<std::pair<size_t, size_t>> compact(const std::function<bool(size_t)>& movable, size_t need = 0) {
     return {};
   }
+  // Requests of at least min_bytes placed at the top end of their free block, the others low
+  // (0: all low, the default). Allocators that place otherwise ignore it.
+  virtual void set_high_placement(size_t min_bytes) {}
   // Iteration boundaries (the planned pool records one iteration and plans the next ones).
   // repeats: the next iteration runs the ended one's schedule (Policy::iteration_repeats).
   virtual void begin_iteration(int iteration) {}

@@ -44,6 +44,22 @@ std::optional<size_t> CachingAllocator::allocate(size_t bytes, int64_t tag) {
     record(AllocEvent::Kind::kOom, 0, bytes, tag);
     return std::nullopt;
   }
+  if (high_placement_ > 0 && size >= high_placement_) {
+    // The last free block of the best-fit size, its top end: the large blocks gather high, the
+    // small ones low (ties otherwise go to the lowest offset).
+    fit = std::prev(free_set_.upper_bound({fit->first, std::numeric_limits<size_t>::max()}));
+    const auto [hole_size, hole] = *fit;
+    const size_t rest = hole_size - size;
+    if (rest >= kAllocAlignment) {
+      auto below = blocks_.find(hole);
+      auto node = free_set_.extract(fit);
+      node.value() = {rest, hole};
+      free_set_.insert(std::move(node));
+      below->second.size = rest;
+      auto it = blocks_.emplace_hint(std::next(below), hole + rest, Block{size, false, tag});
+      return taken(it);
+    }
+  }
   const auto [hole_size, offset] = *fit;
   auto it = blocks_.find(offset);
   const size_t rest = hole_size - size;
@@ -60,11 +76,15 @@ std::optional<size_t> CachingAllocator::allocate(size_t bytes, int64_t tag) {
   }
   it->second.free = false;
   it->second.tag = tag;
+  return taken(it);
+}
+
+size_t CachingAllocator::taken(BlockMap::iterator it) {
   stats_.allocated += it->second.size;
   ++stats_.num_allocs;
   update_derived_stats();
-  record(AllocEvent::Kind::kAlloc, offset, it->second.size, tag);
-  return offset;
+  record(AllocEvent::Kind::kAlloc, it->first, it->second.size, it->second.tag);
+  return it->first;
 }
 
 void CachingAllocator::free(size_t offset) {

@@ -9,6 +9,10 @@
 // Deviations from PyTorch: no small/large pools, no size-class rounding beyond 256 bytes, no
 // oversize-block split limit, no streams/events, and no cache flush-and-retry on OOM (there is
 // nothing to flush: eviction is the MemoryManager's job). All operations are O(log n) in blocks.
+// High placement (ours, off by default; policy auto turns it on where its rehearsal runs faster):
+// a request of at least set_high_placement's size takes the top end of the last best-fit block,
+// so large blocks gather high and the small ones' holes stay low, out of their way, in the spirit
+// of PyTorch's separate small and large pools; `reserved` then reaches the arena's top.
 // Compaction (ours; PyTorch and BFC never move blocks): a full one slides every movable block down;
 // one for a request moves the fewest live bytes that make its block, into holes elsewhere where
 // they fit (best fit, largest first), else sliding one window; O(n log n) in blocks.
@@ -34,6 +38,7 @@ class CachingAllocator final : public DeviceAllocator {
   const AllocatorStats& stats() const override { return stats_; }
   void reset_peak() override;
   std::vector<std::pair<size_t, size_t>> compact(const std::function<bool(size_t)>& movable, size_t need = 0) override;
+  void set_high_placement(size_t min_bytes) override { high_placement_ = min_bytes == 0 ? 0 : align_up(min_bytes); }
   // Takes the exact range [offset, offset + bytes) as one live block when it lies inside one free
   // block (the planned pool reserves its region this way). False, and nothing changes, otherwise.
   bool reserve(size_t offset, size_t bytes, int64_t tag = -1);
@@ -69,9 +74,11 @@ class CachingAllocator final : public DeviceAllocator {
   SlideWindow plan_slide(const std::function<bool(size_t)>& movable, size_t need);
   std::vector<std::pair<size_t, size_t>> apply_slide(const SlideWindow& w);
   void carve(size_t offset, size_t bytes, int64_t tag);
+  size_t taken(BlockMap::iterator it);  // the stats and trace of a new live block; its offset
   void release(size_t offset, size_t bytes);
 
   size_t capacity_;
+  size_t high_placement_ = 0;  // requests of at least this size are placed high (0: none)
   BlockMap blocks_;
   std::set<FreeKey> free_set_;
   AllocatorStats stats_;

@@ -136,6 +136,7 @@ void MemoryManager::begin_iteration(int iteration) {
     s.stat = {};
   }
   policy_->begin_iteration(iteration);
+  allocator_->set_high_placement(policy_->high_placement_bytes());
   // A measured iteration's op times from the device where the backend has them (cuda): the
   // clock around an asynchronous launch is not the kernel's time.
   if (device_op_timing_) backend_.end_op_timing(0);  // an iteration that failed left it on

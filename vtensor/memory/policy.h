@@ -136,6 +136,9 @@ class Policy {
   virtual bool compact_at_iteration_end() const { return false; }
   // What that compaction leaves (StartState).
   virtual StartState start_state() const { return StartState::kPacked; }
+  // The size from which the device allocator places a request high (DeviceAllocator::
+  // set_high_placement; 0: none), read at each iteration's start.
+  virtual size_t high_placement_bytes() const { return 0; }
   // A layout that compaction puts the arena in instead, once (asked after end_iteration; empty:
   // none): auto's warm start, the steady layout its long rehearsal of the plan ended in, taken
   // at the switch from the measured iteration. Where the live blocks are not the layout's, the

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "vtensor/backend/backend.h"
+#include "vtensor/core/errors.h"
 #include "vtensor/policy/bound.h"
 #include "vtensor/policy/capuchin.h"
 #include "vtensor/policy/checkpoint.h"
@@ -164,6 +165,10 @@ std::unique_ptr<Policy> make_candidate(const std::string& full) {
 // gain that counts (sim times are deterministic; this keeps the search from chasing rounding).
 constexpr size_t kSearchBatch = 4;
 constexpr double kMinGain = 1e-5;
+// The finish's high placements (AutoPolicy::placement): requests of each fraction of the budget
+// and over. Each won on some paper row (0.02 on ResNet-50 at 25% on p100-16g, 0.05 on BERT-base at
+// 50% on h100-80g, 0.1 on GPT-2 small at 50% on p100-16g); 0.2 on none.
+constexpr double kHighPlacementFractions[] = {0.02, 0.05, 0.1};
 constexpr double kMinCostMs = 1e-3;
 // The ",large-wraps" starts (AutoPolicy::plan): at most this many rehearsed (each leaves the
 // persistent tensors under a fraction of the budget to the device unless pinned:
@@ -1001,6 +1006,7 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       se.compact_unfit = compact_unfit_;
       se.min_wrap_bytes = min_wrap_bytes_;
       need_order(se);
+      placement(se);
     }
     // Off sim the plan is made from the rehearsal's record of the measured iteration, as every
     // rehearsal made it, not from the clock's: the two differ in the last bits of the times, and a
@@ -1140,60 +1146,89 @@ void AutoPolicy::choose_start_state(const RehearsalSetup& setup, std::chrono::st
   chosen_result_ = std::move(r);
 }
 
-// The issue order: the plan as it will run (its start state and warm start) rehearsed once more
-// planned for the H2D stream's issue order, in three variants: one op's prefetches issued in the
-// order their tensors are needed (",need"), the queue planned in issue order (",fifo": FifoLane,
-// a prefetch charged the stall it adds to those queued after it), and both. Capuchin's lane model
-// puts each copy in the first gap that fits it, but the stream copies in issue order: a small
-// prefetch chosen late waits behind a large one issued at the same op for a later access, and a
-// prefetch issued early delays those queued after it. The fastest variant whose measured and
-// guided iterations take less time in all is rehearsed over the long run, and kept where that
-// does not drift (as warm_start keeps a variant); else the next. As starts for every candidate
-// (",need" on all, ",fifo" on the fastest eight) each won on some rows and lost on more: the
-// climbs then settled elsewhere (docs/experiments.md).
-void AutoPolicy::need_order(const RehearsalSetup& setup) {
-  need_ = {};
-  std::vector<std::string> names;  // ",need", ",fifo", ",fifo,need": those that are candidates
-  for (const auto& [fifo, need] : {std::pair{false, true}, std::pair{true, false}, std::pair{true, true}}) {
-    CandidateName n = parse_name(chosen_);
-    if (n.fifo || n.need) break;
-    n.fifo = fifo, n.need = need;
-    if (make_candidate(n.str())) names.push_back(n.str());
-  }
+// The finish's variants of the plan as it will run (its start state and warm start), rehearsed at
+// once: the fastest whose measured and guided iterations take less time in all is rehearsed
+// over the long run, and kept where that does not drift (as warm_start keeps a variant); else
+// the next.
+int AutoPolicy::finish_variant(const RehearsalSetup& setup, const std::vector<FinishVariant>& variants, std::vector<FinishTry>& tried) {
+  tried.clear();
   const RehearsalResult& steady = steady_[static_cast<size_t>(start_state_)];
-  if (names.empty() || !chosen_result_.trained || !rehearser_) return;
-  auto rehearse = [&](const std::string& name, int iterations) {
+  if (variants.empty() || !chosen_result_.trained || !rehearser_) return -1;
+  auto rehearse = [&](const FinishVariant& v, int iterations) {
     RehearsalSetup s = setup;
     s.pins = pins_;
     s.trigger_moves = trigger_moves_;
     s.start_layout = start_layout_;
     s.start_state = start_state_;
+    s.high_placement_bytes = v.high_placement;
     s.time_limit_ms = 0;
     s.iterations = iterations;
-    return rehearser_(name, s);
+    return rehearser_(v.policy, s);
   };
-  std::vector<RehearsalResult> res(names.size());
-  run_parallel(res.size(), [&](size_t i) { res[i] = rehearse(names[i], kRehearsedIterations); });
-  need_ = {true, false, chosen_result_.time_ms, 0, 0, chosen_};
+  std::vector<RehearsalResult> res(variants.size());
+  run_parallel(res.size(), [&](size_t i) { res[i] = rehearse(variants[i], kRehearsedIterations); });
   const double guided = kRehearsedIterations - 1;
   auto total = [&](const RehearsalResult& x) { return x.measured_ms + guided * x.time_ms; };
   std::vector<size_t> order;
   for (size_t i = 0; i < res.size(); ++i) {
     const RehearsalResult& r = res[i];
+    tried.push_back({variants[i].policy, variants[i].high_placement, r.trained ? r.time_ms : 0, r.trained ? total(r) : 0});
     if (!r.trained || r.time_ms > chosen_result_.time_ms || (!start_layout_.empty() && !r.start_layout_applied)) continue;
     if (total(r) < total(chosen_result_) * (1 - kMinGain)) order.push_back(i);
   }
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return total(res[a]) < total(res[b]); });
   for (size_t i : order) {
-    const RehearsalResult l = rehearse(names[i], kLongRunIterations);
+    const RehearsalResult l = rehearse(variants[i], kLongRunIterations);
+    tried[i].long_ms = l.trained ? l.time_ms : 0;
     if (!l.trained || (steady.trained && l.time_ms > steady.time_ms * (1 + kLongRunDrift))) continue;
-    need_ = {true, true, chosen_result_.time_ms, res[i].time_ms, l.time_ms, chosen_};
-    const CandidateName n = parse_name(names[i]);
-    need_.variant = n.fifo && n.need ? "fifo,need" : n.fifo ? "fifo" : "need";
-    chosen_ = names[i];
+    chosen_ = variants[i].policy;
+    high_placement_ = variants[i].high_placement;
     chosen_result_ = res[i];
-    return;
+    return static_cast<int>(i);
   }
+  return -1;
+}
+
+// The issue order: the plan made for the H2D stream's issue order, in three variants: one op's
+// prefetches issued in the order their tensors are needed (",need"), the queue planned in issue
+// order (",fifo": FifoLane, a prefetch charged the stall it adds to those queued after it), and
+// both (finish_variant keeps the fastest). Capuchin's lane model
+// puts each copy in the first gap that fits it, but the stream copies in issue order: a small
+// prefetch chosen late waits behind a large one issued at the same op for a later access, and a
+// prefetch issued early delays those queued after it. As starts for every candidate
+// (",need" on all, ",fifo" on the fastest eight) each won on some rows and lost on more: the
+// climbs then settled elsewhere (docs/experiments.md).
+void AutoPolicy::need_order(const RehearsalSetup& setup) {
+  need_ = {};
+  std::vector<FinishVariant> variants;
+  for (const auto& [fifo, need] : {std::pair{false, true}, std::pair{true, false}, std::pair{true, true}}) {
+    CandidateName n = parse_name(chosen_);
+    if (n.fifo || n.need) break;
+    n.fifo = fifo, n.need = need;
+    if (make_candidate(n.str())) variants.push_back({n.str(), high_placement_});
+  }
+  if (variants.empty() || !chosen_result_.trained || !rehearser_) return;
+  need_ = {true, false, chosen_result_.time_ms, 0, 0, chosen_};
+  const int won = finish_variant(setup, variants, need_.variants);
+  if (won < 0) return;
+  const FinishTry& w = need_.variants[static_cast<size_t>(won)];
+  need_.won = true, need_.time_ms = w.time_ms, need_.long_ms = w.long_ms;
+  const CandidateName n = parse_name(w.policy);
+  need_.variant = n.fifo && n.need ? "fifo,need" : n.fifo ? "fifo" : "need";
+}
+
+// The plan as it then is, with the device allocator placing the large requests high (from each
+// of kHighPlacementFractions of the budget): the small blocks' holes then stay out of the large
+// ones' way. On BERT-base at 50% on h100-80g the plan's costliest stall was an allocation
+// of 476 MiB that found 484 MiB free but no block over 176 MiB, and waited for three swap-outs
+// before the compaction could make one.
+void AutoPolicy::placement(const RehearsalSetup& setup) {
+  placement_ = {};
+  if (!placement_search_ || high_placement_ > 0 || !chosen_result_.trained || !rehearser_ || setup.allocator != "caching") return;
+  std::vector<FinishVariant> variants;
+  for (const double f : kHighPlacementFractions) variants.push_back({chosen_, static_cast<size_t>(static_cast<double>(setup.budget) * f)});
+  placement_ = {true, false, chosen_result_.time_ms};
+  placement_.won = finish_variant(setup, variants, placement_.variants) >= 0;
 }
 
 // The warm start: the first guided iteration starts where the chosen plan's long rehearsal (in
@@ -1536,6 +1571,19 @@ void add_prediction(nlohmann::json& j, const RehearsalResult& r) {
 
 }  // namespace
 
+namespace {
+// The finish's rehearsed variants, for the report (null times: not trained / no long run).
+nlohmann::json tries_json(const std::vector<AutoPolicy::FinishTry>& tries) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& t : tries)
+    a.push_back({{"policy", t.policy}, {"high_from_bytes", t.high_placement},
+                 {"time_ms", t.time_ms > 0 ? nlohmann::json(t.time_ms) : nlohmann::json(nullptr)},
+                 {"total_ms", t.total_ms > 0 ? nlohmann::json(t.total_ms) : nlohmann::json(nullptr)},
+                 {"long_ms", t.long_ms > 0 ? nlohmann::json(t.long_ms) : nlohmann::json(nullptr)}});
+  return a;
+}
+}  // namespace
+
 nlohmann::json AutoPolicy::report() const {
   using nlohmann::json;
   json cands = json::array();
@@ -1614,7 +1662,11 @@ nlohmann::json AutoPolicy::report() const {
     out["need_order"] = {{"won", need_.won}, {"variant", need_.won ? json(need_.variant) : json(nullptr)},
                          {"searched_policy", need_.before_policy}, {"searched_ms", need_.before_ms},
                          {"time_ms", need_.time_ms > 0 ? json(need_.time_ms) : json(nullptr)},
-                         {"long_ms", need_.long_ms > 0 ? json(need_.long_ms) : json(nullptr)}};
+                         {"long_ms", need_.long_ms > 0 ? json(need_.long_ms) : json(nullptr)}, {"tried", tries_json(need_.variants)}};
+  // The device allocator's placement (placement): the size from which requests go high (0: none),
+  // and the rehearsal that decided it.
+  out["placement"] = {{"high_from_bytes", high_placement_}};
+  if (placement_.tried) out["placement"].update({{"won", placement_.won}, {"searched_ms", placement_.before_ms}, {"tried", tries_json(placement_.variants)}});
   if (warm_.tried > 0) {  // the warm start (warm_start): what ran, and the plan's times without it
     out["warm_start"] = {{"variants", warm_.tried}, {"variant", warm_.variant.empty() ? json(nullptr) : json(warm_.variant)},
                          {"layout_blocks", warm_.layout_blocks}, {"trigger_moves", warm_.trigger_moves},
@@ -1686,6 +1738,7 @@ std::string AutoPolicy::summary() const {
     s += buf;
     if (compact_unfit_) s += " fallback where the plan does not fit: compact;";
     if (min_wrap_bytes_ > 0) s += " wrap swaps of " + std::to_string(min_wrap_bytes_) + " B or more unless pinned;";
+    if (high_placement_ > 0) s += " blocks of " + format_bytes(high_placement_) + " or more placed high;";
     std::snprintf(buf, sizeof buf, " planned in %.0f ms", planning_ms_);
     s += buf;
     if (bound_.compute_ms > 0 && !bound_.feasible) {

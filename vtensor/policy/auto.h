@@ -43,7 +43,8 @@
 //   ends are each given a start state and a warm start; the fastest then is the plan.
 // Deviations from the issue's design: an LP relaxation rounded, then local and windowed
 // enumeration with the rehearsal as its cost model, not an ILP / DP (the cost of a gap's choice
-// depends on the queues and the arena the rest leaves); no arena placement of its own (the planned pool measured slower under it).
+// depends on the queues and the arena the rest leaves); arena placement is one choice made last
+// (large blocks high, below), not a placement per block (the planned pool measured slower under it).
 // Every iteration it runs or rehearses ends with the arena compacted (compact_at_iteration_end).
 // Packing keeps the blocks' order, which tensors brought back into other holes can make drift
 // past the iterations the search rehearses: the chosen plan is rehearsed for 10 iterations
@@ -52,8 +53,10 @@
 // fastest over the long run is the plan. Then the warm start: where it takes the measured and
 // guided iterations less time in all, the first guided iteration starts where that long
 // rehearsal settled (its layout, moved to at the measured iteration's end; the trigger moves
-// Capuchin's feedback made, replayed), not where the measured iteration left things. Last, the
-// plan with one op's prefetches issued in need order (",need"), kept where that is faster.
+// Capuchin's feedback made, replayed), not where the measured iteration left things. Then the
+// plan for the H2D stream's issue order (",need", ",fifo"), and last with the device allocator
+// placing requests of 2, 5 or 10% of the budget or more high (DeviceAllocator::
+// set_high_placement), each kept where it is faster.
 // Without a Rehearser (set by the Trainer) it runs Capuchin's hybrid.
 // Full notes: docs/design.md.
 #pragma once
@@ -126,6 +129,7 @@ struct RehearsalSetup {
   std::vector<TriggerMove> trigger_moves;  // replayed on the plan (CapuchinPolicy::set_trigger_moves)
   bool compact_unfit = false;      // the fallback where the plan does not fit (CapuchinPolicy::set_compact_unfit)
   size_t min_wrap_bytes = 0;       // the smallest unpinned wrap swap (CapuchinPolicy::set_min_wrap_bytes)
+  size_t high_placement_bytes = 0;  // requests placed high from the first guided iteration (Policy::high_placement_bytes)
   // Non-zero counts of the compressible outputs (the run's --densities on sim, or those auto's
   // measured iteration counted): what sizes the compression candidates' tensors. Null: the
   // compression candidates are not rehearsed.
@@ -163,6 +167,7 @@ struct RehearsalResult {
   StartState start_state = StartState::kPacked;  // as rehearsed
   bool compact_unfit = false;                    // as rehearsed (RehearsalSetup::compact_unfit)
   size_t min_wrap_bytes = 0;                     // as rehearsed (RehearsalSetup::min_wrap_bytes)
+  size_t high_placement_bytes = 0;               // as rehearsed (RehearsalSetup::high_placement_bytes)
   std::vector<RehearsedGap> gaps;  // the gaps the plan swaps or recomputes (Capuchin-based candidates)
   std::vector<LayoutBlock> end_layout;  // the arena the last iteration's end left
   // The measured iteration's trace as the rehearsal recorded it (RehearsalSetup::measured_only):
@@ -226,6 +231,13 @@ class AutoPolicy final : public Policy {
   // (CapuchinPolicy::set_min_wrap_bytes; a rehearsal's; the run's is its plan's: the ",large-wraps" starts).
   void set_min_wrap_bytes(size_t b) { min_wrap_bytes_ = b; }
   size_t min_wrap_bytes() const { return min_wrap_bytes_; }
+  // The device allocator's high placement once the plan runs (a rehearsal's; the run's is chosen
+  // after the search: AutoPolicy::placement). The measured iteration places every block low.
+  size_t high_placement_bytes() const override { return active_ ? high_placement_ : 0; }
+  void set_high_placement(size_t b) { high_placement_ = b; }
+  size_t high_placement() const { return high_placement_; }
+  // Whether the finish tries high placement (on by default; --auto-placement low turns it off).
+  void set_placement_search(bool on) { placement_search_ = on; }
   // Whether the search also climbs from the packed starts with compact_unfit (on by default;
   // tests of one phase of the search turn it off).
   void set_compact_starts(bool on) { compact_starts_on_ = on; }
@@ -289,6 +301,13 @@ class AutoPolicy final : public Policy {
   // The rehearsals of the LP's pins (each on one of the fastest Capuchin-based candidates).
   const std::vector<RehearsalResult>& lp_rehearsals() const { return lp_rehearsals_; }
 
+  struct FinishTry {  // one variant as rehearsed, the finish's (need_order, placement), for the report
+    std::string policy;
+    size_t high_placement = 0;
+    double time_ms = 0, total_ms = 0;  // guided iteration; measured + guided (0: not trained)
+    double long_ms = 0;                // its long run, where it got one (0: none)
+  };
+
  private:
   Policy& current() { return active_ ? *active_ : *measuring_; }
   const Policy& current() const { return active_ ? *active_ : *measuring_; }
@@ -341,15 +360,33 @@ class AutoPolicy final : public Policy {
   LongRun long_ms_{};  // the plan's
   std::array<RehearsalResult, kStartStates> steady_;  // the plan's long rehearsals, from each start state
   void warm_start(const RehearsalSetup& setup);
+  // The finish's variants of the plan (each a candidate name and a high placement), rehearsed in
+  // its start state and warm start: the fastest whose measured and guided iterations take less
+  // time in all and whose long run does not drift becomes the plan. Its index, or -1.
+  struct FinishVariant {
+    std::string policy;
+    size_t high_placement = 0;
+  };
+  int finish_variant(const RehearsalSetup& setup, const std::vector<FinishVariant>& variants, std::vector<FinishTry>& tried);
   void need_order(const RehearsalSetup& setup);
+  void placement(const RehearsalSetup& setup);
   struct NeedOrder {  // need_order's rehearsals of the plan, for the report
     bool tried = false, won = false;
     double before_ms = 0, time_ms = 0;  // the plan as it was; the variant that won (0: none)
     double long_ms = 0;                 // that variant over the long run (0: none)
     std::string before_policy;          // the plan's candidate before
     std::string variant;                // "need", "fifo" or "fifo,need"
+    std::vector<FinishTry> variants;    // every one rehearsed
   };
   NeedOrder need_;
+  struct Placement {  // placement's rehearsal of the plan, for the report
+    bool tried = false, won = false;
+    double before_ms = 0;
+    std::vector<FinishTry> variants;
+  };
+  Placement placement_;
+  size_t high_placement_ = 0;  // Policy::high_placement_bytes once the plan runs
+  bool placement_search_ = true;
   // What choose_start_state and warm_start decide for a plan, and where its climb started: saved
   // per finished plan (kFinishedPlans), the fastest restored.
   auto finish_fields() {

@@ -30,11 +30,13 @@ RehearsalResult rehearse(const std::string& candidate, const RehearsalSetup& set
     policy->set_trigger_moves(setup.trigger_moves);
     policy->set_compact_unfit(setup.compact_unfit);
     policy->set_min_wrap_bytes(setup.min_wrap_bytes);
+    policy->set_high_placement(setup.high_placement_bytes);
     const AutoPolicy* ap = policy.get();
     r.pins = setup.pins;
     r.start_state = setup.start_state;
     r.compact_unfit = setup.compact_unfit;
     r.min_wrap_bytes = setup.min_wrap_bytes;
+    r.high_placement_bytes = setup.high_placement_bytes;
     if (setup.time_limit_ms > 0)
       policy->set_deadline(std::chrono::steady_clock::now() +
                            std::chrono::microseconds(static_cast<long long>(setup.time_limit_ms * 1e3)));

@@ -60,8 +60,11 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
     throw std::invalid_argument("--auto-ilp must be seconds in [0, 60] (0: no integer program), got " + format_number(cfg_.auto_ilp));
   if (!(cfg_.auto_seconds == -1 || (cfg_.auto_seconds > 0 && cfg_.auto_seconds <= 600)))
     throw std::invalid_argument("--auto-seconds must be seconds in (0, 600], got " + format_number(cfg_.auto_seconds));
+  if (!cfg_.auto_placement.empty() && cfg_.auto_placement != "search" && cfg_.auto_placement != "low")
+    throw std::invalid_argument("--auto-placement must be search or low, got '" + cfg_.auto_placement + "'");
   if (auto* a = dynamic_cast<AutoPolicy*>(policy.get())) {
     a->set_rehearser(rehearse);
+    if (!cfg_.auto_placement.empty()) a->set_placement_search(cfg_.auto_placement == "search");
     if (cfg_.auto_seconds > 0) a->set_time_limit_ms(cfg_.auto_seconds * 1e3);
     if (cfg_.auto_ilp >= 0) a->set_ilp_seconds(cfg_.auto_ilp);
     if (cfg_.auto_lp >= 0) a->set_lp_rehearsals(cfg_.auto_lp);

@@ -34,6 +34,7 @@ struct TrainConfig {
   int auto_room = -1;              // policy auto: the "make room" moves' rehearsals per climb (0: none; -1: its default)
   double auto_ilp = -1;            // policy auto: seconds for its integer program (0: none; -1: its default)
   double auto_seconds = -1;        // policy auto: its candidates' time limit in seconds (-1: its default)
+  std::string auto_placement;      // policy auto: "search" (its default) or "low" (AutoPolicy::set_placement_search)
   int auto_lp = -1;                // policy auto: rehearsals of the LP's rounded plan as search starts (0: none; -1: its default)
   int auto_search = -1;            // policy auto: the per-gap search's rehearsals (0: none; -1: its default); others ignore it
   size_t um_page_bytes = 0;  // policies um, um-prefetch: page size (0: kDefaultPageBytes)
