@@ -343,6 +343,66 @@ TEST(CapuchinPlanner, TheFifoLaneAnswersAsTheQueueReplayed) {
   }
 }
 
+// A plan made for the H2D queue in issue order (fifo_prefetches) predicts the starts the stream
+// gives its prefetches: replayed from the plan alone (each issued at its trigger op's end, after
+// its swap-out, which ends by its release op; each copy after the one before), the starts are the
+// candidates' prefetch_start_ns. The lane model's plans do not always pass (checked: the replay
+// proves something). Prefetches issued at one op are replayed in the order the planner queued
+// them (FifoLane: the order it chose them), which is not always the plan's action order, the
+// order the memory manager issues them in: on these traces the two differ at some ops, and the
+// plan's later prefetch there is predicted to start first (a known gap in the model).
+TEST(CapuchinPlanner, AFifoPlansPrefetchStartsAreTheStreamsReplayed) {
+  unsigned seed = 977;
+  auto next = [&](unsigned m) { return (seed = seed * 1103515245u + 12345u) / 65536u % m; };
+  // The plan's prefetches replayed on one H2D stream: |predicted - replayed| at the worst, and how many.
+  auto replay = [](const CapuchinPlan& p) {
+    struct Q { double issue; size_t pos; double dur, predicted; };  // pos: its action's place in the plan
+    std::vector<Q> q;
+    for (const auto& c : p.candidates) {
+      if (c.decision != CapuchinDecision::kSwap) continue;
+      size_t pos = 0;
+      while (pos < p.plan.actions.size() &&
+             !(p.plan.actions[pos].kind == ActionKind::kPrefetch && p.plan.actions[pos].tensor == c.id && p.plan.actions[pos].op == c.trigger_op))
+        ++pos;
+      EXPECT_LT(pos, p.plan.actions.size()) << "no prefetch action for " << c.id;
+      EXPECT_GT(c.trigger_op, c.release_op);  // the swap-out has ended: the issue is the trigger op's end
+      q.push_back({p.op_start_ns[static_cast<size_t>(c.trigger_op) + 1], pos, c.swap_ns, c.prefetch_start_ns});
+    }
+    std::stable_sort(q.begin(), q.end(), [](const Q& a, const Q& b) { return a.issue != b.issue ? a.issue < b.issue : a.predicted < b.predicted; });
+    double end = -1e300, worst = 0;
+    for (const Q& x : q) {
+      const double start = std::max(x.issue, end);
+      end = start + x.dur;
+      worst = std::max(worst, std::abs(start - x.predicted));
+    }
+    return std::make_pair(worst, q.size());
+  };
+  int swapped = 0, lane_off = 0;
+  for (int round = 0; round < 60; ++round) {
+    const int ops = 30 + static_cast<int>(next(30));
+    TraceBuilder b(ops);
+    b.in.swap_ns_per_byte = 0.002 + 0.001 * next(20);
+    size_t peak = 0;
+    for (int k = 0; k < 14; ++k) {
+      const int first = static_cast<int>(next(static_cast<unsigned>(ops / 2)));
+      const int last = first + 2 + static_cast<int>(next(static_cast<unsigned>(ops - first - 2)));
+      const TensorId t = b.tensor(256 * (1 + next(40)), first, {}, false);
+      b.accesses(t, {first, last});
+      if (next(3) == 0) b.access(t, first + (last - first) / 2);
+      peak += b.in.tensors[static_cast<size_t>(t)].bytes;
+    }
+    b.in.budget = peak / 2;
+    b.in.fifo_prefetches = true;
+    const auto [worst, n] = replay(plan_capuchin(b.in, CapuchinMode::kSwap));
+    EXPECT_LT(worst, 1e-6) << "round " << round;
+    swapped += n >= 2;
+    b.in.fifo_prefetches = false;
+    lane_off += replay(plan_capuchin(b.in, CapuchinMode::kSwap)).first > 1e-6;
+  }
+  EXPECT_GT(swapped, 20) << "too few plans queued two prefetches or more";
+  EXPECT_GT(lane_off, 0) << "the lane model's starts were the replay's too: the check proves nothing";
+}
+
 // The planner's curve keeps its bytes over the budget and its count of ops over it as it
 // changes: after any adds, marks, commits and rollbacks (nested), it must answer as the plain
 // functions do on a plain vector given the same adds, and a rollback must restore it exactly.
