@@ -239,7 +239,6 @@ TEST(ScriptedPolicy, HighPlacementPutsTheLargeBlocksAtTheTopAndKeepsTheBits) {
   expect_identical(runs[1], runs[0]);
 }
 
-
 TEST(ScriptedPolicy, SwapOutThenPrefetchIsBitIdentical) {
   const ModelConfig model = tiny("resnet-tiny", 8);
   const RunOut ref = baseline(model);
