@@ -368,7 +368,7 @@ TEST(CapuchinPlanner, AFifoPlansPrefetchStartsAreTheStreamsReplayed) {
       EXPECT_GT(c.trigger_op, c.release_op);  // the swap-out has ended: the issue is the trigger op's end
       q.push_back({p.op_start_ns[static_cast<size_t>(c.trigger_op) + 1], pos, c.swap_ns, c.prefetch_start_ns});
     }
-    std::stable_sort(q.begin(), q.end(), [](const Q& a, const Q& b) { return a.issue != b.issue ? a.issue < b.issue : a.predicted < b.predicted; });
+    std::stable_sort(q.begin(), q.end(), [](const Q& a, const Q& b) { return a.issue != b.issue ? a.issue < b.issue : a.pos < b.pos; });
     double end = -1e300, worst = 0;
     for (const Q& x : q) {
       const double start = std::max(x.issue, end);

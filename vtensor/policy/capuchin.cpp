@@ -123,6 +123,7 @@ class Planner {
     out_.fits = out_.peak_after <= in_.budget;
     sort_actions(out_.plan);
     if (in_.need_ordered_prefetches) order_prefetches_by_need();
+    else if (fifo_) order_prefetches_as_queued();
     out_.op_start_ns = start_;
     return std::move(out_);
   }
@@ -603,6 +604,26 @@ class Planner {
       for (size_t q : pos) pf.push_back(acts[q]);
       auto key = [&](const Action& a) { const auto it = need.find({a.tensor, a.op}); return it == need.end() ? 1 << 30 : it->second; };
       std::stable_sort(pf.begin(), pf.end(), [&](const Action& a, const Action& b) { return key(a) < key(b); });
+      for (size_t q = 0; q < pos.size(); ++q) acts[pos[q]] = pf[q];
+      i = j;
+    }
+  }
+
+  // fifo_prefetches: at one op, the candidates' prefetches in the order the planner queued them
+  // (their predicted starts), which the stream then runs (the greedy's action order can differ).
+  void order_prefetches_as_queued() {
+    std::map<std::pair<TensorId, int>, double> start;
+    for (const auto& c : out_.candidates)
+      if (c.decision == CapuchinDecision::kSwap) start[{c.id, c.trigger_op}] = c.prefetch_start_ns;
+    auto& acts = out_.plan.actions;
+    for (size_t i = 0; i < acts.size();) {
+      size_t j = i;
+      std::vector<size_t> pos;
+      for (; j < acts.size() && acts[j].op == acts[i].op; ++j)
+        if (acts[j].kind == ActionKind::kPrefetch && start.count({acts[j].tensor, acts[j].op})) pos.push_back(j);
+      std::vector<Action> pf;
+      for (size_t q : pos) pf.push_back(acts[q]);
+      std::stable_sort(pf.begin(), pf.end(), [&](const Action& a, const Action& b) { return start[{a.tensor, a.op}] < start[{b.tensor, b.op}]; });
       for (size_t q = 0; q < pos.size(); ++q) acts[pos[q]] = pf[q];
       i = j;
     }
