@@ -1611,7 +1611,8 @@ def _auto(c):
     label = search.get("start", "")  # ",restored": the climb rehearsed restored start states
     restored = label.endswith(",restored")
     lp_start = {"lp": "LP on ", "lp-timed": "LP timed on ", "lp-whole": "LP whole on ",
-                "lp-whole-capped": "LP whole capped on ", "headroom": "headroom "}.get(label.removesuffix(",restored"), "")
+                "lp-whole-capped": "LP whole capped on ", "lp-rec": "LP recomputations on ",
+                "headroom": "headroom "}.get(label.removesuffix(",restored"), "")
     if restored:
         lp_start = "restored " + lp_start
     if lp_start or (cand is None and "candidate_time_ms" in search):  # or a start with ",edf" toggled
@@ -1687,7 +1688,8 @@ def auto_search(rows, what):
                  "and the linear program's over the whole iteration (lp.h; its solve time). 'LP on X': the search "
                  "started from the LP's rounded plan pinned on candidate X ('LP timed on X': with the LP's prefetch times; "
                  "'LP whole on X': with those moved earlier for the whole tensor's copy; 'LP whole capped on X': "
-                 "and only the swaps whose bytes the LP's own cover); "
+                 "and only the swaps whose bytes the LP's own cover; 'LP recomputations on X': only the LP's "
+                 "recomputations pinned, the swaps left to the greedy); "
                  "'headroom X': from X, a candidate planned for another fraction of the budget or swap weight; "
                  "',edf' in X: planned with the D2H queue in deadline order; 'restored ...': that start's climb "
                  "rehearsed restored start states (StartState); '; S start': the start state S that runs, where not "

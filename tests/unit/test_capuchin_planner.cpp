@@ -1099,6 +1099,9 @@ TEST(LinearProgram, TheLinkAndARecomputationShareTheBytesOverTheBudget) {
   EXPECT_NEAR(link.overhead_ms, 4.0, 1e-6);
   EXPECT_NEAR(link.swapped_bytes / kMiB, 50.0, 1e-4);
   EXPECT_EQ(lp_pins(link), (std::vector<PlanPin>{{0 + 1, 2, CapuchinDecision::kSwap}}));
+  // Its recomputations alone ("lp-rec"): A's recomputation stays pinned; the swap is left to the planner.
+  EXPECT_EQ(lp_pins(r, 0.5, LpTiming::kPlanner, false, true), pins);
+  EXPECT_TRUE(lp_pins(link, 0.5, LpTiming::kPlanner, false, true).empty());
 }
 
 // The integer program (LpOptions::integer_time_limit_s; Cbc): each gap the LP moves in part is

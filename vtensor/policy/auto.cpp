@@ -206,6 +206,7 @@ constexpr size_t kRoomPartners = 8;
 std::string lp_variant_label(const AutoPolicy::LpVariant& v) {
   std::string s = v.timing == LpTiming::kLp ? "lp-timed" : v.timing == LpTiming::kWhole ? "lp-whole" : "lp";
   if (v.integer) return "i" + s;  // "ilp", "ilp-timed", "ilp-whole"
+  if (v.recompute_only) s += "-rec";
   if (v.capped) s += "-capped";
   if (v.threshold != AutoPolicy::kLpThresholds[0]) {
     char buf[16];
@@ -647,12 +648,14 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       lp_ = solve_lp(in, lo);
       // The rounded plans: at each threshold, with Capuchin's prefetch triggers, with the LP's
       // prefetch times and with those moved earlier for the whole tensor, then the last with
-      // the swaps capped at the LP's bytes (the same pins once).
+      // the swaps capped at the LP's bytes, and the recomputations alone (the same pins once).
       lp_variants_.clear();
+      struct Rounding { LpTiming timing; bool capped, recompute_only; };
       for (const double th : kLpThresholds)
-        for (const auto& [timing, capped] : {std::pair{LpTiming::kPlanner, false}, std::pair{LpTiming::kLp, false},
-                                             std::pair{LpTiming::kWhole, false}, std::pair{LpTiming::kWhole, true}}) {
-          LpVariant v{lp_pins(lp_, th, timing, capped), th, timing, capped};
+        for (const Rounding& k : {Rounding{LpTiming::kPlanner, false, false}, Rounding{LpTiming::kLp, false, false},
+                                  Rounding{LpTiming::kWhole, false, false}, Rounding{LpTiming::kWhole, true, false},
+                                  Rounding{LpTiming::kPlanner, false, true}}) {
+          LpVariant v{lp_pins(lp_, th, k.timing, k.capped, k.recompute_only), th, k.timing, k.capped, k.recompute_only};
           bool seen = v.pins.empty();
           for (const auto& w : lp_variants_) seen = seen || w.pins == v.pins;
           if (!seen) lp_variants_.push_back(std::move(v));
@@ -662,7 +665,7 @@ void AutoPolicy::choose(const AccessTrace& trace) {
         LpResult ir = lp_;
         ir.gaps = lp_.integer.gaps;
         for (const LpTiming timing : {LpTiming::kPlanner, LpTiming::kLp, LpTiming::kWhole}) {
-          LpVariant v{lp_pins(ir, 0.5, timing), 0.5, timing, false, true};
+          LpVariant v{lp_pins(ir, 0.5, timing), 0.5, timing, false, false, true};
           bool seen = v.pins.empty();
           for (const auto& w : lp_variants_) seen = seen || w.pins == v.pins;
           if (!seen) lp_variants_.push_back(std::move(v));

@@ -35,7 +35,8 @@
 //   optimum, pinned on the fastest Capuchin-based candidates, is rehearsed as more search starts,
 //   with Capuchin's prefetch triggers, with the LP's (no later than its copy back), with
 //   those moved earlier until the whole tensor's copy ends by its access (the LP may copy back
-//   a fraction of it), and so with only the swaps whose whole bytes the LP's own cover.
+//   a fraction of it), and so with only the swaps whose whole bytes the LP's own cover; and
+//   its recomputations alone, the swaps left to Capuchin's greedy ("lp-rec").
 //   Each start is also rehearsed with its D2H queue in deadline order (",edf": a swap-out may go
 //   ahead of queued ones prefetched later, PlannerInput::deadline_swap_outs); where that is
 //   faster it is one more start (neither order wins on every row). Each start climbs for 32
@@ -198,6 +199,7 @@ class AutoPolicy final : public Policy {
     double threshold = 0.5;
     LpTiming timing = LpTiming::kPlanner;
     bool capped = false;
+    bool recompute_only = false;  // the rounding's recomputations only ("lp-rec")
     bool integer = false;  // the integer program's plan (LpResult::integer), not the LP's rounding
   };
   // forced: run that candidate after the measured iteration without rehearsing (what a
@@ -462,7 +464,7 @@ class AutoPolicy final : public Policy {
   std::vector<size_t> lp_variant_of_;   // per LP rehearsal, its variant
   double start_ms_ = 0;    // the rehearsal the kept search started from
   std::string start_policy_;  // its candidate (the plan's may differ: the climb's headroom moves)
-  std::string start_ = "candidate";  // and which: "candidate", "lp", "lp-timed" (the LP's timed pins)
+  std::string start_ = "candidate";  // and which: "candidate", "lp", "lp-timed" (the LP's timed pins), "lp-rec", ...
   double search_until_ms_ = std::numeric_limits<double>::infinity();  // this start's share of the limit
   std::vector<RehearsalResult> lp_rehearsals_;
   double time_limit_ms_ = kDefaultTimeLimitMs;

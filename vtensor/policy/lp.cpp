@@ -520,7 +520,7 @@ LpResult solve_lp(const PlannerInput& input, const LpOptions& opt) {
   return out;
 }
 
-std::vector<PlanPin> lp_pins(const LpResult& r, double threshold, LpTiming timing, bool capped) {
+std::vector<PlanPin> lp_pins(const LpResult& r, double threshold, LpTiming timing, bool capped, bool recompute_only) {
   std::vector<const LpGap*> swaps, recs;
   for (const auto& g : r.gaps) {
     if (g.back_op <= g.evict_op) continue;  // across the iteration boundary: the ",wrap" plans' part
@@ -531,6 +531,7 @@ std::vector<PlanPin> lp_pins(const LpResult& r, double threshold, LpTiming timin
     else if (g.swap + g.recompute >= threshold)
       recs.push_back(&g);
   }
+  if (recompute_only) swaps.clear();
   if (capped) {
     double moved = 0, kept = 0;
     for (const auto& g : r.gaps)

@@ -14,8 +14,9 @@
 //   (bound.h takes each op alone). Rounded (a gap swapped or recomputed where its fraction is at
 //   least a threshold; auto uses 0.3), it gives PlanPins that Capuchin's greedy completes: auto
 //   rehearses them as more starts for its search, also timed (each prefetch no later than the
-//   optimum's copy back, or than the whole tensor's copy must start), and capped (rounded up, the
-//   swaps carry more bytes than the optimum moves). The integer program (integer_time_limit_s,
+//   optimum's copy back, or than the whole tensor's copy must start), capped (rounded up, the
+//   swaps carry more bytes than the optimum moves), and its recomputations alone (the swaps, whose
+//   timing the LP models loosest, left to the greedy). The integer program (integer_time_limit_s,
 //   COIN-OR Cbc) makes each gap's x and y whole over the optimum's neighbourhood (the gaps it
 //   moves in part); off by default: the optimum is nearly whole on the paper models, and Cbc's
 //   time would come out of auto's planning limit.
@@ -92,8 +93,9 @@ LpResult solve_lp(const PlannerInput& in, const LpOptions& opt = {});
 // start to end by its access (kWhole). PlanPin::trigger_op.
 // capped: the swaps kept, largest fraction first, only while their whole bytes stay within what
 // the optimum moves (its fractions' bytes, within the iteration); the rest is left to the planner.
+// recompute_only: the recomputations alone; every swap is left to the planner.
 enum class LpTiming { kPlanner, kLp, kWhole };
 std::vector<PlanPin> lp_pins(const LpResult& r, double threshold = 0.5, LpTiming timing = LpTiming::kPlanner,
-                             bool capped = false);
+                             bool capped = false, bool recompute_only = false);
 
 }  // namespace vtensor
