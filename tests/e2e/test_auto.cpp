@@ -955,15 +955,18 @@ TEST_P(AutoSim, NoSwapOrRecomputePlanBeatsTheBound) {
     EXPECT_GE(mean_guided_ms(a), lp - eps);
     ASSERT_GT(l["pins"].get<int>(), 0) << l.dump();
     ASSERT_FALSE(l["rehearsals"].empty()) << "the LP's pins are rehearsed as a start";
-    bool timed = false;
+    bool timed = false, rec = false;
     std::map<std::string, int> wrapped;  // per variant: pinned on the fastest wrap candidate only
     for (const auto& r : l["rehearsals"]) {
       if (r["trained"].get<bool>()) EXPECT_GE(r["predicted_time_ms"].get<double>(), lp - eps) << r.dump();
       timed = timed || r["variant"].get<std::string>() == "lp-timed";
+      rec = rec || r["variant"].get<std::string>() == "lp-rec";
       wrapped[r["variant"].get<std::string>()] += r["policy"].get<std::string>().find(",wrap") != std::string::npos;
     }
     for (const auto& [variant, n] : wrapped) EXPECT_LE(n, 1) << variant << ": " << l.dump();
     if (f == 0.25) EXPECT_TRUE(timed) << "the LP's timed pins are rehearsed too: " << l.dump();
+    // resnet-tiny at 25%: the LP both swaps and recomputes; its recomputations alone are a start too.
+    if (f == 0.25 && model == "resnet-tiny") EXPECT_TRUE(rec) << "the LP's recomputations alone are rehearsed: " << l.dump();
     if (f == 0.25) EXPECT_GT(l["overhead_ms"].get<double>(), 0.0) << l.dump();
   }
 }
