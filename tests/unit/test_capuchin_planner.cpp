@@ -347,10 +347,9 @@ TEST(CapuchinPlanner, TheFifoLaneAnswersAsTheQueueReplayed) {
 // gives its prefetches: replayed from the plan alone (each issued at its trigger op's end, after
 // its swap-out, which ends by its release op; each copy after the one before), the starts are the
 // candidates' prefetch_start_ns. The lane model's plans do not always pass (checked: the replay
-// proves something). Prefetches issued at one op are replayed in the order the planner queued
-// them (FifoLane: the order it chose them), which is not always the plan's action order, the
-// order the memory manager issues them in: on these traces the two differ at some ops, and the
-// plan's later prefetch there is predicted to start first (a known gap in the model).
+// proves something). Prefetches issued at one op are replayed in the plan's action order, the
+// order the memory manager issues them in; a fifo plan orders them as the planner queued them
+// (order_prefetches_as_queued), which the greedy's action order alone did not at some ops.
 TEST(CapuchinPlanner, AFifoPlansPrefetchStartsAreTheStreamsReplayed) {
   unsigned seed = 977;
   auto next = [&](unsigned m) { return (seed = seed * 1103515245u + 12345u) / 65536u % m; };
