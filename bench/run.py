@@ -1608,14 +1608,18 @@ def _auto(c):
     cand = trained.get(start)
     # the search started from the LP's rounded plan (timed: its prefetch times) pinned on that
     # candidate, or from the candidate planned for another fraction of the budget / swap weight
-    label = search.get("start", "")  # ",restored": the climb rehearsed restored start states
-    restored = label.endswith(",restored")
+    # The start's label: its origin, then what it was rehearsed again with (auto.cpp): ",restored"
+    # (the climb rehearsed restored start states), ",compact" (the compacting fallback where the
+    # plan does not fit), ",large-wraps" (no wrap swap under the floor); a twin's time is its own.
+    origin, *twins = search.get("start", "").split(",")
     lp_start = {"lp": "LP on ", "lp-timed": "LP timed on ", "lp-whole": "LP whole on ",
                 "lp-whole-capped": "LP whole capped on ", "lp-rec": "LP recomputations on ",
-                "headroom": "headroom "}.get(label.removesuffix(",restored"), "")
-    if restored:
+                "headroom": "headroom "}.get(origin, "")
+    if "restored" in twins:
         lp_start = "restored " + lp_start
-    if lp_start or (cand is None and "candidate_time_ms" in search):  # or a start with ",edf" toggled
+    twin = ", ".join({"compact": "compacting", "large-wraps": "large wraps"}[t] for t in twins if t != "restored")
+    twin = f" [{twin}]" if twin else ""
+    if lp_start or twin or (cand is None and "candidate_time_ms" in search):  # or a start with ",edf" toggled
         cand = search["candidate_time_ms"]
     if cand is None or "predicted_time_ms" not in r:
         return None
@@ -1633,7 +1637,7 @@ def _auto(c):
     then = (f"; {state} start" if state != "packed" else "") + (f"; warm ({warm})" if warm else "") + \
         (f"; issue order ({need})" if need else "") + (f"; placed high (≥ {high / 2**20:.0f} MiB)" if high else "")
     return {"best": f"{best} {plain[best]:.1f} ms" if best else "none trains",
-            "choice": f"{lp_start}{start} {cand:.1f} ms" + (f" (plan: {r['chosen']})" if r["chosen"] != start else ""),
+            "choice": f"{lp_start}{start}{twin} {cand:.1f} ms" + (f" (plan: {r['chosen']})" if r["chosen"] != start else ""),
             "searched": f"{climbed:.1f} → {searched:.1f} ms ({len(r.get('pins', []))} pinned)"
                         + (f"{then} {ms:.1f} ms" if then else ""),
             "gain": f"{(1 - cand / plain[best]) * 100:.1f}% + {(1 - climbed / cand) * 100:.1f}% + "
@@ -1692,7 +1696,9 @@ def auto_search(rows, what):
                  "recomputations pinned, the swaps left to the greedy); "
                  "'headroom X': from X, a candidate planned for another fraction of the budget or swap weight; "
                  "',edf' in X: planned with the D2H queue in deadline order; 'restored ...': that start's climb "
-                 "rehearsed restored start states (StartState); '; S start': the start state S that runs, where not "
+                 "rehearsed restored start states (StartState); 'X [compacting]': that start rehearsed with the "
+                 "compacting fallback where its plan does not fit (compact_unfit); 'X [large wraps]': with no wrap "
+                 "swap of a persistent tensor under the floor (min_wrap_bytes); '; S start': the start state S that runs, where not "
                  "packed, '; warm (V)': the warm start that runs (the steady layout, the feedback's trigger moves, "
                  "or both: AutoPolicy::warm_start), '; issue order (V)': then planned for the H2D stream's issue order "
                  "(AutoPolicy::need_order; V: 'need', one op's prefetches issued in the order their tensors are "

@@ -103,6 +103,30 @@ class Runner(unittest.TestCase):
             self.assertEqual(rows[0]["best other policy"], "capuchin 1.20×")
             self.assertEqual(rows[0]["dtr's extra"], "30%")
 
+    def test_auto_search_names_a_twin_start_and_takes_its_own_time(self):
+        """The auto-search tables' 'auto's candidate': a start rehearsed again (',compact',
+        ',large-wraps', ',restored' after its origin) keeps its origin's name and shows its own time,
+        not its plain candidate's."""
+        sys.path.insert(0, os.path.join(ROOT, "bench"))
+        import run
+        import types
+
+        def cell(start, start_policy="capuchin@1,w4,dtr", chosen=None):
+            search = {"start": start, "start_policy": start_policy, "candidate_time_ms": 254.2,
+                      "time_ms": 230.0, "climbed_time_ms": 231.0}
+            r = {"chosen": chosen or start_policy, "planning_ms": 9000, "predicted_time_ms": 230.0,
+                 "candidates": [{"policy": start_policy, "predicted_time_ms": 300.0, "trained": True},
+                                {"policy": "dtr", "predicted_time_ms": 320.0, "trained": True}],
+                 "search": search}
+            return run._auto(types.SimpleNamespace(rep={"auto": {"policy_report": r},
+                                                        "budgets": [{"unmanaged_ms": 200.0}]}))["choice"]
+        self.assertEqual(cell("lp-rec,compact"), "LP recomputations on capuchin@1,w4,dtr [compacting] 254.2 ms")
+        self.assertEqual(cell("lp-timed,compact,large-wraps"),
+                         "LP timed on capuchin@1,w4,dtr [compacting, large wraps] 254.2 ms")
+        self.assertEqual(cell("headroom,restored"), "restored headroom capuchin@1,w4,dtr 254.2 ms")
+        self.assertEqual(cell("candidate,large-wraps"), "capuchin@1,w4,dtr [large wraps] 254.2 ms")
+        self.assertEqual(cell("candidate"), "capuchin@1,w4,dtr 300.0 ms")  # the candidate as rehearsed
+
     def test_bad_names_fail_naming_what_is_accepted(self):
         p = subprocess.run([*RUN, "nope"], capture_output=True, text=True)
         self.assertNotEqual(p.returncode, 0)
