@@ -314,6 +314,10 @@ def run_runs(name, exp, out, jobs):
                 args = fn(row, rep)
                 if args is None:
                     continue
+                if isinstance(args, dict) and "repeat" in args:  # the same command once more: {"args": [...], "repeat": k}
+                    a = [str(x) for x in args["args"]]
+                    rep[run_name], err[run_name] = memo.get((*a, f"#repeat {args['repeat']}"), lambda: run_one(a, tmp))
+                    continue
                 if isinstance(args, dict):  # a batch search: {"search": function(batch) -> arguments, "start": batch}
                     key = ("search", *map(str, args["search"](0)), args.get("precision", 0))
                     rep[run_name], err[run_name] = memo.get(key, lambda: (search_batch(args, memo, tmp), None))
@@ -1731,6 +1735,56 @@ EXPERIMENTS["auto-search-logs"] = auto_search(
     [{"cmd": "replay", "name": l, "budget": b, "gpu": g, "args": []}
      for g in ("p100-16g", "h100-80g") for l in DTR_LOGS for b in ["50%", "25%"] + (["4GB"] if l == "transformer" else [])],
     "the DTR logs")
+
+
+# auto's run-to-run spread on the paper rows: the same command AUTO_REPEATS times, one after another.
+# Where the search stops at the planning limit, what it rehearsed depends on the machine's speed
+# and load, so the plan (and the verdict against the target) can move between runs.
+AUTO_REPEATS = 5
+
+
+def _repeat_ms(rep):
+    """The iteration time as the headline's sweep reports it: the mean after the measured one."""
+    its = rep["iterations"][1:] or rep["iterations"]
+    return sum(i["time_ms"] for i in its) / len(its)
+
+
+def _repeat_col(kind):
+    def cell(c):
+        reps = [c.rep.get(f"auto{k}") for k in range(AUTO_REPEATS)]
+        if not c.rep.get("budgets") or any(r is None for r in reps):
+            return "OOM" if kind == "runs" else ""
+        unmanaged = float(c.rep["budgets"][0]["unmanaged_ms"])
+        over = [_repeat_ms(r) / unmanaged for r in reps]
+        target = 1.05 if c.row["budget"] == "50%" else 1.15
+        if kind == "runs":
+            return " / ".join(f"{x:.4f}×" for x in over)
+        if kind == "range":
+            return f"{min(over):.4f}–{max(over):.4f}× ({(max(over) / min(over) - 1) * 100:.1f}%)"
+        if kind == "met":
+            return f"{sum(x <= target for x in over)} of {len(over)} ({target:.2f}×)"
+        plans = [r["policy_report"]["planning_ms"] / 1e3 for r in reps]
+        return f"{min(plans):.2f}–{max(plans):.2f}"
+    return cell
+
+
+EXPERIMENTS["auto-repeat"] = {
+    "kind": "runs", "serial": True,  # the spread is the planning limit's, so nothing runs beside a run
+    "about": f"auto's run-to-run spread on the paper rows: per row `vtensor train --model M ... --backend sim --gpu G "
+             f"--policy auto --budget B --iters 4 [--densities bench/densities/M.json] --report R` {AUTO_REPEATS} times in a row "
+             "(B from a sweep of none); each run's mean iteration after the measured one (as the headline's sweep "
+             "reports it) over none's; the runs in order, their range (max / min - 1), how many meet the target, "
+             "and the planning time's range (s)",
+    "rows": [{"cmd": "train", "name": m["model"], "budget": b, "gpu": g,
+              "args": ["--batch", str(m["batch"]), *(["--seq", str(m["seq"])] if "seq" in m else [])]}
+             for g in ("p100-16g", "h100-80g") for m in PAPER_MODELS for b in ("50%", "25%")],
+    "runs": [("budgets", lambda r, got: ["sweep", *_auto_src(r), "--gpu", r["gpu"], "--policies", "none",
+                                         "--budgets", "50%,25%", "--iters", "1"]),
+             *[(f"auto{k}", (lambda k: lambda r, got: (lambda a: a and {"args": a, "repeat": k})(_auto_run(r, got, iters=4)))(k))
+               for k in range(AUTO_REPEATS)]],
+    "columns": [("model", lambda c: c.row["name"]), ("GPU", lambda c: c.row["gpu"]), ("budget", lambda c: c.row["budget"]),
+                ("auto's overhead, run by run", _repeat_col("runs")), ("range (spread)", _repeat_col("range")),
+                ("runs that meet the target", _repeat_col("met")), ("planning (s)", _repeat_col("planning"))]}
 
 
 # What the LP's starts buy: auto with them (default) and without (--auto-lp 0), the same sweep

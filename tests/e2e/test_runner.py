@@ -103,6 +103,21 @@ class Runner(unittest.TestCase):
             self.assertEqual(rows[0]["best other policy"], "capuchin 1.20×")
             self.assertEqual(rows[0]["dtr's extra"], "30%")
 
+    def test_a_repeated_run_runs_again(self):
+        """Kind runs: a run named again with {"args": ..., "repeat": k} runs once more per k (the
+        auto-repeat spread), while the same arguments named plainly are run once."""
+        sys.path.insert(0, os.path.join(ROOT, "bench"))
+        import run
+        args = ["train", "--model", "mlp-tiny", "--backend", "cpu", "--iters", "1"]
+        exp = {"rows": [{"name": "mlp-tiny"}],
+               "runs": [("plain", lambda r, got: args), ("plain again", lambda r, got: args),
+                        *[(f"repeat{k}", (lambda k: lambda r, got: {"args": args, "repeat": k})(k)) for k in range(2)]],
+               "columns": [("same", lambda c: c.rep["plain"] is c.rep["plain again"]),
+                           ("repeats", lambda c: len({id(c.rep[n]) for n in ("plain", "repeat0", "repeat1")}))]}
+        with tempfile.TemporaryDirectory() as tmp:
+            rows = run.run_runs("repeat-test", exp, tmp, 1)
+        self.assertEqual(rows, [{"same": True, "repeats": 3}])
+
     def test_auto_search_names_a_twin_start_and_takes_its_own_time(self):
         """The auto-search tables' 'auto's candidate': a start rehearsed again (',compact',
         ',large-wraps', ',restored' after its origin) keeps its origin's name and shows its own time,
