@@ -1737,21 +1737,18 @@ EXPERIMENTS["auto-search-logs"] = auto_search(
     "the DTR logs")
 
 
-# auto's run-to-run spread on the paper rows: the same command AUTO_REPEATS times, one after another.
-# Where the search stops at the planning limit, what it rehearsed depends on the machine's speed
-# and load, so the plan (and the verdict against the target) can move between runs.
-AUTO_REPEATS = 5
-
-
+# auto's run-to-run spread: each row's auto command run again and again, one after another. Where
+# the search stops at the planning limit, what it rehearsed depends on the machine's speed and
+# load, so the plan (and the verdict against the target or the best other policy) can move.
 def _repeat_ms(rep):
-    """The iteration time as the headline's sweep reports it: the mean after the measured one."""
+    """The iteration time as the sweeps report it: the mean after the measured one."""
     its = rep["iterations"][1:] or rep["iterations"]
     return sum(i["time_ms"] for i in its) / len(its)
 
 
-def _repeat_col(kind):
+def _repeat_col(kind, repeats):
     def cell(c):
-        reps = [c.rep.get(f"auto{k}") for k in range(AUTO_REPEATS)]
+        reps = [c.rep.get(f"auto{k}") for k in range(repeats)]
         if not c.rep.get("budgets") or any(r is None for r in reps):
             return "OOM" if kind == "runs" else ""
         unmanaged = float(c.rep["budgets"][0]["unmanaged_ms"])
@@ -1768,23 +1765,28 @@ def _repeat_col(kind):
     return cell
 
 
-EXPERIMENTS["auto-repeat"] = {
-    "kind": "runs", "serial": True,  # the spread is the planning limit's, so nothing runs beside a run
-    "about": f"auto's run-to-run spread on the paper rows: per row `vtensor train --model M ... --backend sim --gpu G "
-             f"--policy auto --budget B --iters 4 [--densities bench/densities/M.json] --report R` {AUTO_REPEATS} times in a row "
-             "(B from a sweep of none); each run's mean iteration after the measured one (as the headline's sweep "
-             "reports it) over none's; the runs in order, their range (max / min - 1), how many meet the target, "
-             "and the planning time's range (s)",
-    "rows": [{"cmd": "train", "name": m["model"], "budget": b, "gpu": g,
-              "args": ["--batch", str(m["batch"]), *(["--seq", str(m["seq"])] if "seq" in m else [])]}
-             for g in ("p100-16g", "h100-80g") for m in PAPER_MODELS for b in ("50%", "25%")],
-    "runs": [("budgets", lambda r, got: ["sweep", *_auto_src(r), "--gpu", r["gpu"], "--policies", "none",
-                                         "--budgets", "50%,25%", "--iters", "1"]),
-             *[(f"auto{k}", (lambda k: lambda r, got: (lambda a: a and {"args": a, "repeat": k})(_auto_run(r, got, iters=4)))(k))
-               for k in range(AUTO_REPEATS)]],
-    "columns": [("model", lambda c: c.row["name"]), ("GPU", lambda c: c.row["gpu"]), ("budget", lambda c: c.row["budget"]),
-                ("auto's overhead, run by run", _repeat_col("runs")), ("range (spread)", _repeat_col("range")),
-                ("runs that meet the target", _repeat_col("met")), ("planning (s)", _repeat_col("planning"))]}
+def auto_repeat(rows, what, repeats):
+    train = rows[0]["cmd"] == "train"
+    return {
+        "kind": "runs", "serial": True,  # the spread is the planning limit's, so nothing runs beside a run
+        "about": f"auto's run-to-run spread on {what}: per row `vtensor {rows[0]['cmd']} ...{' --backend sim' if train else ''} --gpu G --policy auto "
+                 f"--budget B --iters 4{' [--densities bench/densities/M.json]' if train else ''} --report R` on sim, "
+                 f"{repeats} times in a row (B from a sweep of none); each run's mean iteration after the measured one "
+                 "(as the sweeps report it) over none's; the runs in order, their range (max / min - 1), "
+                 + ("how many meet the target, " if train else "") + "and the planning time's range (s)",
+        "rows": rows,
+        "runs": [("budgets", lambda r, got: ["sweep", *_auto_src(r), "--gpu", r["gpu"], "--policies", "none",
+                                             "--budgets", "50%,25%", "--iters", "1"]),
+                 *[(f"auto{k}", (lambda k: lambda r, got: (lambda a: a and {"args": a, "repeat": k})(_auto_run(r, got, iters=4)))(k))
+                   for k in range(repeats)]],
+        "columns": [("model" if train else "log", lambda c: c.row["name"]), ("GPU", lambda c: c.row["gpu"]),
+                    ("budget", lambda c: c.row["budget"]), ("auto's overhead, run by run", _repeat_col("runs", repeats)), ("range (spread)", _repeat_col("range", repeats)),
+                    *([("runs that meet the target", _repeat_col("met", repeats))] if train else []),
+                    ("planning (s)", _repeat_col("planning", repeats))]}
+
+
+EXPERIMENTS["auto-repeat"] = auto_repeat(EXPERIMENTS["auto-search-models"]["rows"], "the paper rows", 5)
+EXPERIMENTS["auto-repeat-logs"] = auto_repeat(EXPERIMENTS["auto-search-logs"]["rows"], "the DTR logs", 3)
 
 
 # What the LP's starts buy: auto with them (default) and without (--auto-lp 0), the same sweep
