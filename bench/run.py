@@ -1586,6 +1586,11 @@ def _auto_budget(row, got):
     return int(hit[0]["budget_bytes"]) if hit else None
 
 
+def _none_sweep(row, got):
+    """The row's budgets: a sweep of none at 50% and 25% (its unmanaged time and budget bytes)."""
+    return ["sweep", *_auto_src(row), "--gpu", row["gpu"], "--policies", "none", "--budgets", "50%,25%", "--iters", "1"]
+
+
 def _auto_run(row, got, *extra, iters=2):
     b = _auto_budget(row, got)
     if b is None:
@@ -1712,9 +1717,7 @@ def auto_search(rows, what):
                  "then the prediction; "
                  "'(plan: Y)': the climb's headroom moves ended at Y",
         "rows": rows,
-        "runs": [("budgets", lambda r, got: ["sweep", *_auto_src(r), "--gpu", r["gpu"], "--policies", "none",
-                                             "--budgets", "50%,25%", "--iters", "1"]),
-                 ("auto", _auto_run)],
+        "runs": [("budgets", _none_sweep), ("auto", _auto_run)],
         "columns": [("row", lambda c: c.row["name"]), ("GPU", lambda c: c.row["gpu"]),
                     ("budget", lambda c: c.row["budget"]),
                     ("best planner as it is", _auto_col("best")), ("auto's candidate", _auto_col("choice")),
@@ -1765,6 +1768,14 @@ def _repeat_col(kind, repeats):
     return cell
 
 
+def _repeat_run(k):
+    """The k-th run of the row's auto command (a repeat: the memo runs it again)."""
+    def run(row, got):
+        args = _auto_run(row, got, iters=4)
+        return {"args": args, "repeat": k} if args else None
+    return run
+
+
 def auto_repeat(rows, what, repeats):
     train = rows[0]["cmd"] == "train"
     return {
@@ -1775,12 +1786,10 @@ def auto_repeat(rows, what, repeats):
                  "(as the sweeps report it) over none's; the runs in order, their range (max / min - 1), "
                  + ("how many meet the target, " if train else "") + "and the planning time's range (s)",
         "rows": rows,
-        "runs": [("budgets", lambda r, got: ["sweep", *_auto_src(r), "--gpu", r["gpu"], "--policies", "none",
-                                             "--budgets", "50%,25%", "--iters", "1"]),
-                 *[(f"auto{k}", (lambda k: lambda r, got: (lambda a: a and {"args": a, "repeat": k})(_auto_run(r, got, iters=4)))(k))
-                   for k in range(repeats)]],
+        "runs": [("budgets", _none_sweep), *[(f"auto{k}", _repeat_run(k)) for k in range(repeats)]],
         "columns": [("model" if train else "log", lambda c: c.row["name"]), ("GPU", lambda c: c.row["gpu"]),
-                    ("budget", lambda c: c.row["budget"]), ("auto's overhead, run by run", _repeat_col("runs", repeats)), ("range (spread)", _repeat_col("range", repeats)),
+                    ("budget", lambda c: c.row["budget"]), ("auto's overhead, run by run", _repeat_col("runs", repeats)),
+                    ("range (spread)", _repeat_col("range", repeats)),
                     *([("runs that meet the target", _repeat_col("met", repeats))] if train else []),
                     ("planning (s)", _repeat_col("planning", repeats))]}
 
@@ -2034,9 +2043,7 @@ EXPERIMENTS["auto-steady"] = {
              "that ran (the report's warm_start: the steady layout, the feedback's trigger moves, both, or cold; in "
              "brackets the cold start's rehearsal of iterations 1-3 / of the measured iteration)",
     "rows": EXPERIMENTS["auto-search-models"]["rows"] + EXPERIMENTS["auto-search-logs"]["rows"],
-    "runs": [("budgets", lambda r, got: ["sweep", *_auto_src(r), "--gpu", r["gpu"], "--policies", "none",
-                                         "--budgets", "50%,25%", "--iters", "1"]),
-             ("auto", lambda r, got: _auto_run(r, got, "--quiet", iters=10))],
+    "runs": [("budgets", _none_sweep), ("auto", lambda r, got: _auto_run(r, got, "--quiet", iters=10))],
     "columns": [("row", lambda c: c.row["name"]), ("GPU", lambda c: c.row["gpu"]), ("budget", lambda c: c.row["budget"]),
                 ("iterations 1-3", lambda c: _steady_cell(c, "first")),
                 ("iterations 4-9", lambda c: _steady_cell(c, "later")),
