@@ -99,7 +99,10 @@ void MemoryManager::calibrate_copies() const {
   copy_latency_ms_ = time_copy(small);
   const double big_ms = time_copy(big);
   backend_.host_free(host, big);
-  copy_ms_per_byte_ = big > small ? std::max(big_ms - copy_latency_ms_, 0.0) / static_cast<double>(big - small) : 0.0;
+  // Under load the small copy's best can exceed the large one's (preempted all five times): the
+  // rate is then the large copy's whole time per byte, its latency counted in, not 0 (a free link).
+  const double span = big_ms > copy_latency_ms_ ? big_ms - copy_latency_ms_ : big_ms;
+  copy_ms_per_byte_ = big > small ? span / static_cast<double>(big_ms > copy_latency_ms_ ? big - small : big) : 0.0;
 }
 
 MemoryManager::~MemoryManager() {
