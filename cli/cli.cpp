@@ -46,6 +46,9 @@ const char* const kAutoRoomHelp =
 const char* const kAutoLpHelp =
     "policy auto: the fastest candidates its linear program's rounded plans (untimed and timed) are rehearsed on, each plan's fastest a start for its search (0: none, the LP still bounds; default 3)";
 
+const char* const kAutoLpModelHelp =
+    "policy auto: the linear program its LP starts are rounded from: bound (the lower bound's, a copy in flight counted off the device; default), in-flight (a copy holds its bytes on the device until it ends; the bound stays the first's) or both (each rounding's faster rehearsal is the start)";
+
 const char* const kAutoSecondsHelp =
     "policy auto: seconds its candidates' rehearsals may take, its search then 1.3 s more (default 8; at most 600)";
 
@@ -85,6 +88,12 @@ void check_auto_search(const TrainConfig& cfg, const CLI::App& cmd, bool single_
       throw std::invalid_argument("--auto-placement must be search or low, got '" + cfg.auto_placement + "'");
     if (single_policy && cfg.policy != "auto")
       throw std::invalid_argument("--auto-placement applies to --policy auto only, got --policy " + cfg.policy);
+  }
+  if (cmd.get_option("--auto-lp-model")->count() > 0) {
+    if (cfg.auto_lp_model != "bound" && cfg.auto_lp_model != "in-flight" && cfg.auto_lp_model != "both")
+      throw std::invalid_argument("--auto-lp-model must be bound, in-flight or both, got '" + cfg.auto_lp_model + "'");
+    if (single_policy && cfg.policy != "auto")
+      throw std::invalid_argument("--auto-lp-model applies to --policy auto only, got --policy " + cfg.policy);
   }
   if (cmd.get_option("--auto-ilp")->count() > 0) {
     if (!(cfg.auto_ilp >= 0 && cfg.auto_ilp <= 60))
@@ -250,12 +259,15 @@ CLI::App* add_replay(CLI::App& app, ReplayArgs& a) {
   c->add_flag("--timeline", a.cfg.timeline, "put the last iteration's per-op memory timeline in the report");
   c->add_flag("--quiet", a.quiet, "no per-iteration lines");
   c->add_option("--auto-ilp", a.cfg.auto_ilp, kAutoIlpHelp);
+  c->add_option("--auto-lp-model", a.cfg.auto_lp_model, kAutoLpModelHelp);
   return c;
 }
 
 int cmd_replay(ReplayArgs a) {
   if (a.cfg.auto_ilp != -1 && a.cfg.policy != "auto")
     throw std::invalid_argument("--auto-ilp applies to --policy auto only, got --policy " + a.cfg.policy);
+  if (!a.cfg.auto_lp_model.empty() && a.cfg.policy != "auto")
+    throw std::invalid_argument("--auto-lp-model applies to --policy auto only, got --policy " + a.cfg.policy);
   if (!a.budget_text.empty()) a.cfg.budget = parse_bytes(a.budget_text, "--budget");
   a.cfg.host_budget = parse_host_budget(a.host_budget_text);
   check_output_path(a.report, "--report");
@@ -402,6 +414,7 @@ CLI::App* add_sweep(CLI::App& app, ExperimentArgs& a) {
   c->add_option("--auto-window", a.cfg.auto_window, kAutoWindowHelp);
   c->add_option("--auto-room", a.cfg.auto_room, kAutoRoomHelp);
   c->add_option("--auto-lp", a.cfg.auto_lp, kAutoLpHelp);
+  c->add_option("--auto-lp-model", a.cfg.auto_lp_model, kAutoLpModelHelp);
   c->add_option("--auto-ilp", a.cfg.auto_ilp, kAutoIlpHelp);
   c->add_option("--auto-seconds", a.cfg.auto_seconds, kAutoSecondsHelp);
   c->add_option("--auto-placement", a.cfg.auto_placement, kAutoPlacementHelp);
@@ -551,6 +564,7 @@ int vtensor::run_cli(int argc, char** argv, CliMode mode) {
   train->add_option("--auto-window", cfg.auto_window, kAutoWindowHelp);
   train->add_option("--auto-room", cfg.auto_room, kAutoRoomHelp);
   train->add_option("--auto-lp", cfg.auto_lp, kAutoLpHelp);
+  train->add_option("--auto-lp-model", cfg.auto_lp_model, kAutoLpModelHelp);
   train->add_option("--auto-ilp", cfg.auto_ilp, kAutoIlpHelp);
   train->add_option("--auto-seconds", cfg.auto_seconds, kAutoSecondsHelp);
   train->add_option("--auto-placement", cfg.auto_placement, kAutoPlacementHelp);

@@ -11,6 +11,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 
 #include "vtensor/backend/sim/gpu_specs.h"
 #include "vtensor/core/errors.h"
@@ -1484,6 +1485,60 @@ TEST(AutoSearch, TheIntegerProgramIsAStartAndTheRunStaysBitIdentical) {
   cpu.auto_ilp = 1;
   const AutoRun cpu_run = train(cpu);
   ASSERT_TRUE(cpu_run.report["lp"].contains("integer")) << cpu_run.report["lp"].dump();
+  expect_bit_identical(cpu_base, cpu_run);
+}
+
+// --auto-lp-model in-flight: the LP starts are rounded from the LP that holds a copy's bytes on
+// the device while in flight ("lpf..." variants), where it has an optimum (else the bound's); the
+// reported bound is the same LP's as without it, and no lower than the in-flight model's
+// optimum; the run is the prediction; on cpu it stays bit-identical to none.
+TEST(AutoSearch, TheInFlightLpRoundsTheStartsAndLeavesTheBound) {
+  const AutoRun base = train(config("resnet-tiny", "none", 0, 2, "p100-16g"));
+  const size_t budget = align_up(static_cast<size_t>(static_cast<double>(max_peak(base)) * 0.5));
+  TrainConfig plain = config("resnet-tiny", "auto", budget, 4, "p100-16g");
+  bounded_search(plain, 8);
+  plain.auto_lp = 1;
+  TrainConfig cfg = plain;
+  cfg.auto_lp_model = "in-flight";
+  const AutoRun b = train(plain), r = train(cfg);
+  const auto& l = r.report["lp"];
+  ASSERT_EQ(l["status"].get<std::string>(), "optimal") << l.dump();
+  EXPECT_EQ(b.report["lp"]["model"], "bound");
+  EXPECT_EQ(l["model"], "in-flight");
+  EXPECT_FALSE(b.report["lp"].contains("in_flight"));
+  ASSERT_TRUE(l.contains("in_flight")) << l.dump();
+  EXPECT_EQ(l["overhead_ms"].get<double>(), b.report["lp"]["overhead_ms"].get<double>()) << "the bound is the bound LP's";
+  const auto& f = l["in_flight"];
+  ASSERT_EQ(f["status"].get<std::string>(), "optimal") << f.dump();
+  const double eps = 1e-9 * l["compute_ms"].get<double>();
+  EXPECT_GE(f["overhead_ms"].get<double>(), l["overhead_ms"].get<double>() - eps) << f.dump();
+  ASSERT_FALSE(l["rehearsals"].empty()) << l.dump();
+  for (const auto& x : l["rehearsals"]) EXPECT_EQ(x["variant"].get<std::string>().rfind("lpf", 0), 0u) << x.dump();
+  for (const auto& x : b.report["lp"]["rehearsals"]) EXPECT_NE(x["variant"].get<std::string>().rfind("lpf", 0), 0u) << x.dump();
+  EXPECT_NEAR(r.report["predicted_time_ms"].get<double>(), mean_guided_ms(r), 1e-9 * mean_guided_ms(r));
+  EXPECT_LE(max_peak(r), budget);
+  // Both: the bound's roundings and the in-flight ones not already among them.
+  TrainConfig both_cfg = plain;
+  both_cfg.auto_lp_model = "both";
+  const AutoRun both = train(both_cfg);
+  EXPECT_EQ(both.report["lp"]["model"], "both");
+  auto variants = [](const AutoRun& x) {
+    std::set<std::string> v;
+    for (const auto& y : x.report["lp"]["rehearsals"]) v.insert(y["variant"].get<std::string>());
+    return v;
+  };
+  const auto vb = variants(b), vf = variants(r), v2 = variants(both);
+  for (const auto& v : vb) EXPECT_TRUE(v2.count(v)) << v;
+  for (const auto& v : v2) EXPECT_TRUE(vb.count(v) || vf.count(v)) << v;
+  EXPECT_GT(v2.size(), vb.size()) << "no in-flight rounding differs from the bound's: the check proves nothing";
+
+  const AutoRun cpu_base = train(config("resnet-tiny", "none", 0, 3));
+  TrainConfig cpu = config("resnet-tiny", "auto", align_up(max_peak(cpu_base) / 2), 3);
+  bounded_search(cpu, 8);
+  cpu.auto_lp = 1;
+  cpu.auto_lp_model = "in-flight";
+  const AutoRun cpu_run = train(cpu);
+  EXPECT_EQ(cpu_run.report["lp"]["model"], "in-flight");
   expect_bit_identical(cpu_base, cpu_run);
 }
 

@@ -107,6 +107,10 @@ TEST(Cli, BadArgumentsNameTheArgumentAndExitTwo) {
            {"sweep --model resnet-tiny --policies auto --auto-seconds 700 --out x.csv", "--auto-seconds must be seconds in (0, 600]"},
            {"sweep --model resnet-tiny --policies auto --auto-ilp -1 --out x.csv", "--auto-ilp must be seconds in [0, 60]"},
            {"replay --trace dtr:lstm --gpu p100-16g --policy dtr --auto-ilp 1", "--auto-ilp applies to --policy auto only"},
+           {"train --model resnet-tiny --policy auto --auto-lp-model exact", "--auto-lp-model must be bound, in-flight or both, got 'exact'"},
+           {"train --model resnet-tiny --policy dtr --auto-lp-model in-flight", "--auto-lp-model applies to --policy auto only"},
+           {"sweep --model resnet-tiny --policies auto --auto-lp-model x --out x.csv", "--auto-lp-model must be bound, in-flight or both"},
+           {"replay --trace dtr:lstm --gpu p100-16g --policy dtr --auto-lp-model in-flight", "--auto-lp-model applies to --policy auto only"},
            {"train", "--model"},
            {"fly", "fly"},
        }) {

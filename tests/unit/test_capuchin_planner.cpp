@@ -1103,6 +1103,36 @@ TEST(LinearProgram, TheLinkAndARecomputationShareTheBytesOverTheBudget) {
   EXPECT_TRUE(lp_pins(link, 0.5, LpTiming::kPlanner, false, true).empty());
 }
 
+// With a copy's bytes on the device while in flight (LpOptions::in_flight_on_device), a gap
+// within one segment frees nothing by a swap: on the trace above A's gap is op 1 alone, so half of
+// A is recomputed, op 0's 1 ms per 100 MiB: 0.5 ms, above the bound's 4/11; the result is no
+// bound. Not recomputable, nothing covers op 1: infeasible, and no working-set claim.
+TEST(LinearProgram, CopiesInFlightOnTheDeviceFreeNothingWithinTheirSegment) {
+  LpOptions o;
+  o.in_flight_on_device = true;
+  TraceBuilder tb = lp_trace(3, 10);
+  tb.in.budget = 100 * kMiB;
+  const TensorId a = tb.tensor(100 * kMiB, 0, {}, true);
+  tb.accesses(a, {0, 2});
+  tb.access(tb.tensor(50 * kMiB, 1, {}, false), 1);
+  const LpResult r = solve_lp(tb.in, o);
+  ASSERT_EQ(r.status, "optimal");
+  EXPECT_FALSE(r.bound);
+  EXPECT_NEAR(r.overhead_ms, 0.5, 1e-6);
+  EXPECT_GT(r.overhead_ms, solve_lp(tb.in).overhead_ms + 0.1);
+  EXPECT_NEAR(r.swapped_bytes, 0.0, 1e-3);
+  EXPECT_NEAR(r.recomputed_bytes / kMiB, 50.0, 1e-4);
+  EXPECT_EQ(lp_pins(r), (std::vector<PlanPin>{{a, 2, CapuchinDecision::kRecompute}}));
+  TraceBuilder tl = lp_trace(3, 10);
+  tl.in.budget = 100 * kMiB;
+  tl.accesses(tl.tensor(100 * kMiB, 0, {}, false), {0, 2});
+  tl.access(tl.tensor(50 * kMiB, 1, {}, false), 1);
+  const LpResult link = solve_lp(tl.in, o);
+  EXPECT_EQ(link.status, "infeasible");
+  EXPECT_FALSE(link.bound);
+  EXPECT_EQ(solve_lp(tl.in).status, "optimal") << "the bound's model swaps it in flight";
+}
+
 // The integer program (LpOptions::integer_time_limit_s; Cbc): each gap the LP moves in part is
 // swapped or recomputed whole. On the trace above: recomputing all of A costs op 0's 1 ms;
 // swapping all of it moves 100 MiB each way within op 1's segment, 9 ms past its own 1 ms at

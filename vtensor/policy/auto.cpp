@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <functional>
 #include <limits>
 #include <map>
@@ -205,6 +206,7 @@ constexpr size_t kRoomPartners = 8;
 // start's name in the report.
 std::string lp_variant_label(const AutoPolicy::LpVariant& v) {
   std::string s = v.timing == LpTiming::kLp ? "lp-timed" : v.timing == LpTiming::kWhole ? "lp-whole" : "lp";
+  if (v.in_flight) s.insert(2, "f");  // "lpf", "lpf-timed", ...: the in-flight LP's (--auto-lp-model)
   if (v.integer) return "i" + s;  // "ilp", "ilp-timed", "ilp-whole"
   if (v.recompute_only) s += "-rec";
   if (v.capped) s += "-capped";
@@ -645,21 +647,52 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       bound_wall_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - b0).count();
       LpOptions lo;
       lo.integer_time_limit_s = ilp_seconds_;
-      lp_ = solve_lp(in, lo);
+      // The in-flight model beside it (another core; no integer program), for the starts.
+      lp_in_flight_ = {};
+      std::thread flight;
+      std::exception_ptr flight_error;
+      if (lp_model_ != LpModel::kBound)
+        flight = std::thread([&] {
+          try {
+            LpOptions lf = lo;
+            lf.in_flight_on_device = true;
+            lf.integer_time_limit_s = 0;
+            lp_in_flight_ = solve_lp(in, lf);
+          } catch (...) {
+            flight_error = std::current_exception();
+          }
+        });
+      try {
+        lp_ = solve_lp(in, lo);
+      } catch (...) {
+        if (flight.joinable()) flight.join();
+        throw;
+      }
+      if (flight.joinable()) flight.join();
+      if (flight_error) std::rethrow_exception(flight_error);
+      // The LPs rounded: the bound's unless in-flight only, the in-flight one's where it has an
+      // optimum (its rows may cover no op where a gap's copies take a segment each way: BERT-base
+      // at 25%).
+      std::vector<std::pair<const LpResult*, bool>> sources;
+      const bool flight_ok = lp_in_flight_.status == "optimal";
+      if (lp_model_ != LpModel::kInFlight || !flight_ok) sources.push_back({&lp_, false});
+      if (lp_model_ != LpModel::kBound && flight_ok) sources.push_back({&lp_in_flight_, true});
       // The rounded plans: at each threshold, with Capuchin's prefetch triggers, with the LP's
       // prefetch times and with those moved earlier for the whole tensor, then the last with
       // the swaps capped at the LP's bytes, and the recomputations alone (the same pins once).
       lp_variants_.clear();
       struct Rounding { LpTiming timing; bool capped, recompute_only; };
-      for (const double th : kLpThresholds)
-        for (const Rounding& k : {Rounding{LpTiming::kPlanner, false, false}, Rounding{LpTiming::kLp, false, false},
-                                  Rounding{LpTiming::kWhole, false, false}, Rounding{LpTiming::kWhole, true, false},
-                                  Rounding{LpTiming::kPlanner, false, true}}) {
-          LpVariant v{lp_pins(lp_, th, k.timing, k.capped, k.recompute_only), th, k.timing, k.capped, k.recompute_only};
-          bool seen = v.pins.empty();
-          for (const auto& w : lp_variants_) seen = seen || w.pins == v.pins;
-          if (!seen) lp_variants_.push_back(std::move(v));
-        }
+      for (const auto& [src, in_flight] : sources)
+        for (const double th : kLpThresholds)
+          for (const Rounding& k : {Rounding{LpTiming::kPlanner, false, false}, Rounding{LpTiming::kLp, false, false},
+                                    Rounding{LpTiming::kWhole, false, false}, Rounding{LpTiming::kWhole, true, false},
+                                    Rounding{LpTiming::kPlanner, false, true}}) {
+            LpVariant v{lp_pins(*src, th, k.timing, k.capped, k.recompute_only), th, k.timing, k.capped, k.recompute_only};
+            v.in_flight = in_flight;
+            bool seen = v.pins.empty();
+            for (const auto& w : lp_variants_) seen = seen || w.pins == v.pins;
+            if (!seen) lp_variants_.push_back(std::move(v));
+          }
       // The integer program's plan (each gap whole already), with the same three timings.
       if (!lp_.integer.gaps.empty()) {
         LpResult ir = lp_;
@@ -762,6 +795,16 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       const RehearsalResult*& x = lp_best[lp_variant_of_[j]];
       if (r.trained && !r.gaps.empty() && (!x || r.time_ms < x->time_ms)) x = &r;
     }
+    // Both LPs: each rounding's start is the faster of its two rehearsals (as many starts as one
+    // LP gives, so the climbs' shares stay).
+    for (size_t v = 0; v < lp_variants_.size(); ++v)
+      for (size_t w = 0; w < lp_variants_.size(); ++w) {
+        const LpVariant &a = lp_variants_[v], &b = lp_variants_[w];
+        if (!(a.in_flight && !b.in_flight && a.threshold == b.threshold && a.timing == b.timing && a.capped == b.capped &&
+              a.recompute_only == b.recompute_only && !a.integer && !b.integer && lp_best[v] && lp_best[w]))
+          continue;
+        (lp_best[v]->time_ms < lp_best[w]->time_ms ? lp_best[w] : lp_best[v]) = nullptr;
+      }
     if (!best) std::swap(best, other);
     if (best && other && other->time_ms < best->time_ms && (best->gaps.empty() || search_rehearsals_ == 0))
       best = other, other = nullptr;  // no search from the first: the faster start is the plan
@@ -1702,6 +1745,13 @@ nlohmann::json AutoPolicy::report() const {
                  {"recomputed_bytes", l.recomputed_bytes}, {"segments", l.segments}, {"columns", l.columns},
                  {"rows", l.rows}, {"nonzeros", l.nonzeros}, {"constrained_ops", l.constrained_ops},
                  {"wall_ms", l.wall_ms}, {"pins", lp_variants_.empty() ? 0 : lp_variants_[0].pins.size()}, {"threshold", kLpThresholds[0]}, {"rehearsals", reh}};
+    out["lp"]["model"] = lp_model_ == LpModel::kBound ? "bound" : lp_model_ == LpModel::kInFlight ? "in-flight" : "both";
+    if (lp_model_ != LpModel::kBound) {
+      const auto& f = lp_in_flight_;
+      out["lp"]["in_flight"] = {{"status", f.status}, {"overhead_ms", std::isfinite(f.overhead_ms) ? json(f.overhead_ms) : json(nullptr)},
+                                {"recompute_ms", f.recompute_ms}, {"swapped_bytes", f.swapped_bytes},
+                                {"recomputed_bytes", f.recomputed_bytes}, {"wall_ms", f.wall_ms}};
+    }
     const bool finite = l.bound && std::isfinite(l.overhead_ms);
     out["lp"]["overhead_ms"] = finite ? json(l.overhead_ms) : json(nullptr);
     out["lp"]["time_ms"] = finite ? json(l.compute_ms + l.overhead_ms) : json(nullptr);

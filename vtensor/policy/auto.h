@@ -201,6 +201,7 @@ class AutoPolicy final : public Policy {
     bool capped = false;
     bool recompute_only = false;  // the rounding's recomputations only ("lp-rec")
     bool integer = false;  // the integer program's plan (LpResult::integer), not the LP's rounding
+    bool in_flight = false;  // a rounding of the LP with copies in flight on the device ("lpf...")
   };
   // forced: run that candidate after the measured iteration without rehearsing (what a
   // rehearsal itself runs); empty: choose by rehearsal.
@@ -289,6 +290,11 @@ class AutoPolicy final : public Policy {
   // The LP's rounded plan is rehearsed on this many of the fastest Capuchin-based candidates (the
   // two fastest without wrap swaps, then the fastest with them), each a start for the search.
   void set_lp_rehearsals(int n) { lp_rehearsals_count_ = n; }
+  // The LPs whose roundings are the LP starts: the bound's, the one that holds a copy's bytes on
+  // the device while in flight (LpOptions::in_flight_on_device; where it has an optimum, else the
+  // bound's), or both (each rounding's faster rehearsal is the start). The bound is the first's.
+  enum class LpModel { kBound, kInFlight, kBoth };
+  void set_lp_model(LpModel m) { lp_model_ = m; }
   // Seconds for the integer program over the LP's fractional gaps (lp.h, Cbc; 0: none). Its plan,
   // where it differs from the LP's rounding, is rehearsed as the LP's are: more starts.
   void set_ilp_seconds(double s) { ilp_seconds_ = s; }
@@ -460,6 +466,8 @@ class AutoPolicy final : public Policy {
   OverheadBound bound_;
   double bound_wall_ms_ = 0;
   LpResult lp_;
+  LpModel lp_model_ = LpModel::kBound;
+  LpResult lp_in_flight_;  // the in-flight model's optimum (lp_model_ other than kBound)
   std::vector<LpVariant> lp_variants_;  // its rounded plans (distinct)
   std::vector<size_t> lp_variant_of_;   // per LP rehearsal, its variant
   double start_ms_ = 0;    // the rehearsal the kept search started from

@@ -302,6 +302,12 @@ LpResult solve_lp(const PlannerInput& input, const LpOptions& opt) {
     const int ro = mx.row(0, 0), ri = mx.row(0, 0);  // all of the swapped fraction goes out and back
     mx.add(ro, g.out0 + e - 1, 1), mx.add(ro, g.x, -1);
     mx.add(ri, g.in0 + e - 1, 1), mx.add(ri, g.x, -1);
+    if (opt.in_flight_on_device)  // a copy back starts in a segment after its copy out ended
+      for (int i = 0; i < e; ++i) {
+        const int r = mx.row(-kInf, 0);
+        mx.add(r, g.in0 + i, 1);
+        if (i > 0) mx.add(r, g.out0 + i - 1, -1);
+      }
     for (int i = 0; i < e; ++i) in_seg[static_cast<size_t>(g.seg[static_cast<size_t>(i)])].push_back({static_cast<int>(gi), i});
     if (g.rec_ms >= 0) {
       std::vector<int> window = g.seg;
@@ -383,8 +389,13 @@ LpResult solve_lp(const PlannerInput& input, const LpOptions& opt) {
       const int k = (g.a + 1 + o) % n;
       const int r = mem_row[static_cast<size_t>(k)];
       if (r < 0) continue;
-      mx.add(r, g.out0 + i, g.mib);
-      if (i > 0) mx.add(r, g.in0 + i - 1, -g.mib);
+      if (opt.in_flight_on_device) {  // out before this segment, back after it
+        if (i > 0) mx.add(r, g.out0 + i - 1, g.mib);
+        mx.add(r, g.in0 + i, -g.mib);
+      } else {  // out by this segment's end, back after the previous one
+        mx.add(r, g.out0 + i, g.mib);
+        if (i > 0) mx.add(r, g.in0 + i - 1, -g.mib);
+      }
       mx.add(r, g.y, g.mib);
     }
   }
@@ -413,9 +424,11 @@ LpResult solve_lp(const PlannerInput& input, const LpOptions& opt) {
   Clp_initialSolve(model.get());  // Clp picks the method (primal on these: 2-3x the dual's speed)
   const int status = Clp_status(model.get());
   if (status == 1) {
-    out.status = "working set";  // no fractions cover an op: it needs more than the budget
+    // No fractions cover an op: it needs more than the budget (with copies in flight on the
+    // device, only that no plan of this model fits).
+    out.status = opt.in_flight_on_device ? "infeasible" : "working set";
     out.overhead_ms = kInf;
-    out.bound = true;
+    out.bound = !opt.in_flight_on_device;
     return finish();
   }
   if (status != 0) {
@@ -423,7 +436,7 @@ LpResult solve_lp(const PlannerInput& input, const LpOptions& opt) {
     return finish();
   }
   out.status = "optimal";
-  out.bound = true;
+  out.bound = !opt.in_flight_on_device;
   // A solution's moved gaps, with their timing.
   auto moved_gaps = [&](const double* sol) {
     std::vector<LpGap> v;

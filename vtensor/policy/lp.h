@@ -20,6 +20,9 @@
 //   COIN-OR Cbc) makes each gap's x and y whole over the optimum's neighbourhood (the gaps it
 //   moves in part); off by default: the optimum is nearly whole on the paper models, and Cbc's
 //   time would come out of auto's planning limit.
+//   in_flight_on_device: the same program with a copy holding its bytes on the device while in
+//   flight (off only in the segments after its copy out and before its copy back): no longer a
+//   bound, but a model of the rounded swaps closer to the runtime's (auto --auto-lp-model).
 #pragma once
 #include <string>
 #include <vector>
@@ -43,6 +46,9 @@ struct LpOptions {
   // The integer program over the LP optimum's neighbourhood only: a gap the optimum moves whole
   // or not at all stays so, the fractional ones are decided (exact over them, and far smaller).
   bool integer_neighbourhood = true;
+  // A gap's bytes count off the device only in the segments after the one its copy out ends in
+  // and before the one its copy back starts in, which starts after that (the result is no bound).
+  bool in_flight_on_device = false;
 };
 
 // One gap the optimum moves (swap or recompute > 0).

@@ -53,6 +53,7 @@ TrainResult replay_trace(const ReplayConfig& c, const std::function<void(const I
   cfg.iters = c.iters;
   cfg.timeline = c.timeline;
   cfg.auto_ilp = c.auto_ilp;
+  cfg.auto_lp_model = c.auto_lp_model;
   Trainer t(cfg);
   return t.run(on_iteration);
 }
