@@ -1798,6 +1798,54 @@ EXPERIMENTS["auto-repeat"] = auto_repeat(EXPERIMENTS["auto-search-models"]["rows
 EXPERIMENTS["auto-repeat-logs"] = auto_repeat(EXPERIMENTS["auto-search-logs"]["rows"], "the DTR logs", 3)
 
 
+# Which LP auto's starts are rounded from (--auto-lp-model): the bound's (the default), the one that
+# holds a copy's bytes on the device while in flight, or both.
+LP_MODELS = ["bound", "in-flight", "both"]
+
+
+def _lp_model_run(model):
+    def run(row, got):
+        return _auto_run(row, got, "--auto-lp-model", model, iters=4)
+    return run
+
+
+def _lp_model_col(model):
+    def cell(c):
+        r, sw = c.rep.get(model), c.rep.get("budgets")
+        if not r or not sw:
+            return "OOM"
+        over = _repeat_ms(r) / float(sw[0]["unmanaged_ms"])
+        base = c.rep.get("bound")
+        if model == "bound" or not base:
+            return f"{over:.4f}×"
+        return f"{over:.4f}× ({(_repeat_ms(r) / _repeat_ms(base) - 1) * 100:+.1f}%)"
+    return cell
+
+
+def _lp_flight_status(c):
+    r = c.rep.get("in-flight")
+    return r["policy_report"]["lp"].get("in_flight", {}).get("status", "-") if r else "-"
+
+
+def auto_lp_model(rows, what):
+    train = rows[0]["cmd"] == "train"
+    return {
+        "kind": "runs", "serial": True,  # auto's planning limit: nothing runs beside a run
+        "about": f"the LP auto's starts are rounded from, on {what}: per row `vtensor {rows[0]['cmd']} ...{' --backend sim' if train else ''} "
+                 f"--gpu G --policy auto --budget B --iters 4{' [--densities bench/densities/M.json]' if train else ''} "
+                 "--auto-lp-model M --report R` on sim for M in bound (the default), in-flight, both (B from a sweep of none); "
+                 "each run's mean iteration after the measured one over none's, and against bound's; the in-flight LP's status",
+        "rows": rows,
+        "runs": [("budgets", _none_sweep), *[(m, _lp_model_run(m)) for m in LP_MODELS]],
+        "columns": [("model" if train else "log", lambda c: c.row["name"]), ("GPU", lambda c: c.row["gpu"]),
+                    ("budget", lambda c: c.row["budget"]), *[(m, _lp_model_col(m)) for m in LP_MODELS],
+                    ("in-flight LP", _lp_flight_status)]}
+
+
+EXPERIMENTS["auto-lp-model"] = auto_lp_model(EXPERIMENTS["auto-search-models"]["rows"], "the paper rows")
+EXPERIMENTS["auto-lp-model-logs"] = auto_lp_model(EXPERIMENTS["auto-search-logs"]["rows"], "the DTR logs")
+
+
 # What the LP's starts buy: auto with them (default) and without (--auto-lp 0), the same sweep
 # otherwise (as headline-*: reference batch, 4 iterations, densities where the model has them).
 def _paper_sweep(row, policies, budgets):

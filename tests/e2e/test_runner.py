@@ -142,6 +142,25 @@ class Runner(unittest.TestCase):
         self.assertEqual(cell("candidate,large-wraps"), "capuchin@1,w4,dtr [large wraps] 254.2 ms")
         self.assertEqual(cell("candidate"), "capuchin@1,w4,dtr 300.0 ms")  # the candidate as rehearsed
 
+    def test_auto_lp_model_cells_compare_each_model_with_bound(self):
+        """The auto-lp-model tables: each model's mean iteration after the measured one over none's,
+        the others against bound's run, and the in-flight LP's status ('-' without its run)."""
+        sys.path.insert(0, os.path.join(ROOT, "bench"))
+        import run
+        import types
+
+        def rep(times, status=None):
+            lp = {"model": "bound"} if status is None else {"model": "in-flight", "in_flight": {"status": status}}
+            return {"iterations": [{"time_ms": 999.0}] + [{"time_ms": t} for t in times], "policy_report": {"lp": lp}}
+        c = types.SimpleNamespace(row={"name": "m"}, rep={"budgets": [{"unmanaged_ms": 100.0}], "bound": rep([110.0, 120.0]),
+                                                          "in-flight": rep([105.0, 105.0], "infeasible"), "both": None})
+        self.assertEqual(run._lp_model_col("bound")(c), "1.1500×")
+        self.assertEqual(run._lp_model_col("in-flight")(c), "1.0500× (-8.7%)")
+        self.assertEqual(run._lp_model_col("both")(c), "OOM")
+        self.assertEqual(run._lp_flight_status(c), "infeasible")
+        self.assertEqual(run._lp_flight_status(types.SimpleNamespace(rep={})), "-")
+        self.assertEqual([n for n, _ in run.EXPERIMENTS["auto-lp-model"]["runs"]], ["budgets", "bound", "in-flight", "both"])
+
     def test_bad_names_fail_naming_what_is_accepted(self):
         p = subprocess.run([*RUN, "nope"], capture_output=True, text=True)
         self.assertNotEqual(p.returncode, 0)
