@@ -1060,6 +1060,17 @@ TraceBuilder lp_trace(int ops, double mib_per_ms) {
   tb.in.swap_ns_per_byte = mib_per_ms > 0 ? 1e6 / (mib_per_ms * kMiB) : 0;
   return tb;
 }
+// A (100 MiB, made by op 0, needed again at op 2; recomputable or not) and B (50 MiB at op 1),
+// budget 100 MiB, three ops of 1 ms, 10 MiB/ms each way.
+TraceBuilder a_and_b(bool recomputable, TensorId* a = nullptr) {
+  TraceBuilder tb = lp_trace(3, 10);
+  tb.in.budget = 100 * kMiB;
+  const TensorId t = tb.tensor(100 * kMiB, 0, {}, recomputable);
+  tb.accesses(t, {0, 2});
+  tb.access(tb.tensor(50 * kMiB, 1, {}, false), 1);
+  if (a) *a = t;
+  return tb;
+}
 }  // namespace
 
 TEST(LinearProgram, TheLinkAndARecomputationShareTheBytesOverTheBudget) {
@@ -1068,11 +1079,8 @@ TEST(LinearProgram, TheLinkAndARecomputationShareTheBytesOverTheBudget) {
   // each way at 10 MiB/ms; recomputing a fraction y of A costs op 0's 1 ms per 100 MiB, and run
   // ahead of the access, in op 1's segment, it lengthens that segment for the link too: with
   // E = y, 10 (1 + y) + 100 y = 50, y = 4/11 ms.
-  TraceBuilder tb = lp_trace(3, 10);
-  tb.in.budget = 100 * kMiB;
-  const TensorId a = tb.tensor(100 * kMiB, 0, {}, true);
-  tb.accesses(a, {0, 2});
-  tb.access(tb.tensor(50 * kMiB, 1, {}, false), 1);
+  TensorId a = kNoTensor;
+  const TraceBuilder tb = a_and_b(true, &a);
   const LpResult r = solve_lp(tb.in);
   ASSERT_EQ(r.status, "optimal");
   ASSERT_TRUE(r.bound);
@@ -1090,10 +1098,7 @@ TEST(LinearProgram, TheLinkAndARecomputationShareTheBytesOverTheBudget) {
   ASSERT_EQ(pins.size(), 1u);
   EXPECT_EQ(pins[0], (PlanPin{a, 2, CapuchinDecision::kRecompute}));
   // Not recomputable: the link alone, 40 MiB past the free 10: 4 ms.
-  TraceBuilder tl = lp_trace(3, 10);
-  tl.in.budget = 100 * kMiB;
-  tl.accesses(tl.tensor(100 * kMiB, 0, {}, false), {0, 2});
-  tl.access(tl.tensor(50 * kMiB, 1, {}, false), 1);
+  const TraceBuilder tl = a_and_b(false);
   const LpResult link = solve_lp(tl.in);
   EXPECT_NEAR(link.overhead_ms, 4.0, 1e-6);
   EXPECT_NEAR(link.swapped_bytes / kMiB, 50.0, 1e-4);
@@ -1110,11 +1115,8 @@ TEST(LinearProgram, TheLinkAndARecomputationShareTheBytesOverTheBudget) {
 TEST(LinearProgram, CopiesInFlightOnTheDeviceFreeNothingWithinTheirSegment) {
   LpOptions o;
   o.in_flight_on_device = true;
-  TraceBuilder tb = lp_trace(3, 10);
-  tb.in.budget = 100 * kMiB;
-  const TensorId a = tb.tensor(100 * kMiB, 0, {}, true);
-  tb.accesses(a, {0, 2});
-  tb.access(tb.tensor(50 * kMiB, 1, {}, false), 1);
+  TensorId a = kNoTensor;
+  const TraceBuilder tb = a_and_b(true, &a);
   const LpResult r = solve_lp(tb.in, o);
   ASSERT_EQ(r.status, "optimal");
   EXPECT_FALSE(r.bound);
@@ -1123,10 +1125,7 @@ TEST(LinearProgram, CopiesInFlightOnTheDeviceFreeNothingWithinTheirSegment) {
   EXPECT_NEAR(r.swapped_bytes, 0.0, 1e-3);
   EXPECT_NEAR(r.recomputed_bytes / kMiB, 50.0, 1e-4);
   EXPECT_EQ(lp_pins(r), (std::vector<PlanPin>{{a, 2, CapuchinDecision::kRecompute}}));
-  TraceBuilder tl = lp_trace(3, 10);
-  tl.in.budget = 100 * kMiB;
-  tl.accesses(tl.tensor(100 * kMiB, 0, {}, false), {0, 2});
-  tl.access(tl.tensor(50 * kMiB, 1, {}, false), 1);
+  const TraceBuilder tl = a_and_b(false);
   const LpResult link = solve_lp(tl.in, o);
   EXPECT_EQ(link.status, "infeasible");
   EXPECT_FALSE(link.bound);
@@ -1141,11 +1140,8 @@ TEST(LinearProgram, CopiesInFlightOnTheDeviceFreeNothingWithinTheirSegment) {
 TEST(LinearProgram, TheIntegerProgramMovesEachGapWhole) {
   LpOptions o;
   o.integer_time_limit_s = 10;
-  TraceBuilder tb = lp_trace(3, 10);
-  tb.in.budget = 100 * kMiB;
-  const TensorId a = tb.tensor(100 * kMiB, 0, {}, true);
-  tb.accesses(a, {0, 2});
-  tb.access(tb.tensor(50 * kMiB, 1, {}, false), 1);
+  TensorId a = kNoTensor;
+  const TraceBuilder tb = a_and_b(true, &a);
   const LpResult r = solve_lp(tb.in, o);
   EXPECT_NEAR(r.overhead_ms, 4.0 / 11, 1e-6) << "the LP's own optimum is unchanged";
   ASSERT_EQ(r.integer.status, "optimal");
@@ -1161,10 +1157,7 @@ TEST(LinearProgram, TheIntegerProgramMovesEachGapWhole) {
   ir.gaps = r.integer.gaps;
   EXPECT_EQ(lp_pins(ir), (std::vector<PlanPin>{{a, 2, CapuchinDecision::kRecompute}}));
 
-  TraceBuilder tl = lp_trace(3, 10);
-  tl.in.budget = 100 * kMiB;
-  tl.accesses(tl.tensor(100 * kMiB, 0, {}, false), {0, 2});
-  tl.access(tl.tensor(50 * kMiB, 1, {}, false), 1);
+  const TraceBuilder tl = a_and_b(false);
   const LpResult link = solve_lp(tl.in, o);
   EXPECT_NEAR(link.overhead_ms, 4.0, 1e-6);
   ASSERT_EQ(link.integer.status, "optimal");
