@@ -2,8 +2,8 @@
 # The sanitizer jobs (scripts/test.sh runs them after the tests; clang comes from scripts/install.sh):
 #  - ASan + UBSan (LSan included): the unit and e2e tests, built with clang at -O1 into build-asan/
 #    (no cuda backend, no Python module, no benchmarks). The same build holds the fuzz targets
-#    (scripts/fuzz.sh), so everything there is also compiled with -fsanitize=fuzzer-no-link (coverage
-#    counters only). Every report (a memory error, undefined behaviour, a leak) is written to
+#    (scripts/fuzz.sh); only the parsers' sources get libFuzzer's coverage counters (CMakeLists.txt,
+#    VTENSOR_FUZZ). Every report (a memory error, undefined behaviour, a leak) is written to
 #    build-asan/reports/ and fails the job, also from the `vtensor` processes the e2e tests start.
 #    Nothing is excluded; the one death test runs apart (below, with why).
 #  - TSan: the cpu backend's stream tests (tests/unit/test_cpu_streams.cpp) built alone, with the
@@ -27,7 +27,7 @@ build() {  # dir, targets...: builds quietly; on a failure shows the errors and 
 summary() { sed -n 's/^\[==========\] \([0-9]*\) tests\? from .* ran\..*/\1/p' "$1" | tail -1; }
 
 # ---- ASan + UBSan
-asan_flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -fsanitize=fuzzer-no-link"
+asan_flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 cmake -S . -B build-asan "${common[@]}" -DVTENSOR_FUZZ=ON "-DCMAKE_CXX_FLAGS_SANITIZE=-O1 -g1" \
   "-DCMAKE_CXX_FLAGS=$asan_flags" "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=address,undefined" >/dev/null
 build build-asan vtensor_unit_tests vtensor_e2e_tests vtensor fuzz_trace fuzz_dtr_log fuzz_gpu_file fuzz_sizes fuzz_cli

@@ -4,12 +4,17 @@
 # VTENSOR_SANITIZE=0 leaves them out).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+stage() { echo "test.sh: $1 done, $((SECONDS / 60))m$((SECONDS % 60))s in"; }  # where CI's time goes
 scripts/install.sh
+stage "install and build"
 ctest --test-dir build --output-on-failure -j "$(nproc)"
+stage "ctest"
 # The Python package's tests (python/tests) on Debian's python3-torch; the module is built into python/vtensor.
 PY=python3; [ -x /usr/bin/python3 ] && PY=/usr/bin/python3
 PYTHONPATH=python "$PY" -m pytest -q -p no:cacheprovider python/tests
 if [ "${VTENSOR_SANITIZE:-1}" != 0 ]; then
   scripts/sanitize.sh  # ASan + UBSan on the unit and e2e tests, TSan on the cpu backend's streams
+  stage "sanitizers"
   scripts/fuzz.sh      # each parser's libFuzzer target for a bounded time
+  stage "fuzz"
 fi
