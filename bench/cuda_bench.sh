@@ -44,7 +44,7 @@ step() {  # step NAME COMMAND...: run, time, record the exit status
 
 if [ "${VTENSOR_PREBUILT:-0}" != 1 ]; then
   cmake -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DVTENSOR_CUDA_ARCHS="$ARCHS" -DVTENSOR_BUILD_BENCH=ON || exit 1
-  cmake --build build -j"$(nproc)" --target vtensor vtensor_cuda_tests vtensor_swap_bandwidth || exit 1
+  cmake --build build -j"$(nproc)" --target vtensor vtensor_cuda_tests vtensor_cuda_internal_tests vtensor_swap_bandwidth || exit 1
 fi
 
 step cuda-tests bash -c "set -o pipefail; ctest --test-dir build -L cuda --output-on-failure 2>&1 | tee '$OUT_DIR/cuda_tests.txt'"

@@ -3,6 +3,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -152,6 +153,43 @@ TEST(Cli, CudaWithoutCudaSaysWhy) {
 #ifndef VTENSOR_HAVE_CUDA
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("built without CUDA"), std::string::npos) << r.output;
+#endif
+}
+
+// The cuda backend is a library of its own, loaded only for --backend cuda (cuda_module.cpp): a
+// cpu run loads none of the CUDA libraries. With a driver present (the toolkit's stub driver,
+// which finds no device) a cuda run loads that library, whose own device check then answers.
+TEST(Cli, CudaLibrariesLoadOnlyForTheCudaBackend) {
+  struct Env {  // set for the child processes, restored after
+    std::string name;
+    std::string old;
+    bool had;
+    Env(const char* n, const std::string& v) : name(n), had(std::getenv(n) != nullptr) {
+      if (had) old = std::getenv(n);
+      setenv(n, v.c_str(), 1);
+    }
+    ~Env() { had ? setenv(name.c_str(), old.c_str(), 1) : unsetenv(name.c_str()); }
+  };
+  {
+    Env debug("LD_DEBUG", "files");  // the loader lists every library it opens
+    Result r = run("train --model mlp-tiny --iters 1 --backend cpu --quiet");
+    ASSERT_EQ(r.code, 0) << r.output;
+    EXPECT_NE(r.output.find("file=libopenblas"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("libcudart"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("libvtensor_cuda"), std::string::npos) << r.output;
+  }
+#if defined(VTENSOR_HAVE_CUDA) && defined(VTENSOR_CUDA_STUB_DRIVER)
+  const std::filesystem::path dir = temp_path("stub_driver");
+  std::filesystem::create_directories(dir);
+  std::filesystem::remove(dir / "libcuda.so.1");
+  std::filesystem::create_symlink(VTENSOR_CUDA_STUB_DRIVER, dir / "libcuda.so.1");
+  Env path("LD_LIBRARY_PATH", dir.string());
+  Env debug("LD_DEBUG", "files");
+  Result r = run("train --model mlp-tiny --iters 1 --backend cuda");
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("libvtensor_cuda.so"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("no CUDA device is visible (cudaGetDeviceCount found none)"), std::string::npos) << r.output;
 #endif
 }
 

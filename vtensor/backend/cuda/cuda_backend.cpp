@@ -105,7 +105,9 @@ void EventPool::give(cudaEvent_t e) {
 
 }  // namespace cuda
 
-bool cuda_available() {
+namespace {
+
+bool device_visible() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
     cudaGetLastError();  // clear the sticky error of a machine without a driver or device
@@ -114,8 +116,10 @@ bool cuda_available() {
   return n > 0;
 }
 
+}  // namespace
+
 CudaBackend::CudaBackend(const BackendOptions& opts) : deterministic_(opts.deterministic) {
-  if (!cuda_available())
+  if (!device_visible())
     throw std::invalid_argument("backend 'cuda': no CUDA device is visible (cudaGetDeviceCount found none); "
                                 "use --backend cpu or sim");
   const char* sync = std::getenv("VTENSOR_CUDA_SYNC_TIMING");
@@ -673,6 +677,10 @@ void CudaBackend::launch(const Graph& g, const Op& op, const KernelArgs& a) {
   }
 }
 
-std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& opts) { return std::make_unique<CudaBackend>(opts); }
-
 }  // namespace vtensor
+
+// The entry points the core looks up when it loads this library (vtensor/backend/cuda_module.cpp).
+extern "C" bool vtensor_cuda_available() { return vtensor::device_visible(); }
+extern "C" vtensor::Backend* vtensor_cuda_make_backend(const vtensor::BackendOptions& opts) {
+  return new vtensor::CudaBackend(opts);
+}
