@@ -37,19 +37,13 @@
 #include "vtensor/train/trainer.h"
 
 #include "tests/support/cli.h"
+#include "tests/support/gpu.h"
 
 using namespace vtensor;
 
 namespace {
 
 constexpr double kExact = 0, kClose = 1e-6, kReduce = 2e-5, kCudnn = 1e-4;
-
-#define VT_REQUIRE_GPU()                                                                                      \
-  do {                                                                                                        \
-    if (!cuda_available())                                                                                    \
-      GTEST_SKIP() << "no GPU: this build has no CUDA (nvcc not found or -DVTENSOR_CUDA=OFF) or no CUDA device " \
-                      "is visible; the cuda backend tests need an NVIDIA GPU";                                \
-  } while (0)
 
 TEST(CudaBackend, AvailableOrSaysWhy) {
   if (!cuda_available()) {
@@ -531,28 +525,6 @@ TEST(CudaBackend, AsyncCopiesRoundTripThroughPinnedMemory) {
   std::vector<char> got(bytes);
   be.copy_to_host(got.data(), dev + bytes, bytes);
   EXPECT_EQ(0, std::memcmp(got.data(), pattern.data(), bytes));
-  be.host_free(host, bytes);
-}
-
-// The events a record hands out come from a pool (cuda_backend.h): recorded again once given
-// back, they still order each round's copy after its own data, and a round of two records
-// creates no new event.
-TEST(CudaBackend, ReusedEventsStillOrderCopies) {
-  VT_REQUIRE_GPU();
-  auto& be = *backends().cuda;
-  const size_t bytes = size_t{1} << 20;
-  char* host = static_cast<char*>(be.host_alloc(bytes));
-  char* dev = static_cast<char*>(be.arena_base());
-  std::vector<char> pattern(bytes);
-  be.record(Stream::kD2H)->wait();  // the pool holds an event from here on
-  for (int round = 0; round < 64; ++round) {
-    for (size_t i = 0; i < bytes; ++i) pattern[i] = static_cast<char>(i * 13 + static_cast<size_t>(round) * 101);
-    be.copy_to_device(dev, pattern.data(), bytes);
-    be.stream_wait(Stream::kD2H, be.record(Stream::kCompute));
-    be.copy_async(Stream::kD2H, host, dev, bytes);
-    be.record(Stream::kD2H)->wait();
-    ASSERT_EQ(0, std::memcmp(host, pattern.data(), bytes)) << "round " << round;
-  }
   be.host_free(host, bytes);
 }
 

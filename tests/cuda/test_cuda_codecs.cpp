@@ -14,16 +14,11 @@
 #include "vtensor/core/graph.h"
 #include "vtensor/train/trainer.h"
 
+#include "tests/support/gpu.h"
+
 using namespace vtensor;
 
 namespace {
-
-#define VT_REQUIRE_GPU()                                                                                      \
-  do {                                                                                                        \
-    if (!cuda_available())                                                                                    \
-      GTEST_SKIP() << "no GPU: this build has no CUDA (nvcc not found or -DVTENSOR_CUDA=OFF) or no CUDA device " \
-                      "is visible; the cuda codec tests need an NVIDIA GPU";                                  \
-  } while (0)
 
 std::vector<float> inputs(size_t n, int kind, uint32_t seed) {
   std::mt19937 rng(seed);
