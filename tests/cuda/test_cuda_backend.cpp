@@ -37,6 +37,7 @@
 #include "vtensor/train/trainer.h"
 
 #include "tests/support/cli.h"
+#include "tests/support/env.h"
 #include "tests/support/gpu.h"
 
 using namespace vtensor;
@@ -574,21 +575,10 @@ void expect_lru_at_half_matches_none(const std::string& model, bool device_waits
   for (const auto& s : base.iters) peak = std::max(peak, s.peak_allocated);
   const double fraction = model == "vgg-tiny" ? 0.62 : 0.5;
   const size_t budget = align_up(static_cast<size_t>(static_cast<double>(peak) * fraction));
-  struct EnvGuard {  // the backend reads it when the run builds it; restores what was set before
-    explicit EnvGuard(bool on) {
-      if (const char* v = std::getenv("VTENSOR_CUDA_DEVICE_WAITS")) had = v, was_set = true;
-      setenv("VTENSOR_CUDA_DEVICE_WAITS", on ? "1" : "0", 1);
-    }
-    ~EnvGuard() {
-      if (was_set) setenv("VTENSOR_CUDA_DEVICE_WAITS", had.c_str(), 1);
-      else unsetenv("VTENSOR_CUDA_DEVICE_WAITS");
-    }
-    std::string had;
-    bool was_set = false;
-  };
   TrainRun lru;
   {
-    const EnvGuard env(device_waits);
+    // the backend reads it when the run builds it
+    const vtensor::test::ScopedEnv env("VTENSOR_CUDA_DEVICE_WAITS", device_waits ? "1" : "0");
     lru = train(model, "cuda", "lru", budget, iters);
   }
   ASSERT_EQ(base.iters.size(), lru.iters.size());

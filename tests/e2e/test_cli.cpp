@@ -3,7 +3,6 @@
 
 #include <array>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -11,6 +10,7 @@
 #include <sys/wait.h>
 
 #include "tests/support/cli.h"
+#include "tests/support/env.h"
 
 namespace {
 
@@ -160,16 +160,7 @@ TEST(Cli, CudaWithoutCudaSaysWhy) {
 // cpu run loads none of the CUDA libraries. With a driver present (the toolkit's stub driver,
 // which finds no device) a cuda run loads that library, whose own device check then answers.
 TEST(Cli, CudaLibrariesLoadOnlyForTheCudaBackend) {
-  struct Env {  // set for the child processes, restored after
-    std::string name;
-    std::string old;
-    bool had;
-    Env(const char* n, const std::string& v) : name(n), had(std::getenv(n) != nullptr) {
-      if (had) old = std::getenv(n);
-      setenv(n, v.c_str(), 1);
-    }
-    ~Env() { had ? setenv(name.c_str(), old.c_str(), 1) : unsetenv(name.c_str()); }
-  };
+  using Env = vtensor::test::ScopedEnv;
   {
     Env debug("LD_DEBUG", "files");  // the loader lists every library it opens
     Result r = run("train --model mlp-tiny --iters 1 --backend cpu --quiet");
