@@ -184,6 +184,23 @@ TEST(Cli, CudaLibrariesLoadOnlyForTheCudaBackend) {
 #endif
 }
 
+// --auto-ilp's solver (lp.cpp, COIN-OR Cbc): silent unless VTENSOR_CBC_LOG=1, and always without
+// Cbc's preprocessing, whose postProcess crashed when the time limit stopped it at the wrong
+// moment. mlp-tiny at half its peak on sim leaves 4 gaps to decide; Cbc solves them in ms.
+TEST(Cli, CbcRunsWithoutPreprocessingAndLogsOnlyWhenAsked) {
+  const std::string cmd = "train --model mlp-tiny --backend sim --gpu p100-16g --policy auto --budget 57856B --iters 2 "
+                          "--auto-ilp 5 --quiet";
+  const Result quiet = run(cmd);
+  ASSERT_EQ(quiet.code, 0) << quiet.output;
+  EXPECT_EQ(quiet.output.find("CBC"), std::string::npos) << quiet.output;
+  vtensor::test::ScopedEnv log("VTENSOR_CBC_LOG", "1");
+  const Result r = run(cmd);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("CBC MILP Solver"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("-preprocess off"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("Result - Optimal solution found"), std::string::npos) << r.output;
+}
+
 TEST(Cli, TraceIsWrittenAsJsonLines) {
   const std::string trace = temp_path("trace.jsonl");
   Result r = run("train --model mlp-tiny --iters 2 --trace " + trace);

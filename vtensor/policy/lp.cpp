@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <memory>
@@ -506,7 +508,9 @@ LpResult solve_lp(const PlannerInput& input, const LpOptions& opt) {
       return out;
     }
     std::unique_ptr<Cbc_Model, void (*)(Cbc_Model*)> cbc(Cbc_newModel(), Cbc_deleteModel);
-    Cbc_setLogLevel(cbc.get(), 0);
+    // VTENSOR_CBC_LOG=1: Cbc's own log on stdout (its heuristics, where its time limit stopped it).
+    const char* cbc_log = std::getenv("VTENSOR_CBC_LOG");
+    Cbc_setLogLevel(cbc.get(), cbc_log && std::strcmp(cbc_log, "0") != 0 ? 1 : 0);
     Cbc_loadProblem(cbc.get(), out.columns, out.rows, start.data(), index.data(), value.data(), lo.data(), hi.data(),
                     mx.obj.data(), mx.row_lo.data(), mx.row_hi.data());
     for (const Gap& g : gaps)
