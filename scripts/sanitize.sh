@@ -40,9 +40,10 @@ export OPENBLAS_NUM_THREADS=1
 # failure or any report shows both and stops; else prints how many passed.
 asan_run() {
   local name=$1 bin=$2 filter=$3 shards=${4:-1} rc=0 pids=() i n=0
+  rm -f "build-asan/$name".*.json
   for ((i = 0; i < shards; i++)); do
     GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i "$bin" --gtest_brief=1 "--gtest_filter=$filter" \
-      >"build-asan/$name.$i.log" 2>&1 & pids+=($!)
+      "--gtest_output=json:build-asan/$name.$i.json" >"build-asan/$name.$i.log" 2>&1 & pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p" || rc=$?; done
   if [ "$rc" -ne 0 ] || [ -n "$(ls build-asan/reports)" ]; then
@@ -73,6 +74,18 @@ fi
 unit=$((u1 + ${u2:-0}))
 e=$((e + 1))
 echo "ASan+UBSan: unit $unit/$unit, e2e $e/$e passed; no sanitizer report (memory errors, undefined behaviour, leaks)"
+# Where the e2e job's time went (gtest's JSON per shard): each shard's wall and the slowest tests.
+"$PY" - build-asan/e2e.*.json <<'PYEOF' || true
+import json, sys
+shards, tests = [], []
+for f in sys.argv[1:]:
+    d = json.load(open(f))
+    shards.append(float(d["time"].rstrip("s")))
+    tests += [(float(t["time"].rstrip("s")), f"{s['name']}.{t['name']}") for s in d["testsuites"] for t in s["testsuite"]]
+tests.sort(reverse=True)
+print("ASan+UBSan: e2e shards took " + ", ".join(f"{w:.0f} s" for w in shards) + "; slowest: "
+      + ", ".join(f"{n} {t:.0f} s" for t, n in tests[:3]))
+PYEOF
 
 # ---- TSan
 cmake -S . -B build-tsan "${common[@]}" "-DCMAKE_CXX_FLAGS_SANITIZE=-O1 -g1" \
