@@ -8,7 +8,8 @@
 #    Nothing is excluded; the one death test runs apart (below, with why).
 #  - TSan: the cpu backend's stream tests (tests/unit/test_cpu_streams.cpp) built alone, with the
 #    backend's sources, into build-tsan/, repeated so the threads interleave differently.
-# Each job ends with one line saying what ran and that it was clean; any report fails the script.
+# Each job ends with one line saying what ran and that it was clean (the ASan job then one more: its
+# e2e shards' times and slowest tests); any report fails the script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS="${VTENSOR_SANITIZE_JOBS:-$(nproc)}"

@@ -520,7 +520,8 @@ LpResult solve_lp(const PlannerInput& input, const LpOptions& opt) {
       Cbc_setMIPStartI(cbc.get(), static_cast<int>(start_cols.size()), start_cols.data(), start_vals.data());
     Cbc_setMaximumSeconds(cbc.get(), opt.integer_time_limit_s);
     // Cbc 2.10's preprocessing (CglPreProcess) can crash in its postProcess when the time limit
-    // stops the search at the wrong moment (a null read, 2 of 60 runs at limits near 0.25 s): off.
+    // stops the search at the wrong moment (a null read in 2 of 60 runs at random limits up to 0.8 s,
+    // both near 0.25 s): off. Cli.CbcRunsWithoutPreprocessingAndLogsOnlyWhenAsked checks it stays so.
     Cbc_setParameter(cbc.get(), "preprocess", "off");
     Cbc_solve(cbc.get());
     const double* best = Cbc_bestSolution(cbc.get());
