@@ -1798,9 +1798,14 @@ EXPERIMENTS["auto-repeat"] = auto_repeat(EXPERIMENTS["auto-search-models"]["rows
 EXPERIMENTS["auto-repeat-logs"] = auto_repeat(EXPERIMENTS["auto-search-logs"]["rows"], "the DTR logs", 3)
 
 
-# Which LP auto's starts are rounded from (--auto-lp-model): the bound's (the default), the one that
-# holds a copy's bytes on the device while in flight, or both.
-LP_MODELS = ["bound", "in-flight", "both"]
+# Which LP auto's starts are rounded from (--auto-lp-model): the bound's and the one that also
+# compresses (compress, the default), the bound's alone, the one that holds a copy's bytes on the
+# device while in flight, or both of those. The logs have no densities: compress is bound there.
+LP_MODELS = ["compress", "bound", "in-flight", "both"]
+
+
+def _lp_models(train):
+    return LP_MODELS if train else LP_MODELS[1:]
 
 
 def _lp_model_run(model):
@@ -1809,16 +1814,16 @@ def _lp_model_run(model):
     return run
 
 
-def _lp_model_col(model):
+def _lp_model_col(model, base):
     def cell(c):
         r, sw = c.rep.get(model), c.rep.get("budgets")
         if not r or not sw:
             return "OOM"
         over = _repeat_ms(r) / float(sw[0]["unmanaged_ms"])
-        base = c.rep.get("bound")
-        if model == "bound" or not base:
+        b = c.rep.get(base)
+        if model == base or not b:
             return f"{over:.4f}×"
-        return f"{over:.4f}× ({(_repeat_ms(r) / _repeat_ms(base) - 1) * 100:+.1f}%)"
+        return f"{over:.4f}× ({(_repeat_ms(r) / _repeat_ms(b) - 1) * 100:+.1f}%)"
     return cell
 
 
@@ -1827,19 +1832,37 @@ def _lp_flight_status(c):
     return r["policy_report"]["lp"].get("in_flight", {}).get("status", "-") if r else "-"
 
 
+def _lp_compress_cell(c):
+    """The bound LP's optimum and the compressing LP's, over the measured kernels, and the GiB the
+    latter keeps compressed."""
+    r = c.rep.get("compress")
+    if not r:
+        return "-"
+    lp = r["policy_report"].get("lp", {})
+    cl = lp.get("compress", {})
+    if lp.get("status") != "optimal" or cl.get("status") != "optimal":
+        return cl.get("status", "-")
+    k = lp["compute_ms"]
+    return f"{(k + lp['overhead_ms']) / k:.3f}× → {(k + cl['overhead_ms']) / k:.3f}× ({cl['compressed_bytes'] / 2**30:.2f} GiB)"
+
+
 def auto_lp_model(rows, what):
     train = rows[0]["cmd"] == "train"
+    models = _lp_models(train)
+    base = models[0]
     return {
         "kind": "runs", "serial": True,  # auto's planning limit: nothing runs beside a run
         "about": f"the LP auto's starts are rounded from, on {what}: per row `vtensor {rows[0]['cmd']} ...{' --backend sim' if train else ''} "
                  f"--gpu G --policy auto --budget B --iters 4{' [--densities bench/densities/M.json]' if train else ''} "
-                 "--auto-lp-model M --report R` on sim for M in bound (the default), in-flight, both (B from a sweep of none); "
-                 "each run's mean iteration after the measured one over none's, and against bound's; the in-flight LP's status",
+                 f"--auto-lp-model M --report R` on sim for M in {', '.join(models)} (B from a sweep of none; "
+                 + ("compress is the default" if train else "the default, compress, is bound where there are no densities") +
+                 f"); each run's mean iteration after the measured one over none's, and against {base}'s; the in-flight LP's status"
+                 + ("; the bound LP's optimum → the compressing LP's, over the measured kernels (GiB it keeps compressed)" if train else ""),
         "rows": rows,
-        "runs": [("budgets", _none_sweep), *[(m, _lp_model_run(m)) for m in LP_MODELS]],
+        "runs": [("budgets", _none_sweep), *[(m, _lp_model_run(m)) for m in models]],
         "columns": [("model" if train else "log", lambda c: c.row["name"]), ("GPU", lambda c: c.row["gpu"]),
-                    ("budget", lambda c: c.row["budget"]), *[(m, _lp_model_col(m)) for m in LP_MODELS],
-                    ("in-flight LP", _lp_flight_status)]}
+                    ("budget", lambda c: c.row["budget"]), *[(m, _lp_model_col(m, base)) for m in models],
+                    ("in-flight LP", _lp_flight_status), *([("LP optimum → with compression", _lp_compress_cell)] if train else [])]}
 
 
 EXPERIMENTS["auto-lp-model"] = auto_lp_model(EXPERIMENTS["auto-search-models"]["rows"], "the paper rows")

@@ -47,7 +47,7 @@ const char* const kAutoLpHelp =
     "policy auto: the fastest candidates its linear program's rounded plans (untimed and timed) are rehearsed on, each plan's fastest a start for its search (0: none, the LP still bounds; default 3)";
 
 const char* const kAutoLpModelHelp =
-    "policy auto: the linear program its LP starts are rounded from: bound (the lower bound's, a copy in flight counted off the device; default), in-flight (a copy holds its bytes on the device until it ends; the bound stays the first's) or both (each rounding's faster rehearsal is the start)";
+    "policy auto: the linear programs its LP starts are rounded from: compress (the bound's, and one that may also keep ReLU / max-pool outputs compressed where the densities are known; default), bound (the lower bound's alone, a copy in flight counted off the device), in-flight (a copy holds its bytes on the device until it ends; the bound stays the first's) or both (bound and in-flight; each rounding's faster rehearsal is the start)";
 
 const char* const kAutoSecondsHelp =
     "policy auto: seconds its candidates' rehearsals may take, its search then 1.3 s more (default 8; at most 600)";
@@ -90,8 +90,9 @@ void check_auto_search(const TrainConfig& cfg, const CLI::App& cmd, bool single_
       throw std::invalid_argument("--auto-placement applies to --policy auto only, got --policy " + cfg.policy);
   }
   if (cmd.get_option("--auto-lp-model")->count() > 0) {
-    if (cfg.auto_lp_model != "bound" && cfg.auto_lp_model != "in-flight" && cfg.auto_lp_model != "both")
-      throw std::invalid_argument("--auto-lp-model must be bound, in-flight or both, got '" + cfg.auto_lp_model + "'");
+    if (cfg.auto_lp_model != "bound" && cfg.auto_lp_model != "in-flight" && cfg.auto_lp_model != "both" &&
+        cfg.auto_lp_model != "compress")
+      throw std::invalid_argument("--auto-lp-model must be bound, in-flight, both or compress, got '" + cfg.auto_lp_model + "'");
     if (single_policy && cfg.policy != "auto")
       throw std::invalid_argument("--auto-lp-model applies to --policy auto only, got --policy " + cfg.policy);
   }

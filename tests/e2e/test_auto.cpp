@@ -1500,6 +1500,7 @@ TEST(AutoSearch, TheInFlightLpRoundsTheStartsAndLeavesTheBound) {
   TrainConfig plain = config("resnet-tiny", "auto", budget, 4, "p100-16g");
   bounded_search(plain, 8);
   plain.auto_lp = 1;
+  plain.auto_lp_model = "bound";
   TrainConfig cfg = plain;
   cfg.auto_lp_model = "in-flight";
   const AutoRun b = train(plain), r = train(cfg);
@@ -1541,6 +1542,55 @@ TEST(AutoSearch, TheInFlightLpRoundsTheStartsAndLeavesTheBound) {
   cpu.auto_lp_model = "in-flight";
   const AutoRun cpu_run = train(cpu);
   EXPECT_EQ(cpu_run.report["lp"]["model"], "in-flight");
+  expect_bit_identical(cpu_base, cpu_run);
+}
+
+// --auto-lp-model compress (the default): with the densities a cpu run recorded, a second LP that may also keep
+// ReLU / max-pool outputs compressed (LpOptions::codec) rounds more starts ("lpc..."), its
+// compressed gaps pinned as compressions; its optimum is no higher than the bound's (it may
+// compress nothing) and the reported bound stays the bound LP's; the run is the prediction. On
+// cpu (its own counts) the run stays bit-identical to none.
+TEST(AutoSearch, TheCompressingLpRoundsStartsThatCompress) {
+  const std::string path = vtensor::test::temp_path("auto", "resnet-tiny-lpc-densities.json");
+  {
+    TrainConfig cpu = config("resnet-tiny", "compress", 0, 1);
+    cpu.densities_out = path;
+    Trainer(cpu).run();
+  }
+  const AutoRun base = train(config("resnet-tiny", "none", 0, 2, "p100-16g"));
+  const size_t budget = align_up(static_cast<size_t>(static_cast<double>(max_peak(base)) * 0.5));
+  TrainConfig plain = config("resnet-tiny", "auto", budget, 4, "p100-16g");
+  bounded_search(plain, 8);
+  plain.auto_lp = 1;
+  plain.densities_path = path;
+  plain.auto_lp_model = "bound";
+  TrainConfig cfg = plain;
+  cfg.auto_lp_model = {};  // the default
+  const AutoRun b = train(plain), r = train(cfg);
+  const auto& l = r.report["lp"];
+  ASSERT_EQ(l["status"].get<std::string>(), "optimal") << l.dump();
+  EXPECT_EQ(l["model"], "compress");
+  EXPECT_FALSE(b.report["lp"].contains("compress"));
+  ASSERT_TRUE(l.contains("compress")) << l.dump();
+  const auto& c = l["compress"];
+  ASSERT_EQ(c["status"].get<std::string>(), "optimal") << c.dump();
+  EXPECT_GT(c["compressed_bytes"].get<double>(), 0.0) << c.dump();
+  EXPECT_EQ(l["overhead_ms"].get<double>(), b.report["lp"]["overhead_ms"].get<double>()) << "the bound is the bound LP's";
+  EXPECT_LE(c["overhead_ms"].get<double>(), l["overhead_ms"].get<double>() + 1e-9 * l["compute_ms"].get<double>()) << c.dump();
+  std::set<std::string> variants;
+  for (const auto& x : l["rehearsals"]) variants.insert(x["variant"].get<std::string>());
+  for (const auto& x : b.report["lp"]["rehearsals"]) EXPECT_NE(x["variant"].get<std::string>().rfind("lpc", 0), 0u) << x.dump();
+  EXPECT_TRUE(variants.count("lpc")) << l.dump();
+  EXPECT_GT(c["compress_pins"].get<int>(), 0) << "its rounding pins compressions: " << c.dump();
+  EXPECT_NEAR(r.report["predicted_time_ms"].get<double>(), mean_guided_ms(r), 1e-9 * mean_guided_ms(r));
+  EXPECT_LE(max_peak(r), budget);
+
+  const AutoRun cpu_base = train(config("resnet-tiny", "none", 0, 3));
+  TrainConfig cpu = config("resnet-tiny", "auto", align_up(max_peak(cpu_base) / 2), 3);
+  bounded_search(cpu, 8);
+  cpu.auto_lp = 1;
+  const AutoRun cpu_run = train(cpu);
+  EXPECT_EQ(cpu_run.report["lp"]["compress"]["status"], "optimal") << cpu_run.report["lp"].dump();
   expect_bit_identical(cpu_base, cpu_run);
 }
 

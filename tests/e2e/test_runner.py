@@ -142,24 +142,32 @@ class Runner(unittest.TestCase):
         self.assertEqual(cell("candidate,large-wraps"), "capuchin@1,w4,dtr [large wraps] 254.2 ms")
         self.assertEqual(cell("candidate"), "capuchin@1,w4,dtr 300.0 ms")  # the candidate as rehearsed
 
-    def test_auto_lp_model_cells_compare_each_model_with_bound(self):
+    def test_auto_lp_model_cells_compare_each_model_with_the_default(self):
         """The auto-lp-model tables: each model's mean iteration after the measured one over none's,
-        the others against bound's run, and the in-flight LP's status ('-' without its run)."""
+        the others against the default's run (compress on the paper rows, bound on the logs), the
+        in-flight LP's status ('-' without its run), and the two LPs' optima over the kernels."""
         sys.path.insert(0, os.path.join(ROOT, "bench"))
         import run
         import types
 
-        def rep(times, status=None):
-            lp = {"model": "bound"} if status is None else {"model": "in-flight", "in_flight": {"status": status}}
+        def rep(times, lp):
             return {"iterations": [{"time_ms": 999.0}] + [{"time_ms": t} for t in times], "policy_report": {"lp": lp}}
-        c = types.SimpleNamespace(row={"name": "m"}, rep={"budgets": [{"unmanaged_ms": 100.0}], "bound": rep([110.0, 120.0]),
-                                                          "in-flight": rep([105.0, 105.0], "infeasible"), "both": None})
-        self.assertEqual(run._lp_model_col("bound")(c), "1.1500×")
-        self.assertEqual(run._lp_model_col("in-flight")(c), "1.0500× (-8.7%)")
-        self.assertEqual(run._lp_model_col("both")(c), "OOM")
+        lpc = {"model": "compress", "status": "optimal", "compute_ms": 100.0, "overhead_ms": 8.0,
+               "compress": {"status": "optimal", "overhead_ms": 2.0, "compressed_bytes": 1.5 * 2**30}}
+        c = types.SimpleNamespace(row={"name": "m"}, rep={"budgets": [{"unmanaged_ms": 100.0}], "compress": rep([110.0, 120.0], lpc),
+                                                          "in-flight": rep([105.0, 105.0], {"model": "in-flight", "in_flight": {"status": "infeasible"}}),
+                                                          "both": None})
+        self.assertEqual(run._lp_model_col("compress", "compress")(c), "1.1500×")
+        self.assertEqual(run._lp_model_col("in-flight", "compress")(c), "1.0500× (-8.7%)")
+        self.assertEqual(run._lp_model_col("both", "compress")(c), "OOM")
         self.assertEqual(run._lp_flight_status(c), "infeasible")
         self.assertEqual(run._lp_flight_status(types.SimpleNamespace(rep={})), "-")
-        self.assertEqual([n for n, _ in run.EXPERIMENTS["auto-lp-model"]["runs"]], ["budgets", "bound", "in-flight", "both"])
+        self.assertEqual(run._lp_compress_cell(c), "1.080× → 1.020× (1.50 GiB)")
+        self.assertEqual(run._lp_compress_cell(types.SimpleNamespace(rep={})), "-")
+        lpc["compress"] = {"status": "not run"}
+        self.assertEqual(run._lp_compress_cell(c), "not run")
+        self.assertEqual([n for n, _ in run.EXPERIMENTS["auto-lp-model"]["runs"]], ["budgets", "compress", "bound", "in-flight", "both"])
+        self.assertEqual([n for n, _ in run.EXPERIMENTS["auto-lp-model-logs"]["runs"]], ["budgets", "bound", "in-flight", "both"])
 
     def test_bad_names_fail_naming_what_is_accepted(self):
         p = subprocess.run([*RUN, "nope"], capture_output=True, text=True)

@@ -1188,6 +1188,51 @@ TEST(LinearProgram, TheIntegerProgramMovesEachGapWhole) {
   EXPECT_NEAR(all.integer.overhead_ms, 0.0, 1e-6);
 }
 
+// With a codec for A's gap (LpOptions::codec) a fraction w of A is kept compressed: its bytes
+// less the buffer off the device over the gap, the compression and the decompression on the codec
+// lane in op 1's segment. A not recomputable, 50 MiB over at op 1, the link's 10 MiB free:
+// - a 40 MiB buffer (60 MiB saved) and a 0.1 ms codec: w >= 2/3 covers the rest at no cost;
+// - a 1 ms codec, the lane binds too: 2 w <= 1 + E, 100 x <= 10 (1 + E), 60 w + 100 x >= 50,
+//   so 40 (1 + E) >= 50: E = 1/4 ms (w = 5/8, x = 1/8), where the link alone costs 4 ms.
+// The result is no bound on keep / swap / recompute plans; rounded, A is compressed with that codec.
+TEST(LinearProgram, ACodecKeepsAFractionCompressedOnTheDevice) {
+  TensorId a = kNoTensor;
+  const TraceBuilder tl = a_and_b(false, &a);
+  LpOptions o;
+  LpCodec codec{Codec::kBitmask, 40 * kMiB, 0.1e6};
+  std::vector<std::pair<TensorId, int>> asked;
+  o.codec = [&](TensorId id, int evict_op) -> std::optional<LpCodec> {
+    asked.push_back({id, evict_op});
+    return codec;
+  };
+  const LpResult r = solve_lp(tl.in, o);
+  ASSERT_EQ(r.status, "optimal");
+  EXPECT_FALSE(r.bound);
+  EXPECT_NEAR(r.overhead_ms, 0.0, 1e-6);
+  EXPECT_EQ(asked, (std::vector<std::pair<TensorId, int>>{{a, 0}})) << "A's one gap, opened after op 0";
+  ASSERT_EQ(r.gaps.size(), 1u);
+  EXPECT_GE(r.gaps[0].compress, 2.0 / 3 - 1e-6);
+  EXPECT_EQ(r.gaps[0].codec, codec);
+  EXPECT_NEAR(r.compressed_bytes, r.gaps[0].compress * 100 * kMiB, 1e-3 * kMiB);
+  PlanPin pin{a, 2, CapuchinDecision::kCompress};
+  pin.codec = Codec::kBitmask, pin.capacity = 40 * kMiB, pin.codec_ns = 0.1e6;
+  EXPECT_EQ(lp_pins(r), std::vector<PlanPin>{pin});
+  EXPECT_EQ(lp_pins(r, 0.5, LpTiming::kPlanner, false, true), std::vector<PlanPin>{pin}) << "kept with the recomputations";
+
+  codec.codec_ns = 1e6;
+  const LpResult lane = solve_lp(tl.in, o);
+  ASSERT_EQ(lane.status, "optimal");
+  EXPECT_NEAR(lane.overhead_ms, 0.25, 1e-6);
+  EXPECT_NEAR(lane.compressed_bytes / kMiB, 62.5, 1e-3);
+  EXPECT_NEAR(lane.swapped_bytes / kMiB, 12.5, 1e-3);
+  EXPECT_NEAR(solve_lp(tl.in).overhead_ms, 4.0, 1e-6) << "without the codec";
+  // A buffer no smaller than the tensor saves nothing: no compressed fraction.
+  codec.capacity = 100 * kMiB;
+  const LpResult none = solve_lp(tl.in, o);
+  EXPECT_NEAR(none.overhead_ms, 4.0, 1e-6);
+  EXPECT_EQ(none.compressed_bytes, 0.0);
+}
+
 namespace {
 // A (100 MiB, made by op 0, read again at op `back`, not recomputable) and B (`b_mib`,
 // alive at ops b_from..b_to), budget 100 MiB, `ops` ops of 1 ms: the LP's optimum, no overhead.

@@ -207,6 +207,7 @@ constexpr size_t kRoomPartners = 8;
 std::string lp_variant_label(const AutoPolicy::LpVariant& v) {
   std::string s = v.timing == LpTiming::kLp ? "lp-timed" : v.timing == LpTiming::kWhole ? "lp-whole" : "lp";
   if (v.in_flight) s.insert(2, "f");  // "lpf", "lpf-timed", ...: the in-flight LP's (--auto-lp-model)
+  if (v.compress) s.insert(2, "c");   // "lpc", "lpc-timed", ...: the compressing LP's
   if (v.integer) return "i" + s;  // "ilp", "ilp-timed", "ilp-whole"
   if (v.recompute_only) s += "-rec";
   if (v.capped) s += "-capped";
@@ -318,6 +319,26 @@ std::optional<std::string> with_weight(const std::string& full, double w) {
 // A gap compressed instead (FreeLunch's codec for it; nullopt where none applies or the
 // densities are unknown).
 using CompressMove = std::function<std::optional<PlanPin>(const RehearsedGap&)>;
+
+// FreeLunch's codec for the gap of `id` opened after op `evict_op` (gap_codec over the ops that
+// use it after that), nullopt where none applies or its density is unknown.
+std::optional<GapCodec> codec_of_gap(const Graph& g, TensorId id, int evict_op, const std::vector<std::optional<size_t>>& nonzeros,
+                                     double element_ns_per_byte) {
+  if (!compressible(g, id) || static_cast<size_t>(id) >= nonzeros.size()) return std::nullopt;
+  auto base = [&](TensorId t) {
+    while (g.tensor(t).view_of != kNoTensor) t = g.tensor(t).view_of;
+    return t;
+  };
+  std::vector<int> later;  // the ops that use it after the gap opens
+  for (const Op& op : g.ops()) {
+    if (op.index <= evict_op) continue;
+    bool uses = false;
+    for (TensorId t : op.inputs) uses = uses || base(t) == id;
+    for (TensorId t : op.outputs) uses = uses || base(t) == id;
+    if (uses) later.push_back(op.index);
+  }
+  return gap_codec(g, id, later, nonzeros[static_cast<size_t>(id)], CompressionOptions{}, element_ns_per_byte);
+}
 
 // Per op, the swap-in stall the rehearsal measured at it (where an ahead-of-access recomputation
 // costs nothing extra: the compute stream waits there anyway).
@@ -648,16 +669,31 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       LpOptions lo;
       lo.integer_time_limit_s = ilp_seconds_;
       // The in-flight model beside it (another core; no integer program), for the starts.
+      // Or the LP that also compresses (where the densities are known).
       lp_in_flight_ = {};
+      lp_compress_ = {};
       std::thread flight;
       std::exception_ptr flight_error;
-      if (lp_model_ != LpModel::kBound)
+      bool codecs = false;  // a compressible output with its count (none in GPT / BERT)
+      for (size_t id = 0; id < nonzeros_.size() && densities_ && element_ns_per_byte_ > 0; ++id)
+        codecs = codecs || (nonzeros_[id] && compressible(view_->graph(), static_cast<TensorId>(id)));
+      if (lp_model_ != LpModel::kBound && (lp_model_ != LpModel::kCompress || codecs))
         flight = std::thread([&] {
           try {
             LpOptions lf = lo;
-            lf.in_flight_on_device = true;
             lf.integer_time_limit_s = 0;
-            lp_in_flight_ = solve_lp(in, lf);
+            if (lp_model_ == LpModel::kCompress) {
+              const Graph& g = view_->graph();
+              lf.codec = [&](TensorId id, int evict_op) -> std::optional<LpCodec> {
+                const auto c = codec_of_gap(g, id, evict_op, nonzeros_, element_ns_per_byte_);
+                if (!c) return std::nullopt;
+                return LpCodec{c->codec, c->capacity, c->codec_ns};
+              };
+              lp_compress_ = solve_lp(in, lf);
+            } else {
+              lf.in_flight_on_device = true;
+              lp_in_flight_ = solve_lp(in, lf);
+            }
           } catch (...) {
             flight_error = std::current_exception();
           }
@@ -673,22 +709,28 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       // The LPs rounded: the bound's unless in-flight only, the in-flight one's where it has an
       // optimum (its rows may cover no op where a gap's copies take a segment each way: BERT-base
       // at 25%).
-      std::vector<std::pair<const LpResult*, bool>> sources;
+      struct Source {
+        const LpResult* lp;
+        bool in_flight, compress;
+      };
+      std::vector<Source> sources;
       const bool flight_ok = lp_in_flight_.status == "optimal";
-      if (lp_model_ != LpModel::kInFlight || !flight_ok) sources.push_back({&lp_, false});
-      if (lp_model_ != LpModel::kBound && flight_ok) sources.push_back({&lp_in_flight_, true});
+      if (lp_model_ != LpModel::kInFlight || !flight_ok) sources.push_back({&lp_, false, false});
+      if (lp_model_ != LpModel::kBound && flight_ok) sources.push_back({&lp_in_flight_, true, false});
+      if (lp_compress_.status == "optimal") sources.push_back({&lp_compress_, false, true});
       // The rounded plans: at each threshold, with Capuchin's prefetch triggers, with the LP's
       // prefetch times and with those moved earlier for the whole tensor, then the last with
       // the swaps capped at the LP's bytes, and the recomputations alone (the same pins once).
       lp_variants_.clear();
       struct Rounding { LpTiming timing; bool capped, recompute_only; };
-      for (const auto& [src, in_flight] : sources)
+      for (const auto& [src, in_flight, compress] : sources)
         for (const double th : kLpThresholds)
           for (const Rounding& k : {Rounding{LpTiming::kPlanner, false, false}, Rounding{LpTiming::kLp, false, false},
                                     Rounding{LpTiming::kWhole, false, false}, Rounding{LpTiming::kWhole, true, false},
                                     Rounding{LpTiming::kPlanner, false, true}}) {
             LpVariant v{lp_pins(*src, th, k.timing, k.capped, k.recompute_only), th, k.timing, k.capped, k.recompute_only};
             v.in_flight = in_flight;
+            v.compress = compress;
             bool seen = v.pins.empty();
             for (const auto& w : lp_variants_) seen = seen || w.pins == v.pins;
             if (!seen) lp_variants_.push_back(std::move(v));
@@ -1365,21 +1407,7 @@ void AutoPolicy::search(const RehearsalSetup& setup, Climb& c, std::chrono::stea
   CompressMove compress;
   if (setup.densities && element_ns_per_byte_ > 0)
     compress = [&](const RehearsedGap& x) -> std::optional<PlanPin> {
-      const auto id = static_cast<size_t>(x.id);
-      if (!compressible(g, x.id) || id >= nonzeros_.size()) return std::nullopt;
-      auto base = [&](TensorId t) {
-        while (g.tensor(t).view_of != kNoTensor) t = g.tensor(t).view_of;
-        return t;
-      };
-      std::vector<int> later;  // the ops that use it after the gap opens
-      for (const Op& op : g.ops()) {
-        if (op.index <= x.evict_op) continue;
-        bool uses = false;
-        for (TensorId t : op.inputs) uses = uses || base(t) == x.id;
-        for (TensorId t : op.outputs) uses = uses || base(t) == x.id;
-        if (uses) later.push_back(op.index);
-      }
-      const auto c = gap_codec(g, x.id, later, nonzeros_[id], CompressionOptions{}, element_ns_per_byte_);
+      const auto c = codec_of_gap(g, x.id, x.evict_op, nonzeros_, element_ns_per_byte_);
       if (!c) return std::nullopt;
       PlanPin p{x.id, x.back_op, CapuchinDecision::kCompress};
       p.codec = c->codec, p.capacity = c->capacity, p.codec_ns = c->codec_ns;
@@ -1745,8 +1773,20 @@ nlohmann::json AutoPolicy::report() const {
                  {"recomputed_bytes", l.recomputed_bytes}, {"segments", l.segments}, {"columns", l.columns},
                  {"rows", l.rows}, {"nonzeros", l.nonzeros}, {"constrained_ops", l.constrained_ops},
                  {"wall_ms", l.wall_ms}, {"pins", lp_variants_.empty() ? 0 : lp_variants_[0].pins.size()}, {"threshold", kLpThresholds[0]}, {"rehearsals", reh}};
-    out["lp"]["model"] = lp_model_ == LpModel::kBound ? "bound" : lp_model_ == LpModel::kInFlight ? "in-flight" : "both";
-    if (lp_model_ != LpModel::kBound) {
+    out["lp"]["model"] = lp_model_ == LpModel::kBound      ? "bound"
+                         : lp_model_ == LpModel::kInFlight ? "in-flight"
+                         : lp_model_ == LpModel::kBoth     ? "both"
+                                                           : "compress";
+    if (lp_model_ == LpModel::kCompress) {  // "not run" without the densities
+      const auto& c = lp_compress_;
+      out["lp"]["compress"] = {{"status", c.status}, {"overhead_ms", std::isfinite(c.overhead_ms) ? json(c.overhead_ms) : json(nullptr)},
+                               {"recompute_ms", c.recompute_ms}, {"swapped_bytes", c.swapped_bytes},
+                               {"recomputed_bytes", c.recomputed_bytes}, {"compressed_bytes", c.compressed_bytes},
+                               {"wall_ms", c.wall_ms}};
+      int pins = 0;  // the compressions its first rounding pins
+      for (const auto& p : lp_pins(c, kLpThresholds[0])) pins += p.decision == CapuchinDecision::kCompress;
+      out["lp"]["compress"]["compress_pins"] = pins;
+    } else if (lp_model_ != LpModel::kBound) {
       const auto& f = lp_in_flight_;
       out["lp"]["in_flight"] = {{"status", f.status}, {"overhead_ms", std::isfinite(f.overhead_ms) ? json(f.overhead_ms) : json(nullptr)},
                                 {"recompute_ms", f.recompute_ms}, {"swapped_bytes", f.swapped_bytes},

@@ -36,7 +36,8 @@
 //   with Capuchin's prefetch triggers, with the LP's (no later than its copy back), with
 //   those moved earlier until the whole tensor's copy ends by its access (the LP may copy back
 //   a fraction of it), and so with only the swaps whose whole bytes the LP's own cover; and
-//   its recomputations alone, the swaps left to Capuchin's greedy ("lp-rec").
+//   its recomputations alone, the swaps left to Capuchin's greedy ("lp-rec"). With densities,
+//   a second LP that may also keep ReLU / max-pool outputs compressed rounds as many more ("lpc").
 //   Each start is also rehearsed with its D2H queue in deadline order (",edf": a swap-out may go
 //   ahead of queued ones prefetched later, PlannerInput::deadline_swap_outs); where that is
 //   faster it is one more start (neither order wins on every row). Each start climbs for 32
@@ -202,6 +203,7 @@ class AutoPolicy final : public Policy {
     bool recompute_only = false;  // the rounding's recomputations only ("lp-rec")
     bool integer = false;  // the integer program's plan (LpResult::integer), not the LP's rounding
     bool in_flight = false;  // a rounding of the LP with copies in flight on the device ("lpf...")
+    bool compress = false;   // a rounding of the LP that also compresses ("lpc...")
   };
   // forced: run that candidate after the measured iteration without rehearsing (what a
   // rehearsal itself runs); empty: choose by rehearsal.
@@ -293,7 +295,9 @@ class AutoPolicy final : public Policy {
   // The LPs whose roundings are the LP starts: the bound's, the one that holds a copy's bytes on
   // the device while in flight (LpOptions::in_flight_on_device; where it has an optimum, else the
   // bound's), or both (each rounding's faster rehearsal is the start). The bound is the first's.
-  enum class LpModel { kBound, kInFlight, kBoth };
+  // kCompress: the bound's roundings and those of the LP that also compresses (LpOptions::codec;
+  // where the densities are known, else as kBound).
+  enum class LpModel { kBound, kInFlight, kBoth, kCompress };
   void set_lp_model(LpModel m) { lp_model_ = m; }
   // Seconds for the integer program over the LP's fractional gaps (lp.h, Cbc; 0: none). Its plan,
   // where it differs from the LP's rounding, is rehearsed as the LP's are: more starts.
@@ -466,8 +470,9 @@ class AutoPolicy final : public Policy {
   OverheadBound bound_;
   double bound_wall_ms_ = 0;
   LpResult lp_;
-  LpModel lp_model_ = LpModel::kBound;
+  LpModel lp_model_ = LpModel::kCompress;
   LpResult lp_in_flight_;  // the in-flight model's optimum (lp_model_ other than kBound)
+  LpResult lp_compress_;   // the compressing LP's optimum (LpModel::kCompress)
   std::vector<LpVariant> lp_variants_;  // its rounded plans (distinct)
   std::vector<size_t> lp_variant_of_;   // per LP rehearsal, its variant
   double start_ms_ = 0;    // the rehearsal the kept search started from

@@ -30,6 +30,10 @@ struct Gap {
   std::vector<int> seg;      // the segments its interior crosses, in order
   std::vector<int> seg_off;  // interior offset (0: op a + 1) where each starts
   int out0 = -1, in0 = -1;   // first cumulative out / in column (one per seg entry)
+  int w = -1;                // the compressed fraction's column (LpOptions::codec), -1: none
+  double saved_mib = 0;      // what compression takes off the device (its bytes less the buffer)
+  double codec_ms = 0;       // one compression (or decompression)
+  LpCodec codec;
 };
 
 // Column-major assembly of (row, column, value) entries, duplicates summed.
@@ -185,6 +189,13 @@ LpResult solve_lp(const PlannerInput& input, const LpOptions& opt) {
                        chain(static_cast<TensorId>(id), a, b, ops);
       gaps.push_back({static_cast<TensorId>(id), a, b, mib, rec ? 0.0 : -1.0, -1, -1, {}, {}});
       chain_ops.push_back(rec ? std::move(ops) : std::vector<int>{});
+      if (opt.codec && !wrap && !t.persistent)
+        if (const auto c = opt.codec(static_cast<TensorId>(id), a); c && c->capacity < t.bytes) {
+          Gap& g = gaps.back();
+          g.codec = *c;
+          g.saved_mib = static_cast<double>(t.bytes - c->capacity) / kMiB;
+          g.codec_ms = c->codec_ns * 1e-6;
+        }
     };
     for (size_t i = 0; i + 1 < uses.size(); ++i) add(uses[i], uses[i + 1], false);
     if (t.persistent) add(uses.back(), uses.front() + n, true);  // across the iteration boundary
@@ -281,12 +292,19 @@ LpResult solve_lp(const PlannerInput& input, const LpOptions& opt) {
   // segment of that window, summing to y.
   std::vector<std::vector<std::pair<int, double>>> rec_in(static_cast<size_t>(m));
   std::vector<std::pair<int, double>> rec_total;  // (column, ms): every recomputation, summed
+  std::vector<std::vector<std::pair<int, double>>> codec_in(static_cast<size_t>(m));  // (column, ms) per segment
   for (size_t gi = 0; gi < gaps.size(); ++gi) {
     Gap& g = gaps[gi];
     g.x = mx.col(0, 1, 0);
     g.y = mx.col(0, g.rec_ms >= 0 ? 1 : 0, 0);
     const int r = mx.row(-kInf, 1);
     mx.add(r, g.x, 1), mx.add(r, g.y, 1);
+    if (g.saved_mib > 0) {  // compressed: on the codec lane after the drop and before the access
+      g.w = mx.col(0, 1, 0);
+      mx.add(r, g.w, 1);
+      codec_in[static_cast<size_t>(seg_of[static_cast<size_t>((g.a + 1) % n)])].push_back({g.w, g.codec_ms});
+      codec_in[static_cast<size_t>(seg_of[static_cast<size_t>((g.b - 1) % n)])].push_back({g.w, g.codec_ms});
+    }
     for (int o = 0; o < g.b - g.a - 1; ++o) {
       const int s = seg_of[static_cast<size_t>((g.a + 1 + o) % n)];
       if (g.seg.empty() || g.seg.back() != s) g.seg.push_back(s), g.seg_off.push_back(o);
@@ -370,6 +388,11 @@ LpResult solve_lp(const PlannerInput& input, const LpOptions& opt) {
         }
       }
     }
+    if (!codec_in[static_cast<size_t>(s)].empty()) {  // the codec lane: one at a time, beside the kernels
+      const int r = mx.row(-kInf, seg_ms[static_cast<size_t>(s)]);
+      mx.add(r, E, -1);
+      for (const auto& [col, ms] : codec_in[static_cast<size_t>(s)]) mx.add(r, col, ms);
+    }
     if (!rec_in[static_cast<size_t>(s)].empty()) {  // recomputations lengthen the segment they run in
       const int r = mx.row(-kInf, 0);
       mx.add(r, E, -1);
@@ -399,6 +422,7 @@ LpResult solve_lp(const PlannerInput& input, const LpOptions& opt) {
         if (i > 0) mx.add(r, g.in0 + i - 1, -g.mib);
       }
       mx.add(r, g.y, g.mib);
+      if (g.w >= 0) mx.add(r, g.w, g.saved_mib);
     }
   }
   out.constrained_ops = static_cast<int>(over.size());
@@ -430,7 +454,7 @@ LpResult solve_lp(const PlannerInput& input, const LpOptions& opt) {
     // device, only that no plan of this model fits).
     out.status = opt.in_flight_on_device ? "infeasible" : "working set";
     out.overhead_ms = kInf;
-    out.bound = !opt.in_flight_on_device;
+    out.bound = !opt.in_flight_on_device && !opt.codec;
     return finish();
   }
   if (status != 0) {
@@ -438,14 +462,17 @@ LpResult solve_lp(const PlannerInput& input, const LpOptions& opt) {
     return finish();
   }
   out.status = "optimal";
-  out.bound = !opt.in_flight_on_device;
+  out.bound = !opt.in_flight_on_device && !opt.codec;
   // A solution's moved gaps, with their timing.
   auto moved_gaps = [&](const double* sol) {
     std::vector<LpGap> v;
     for (const Gap& g : gaps) {
       const double x = std::clamp(sol[g.x], 0.0, 1.0), y = std::clamp(sol[g.y], 0.0, 1.0);
-      if (!(x > 1e-6 || y > 1e-6)) continue;
-      LpGap lg{g.id, g.a, g.b % n, static_cast<size_t>(std::llround(g.mib * kMiB)), x, y, std::max(0.0, g.rec_ms)};
+      const double w = g.w >= 0 ? std::clamp(sol[g.w], 0.0, 1.0) : 0.0;
+      if (!(x > 1e-6 || y > 1e-6 || w > 1e-6)) continue;
+      LpGap lg{g.id, g.a, g.b % n, static_cast<size_t>(std::llround(g.mib * kMiB)), x, y};
+      lg.recompute_ms = std::max(0.0, g.rec_ms);
+      if (w > 1e-6) lg.compress = w, lg.codec = g.codec;
       // Timing: the op after which the copy back starts (its first segment with any).
       if (x > 1e-6 && g.b < n)
         for (size_t i = 0; i < g.seg.size(); ++i)
@@ -469,6 +496,7 @@ LpResult solve_lp(const PlannerInput& input, const LpOptions& opt) {
     const double x = std::clamp(sol[g.x], 0.0, 1.0), y = std::clamp(sol[g.y], 0.0, 1.0);
     out.swapped_bytes += x * g.mib * kMiB;
     out.recomputed_bytes += y * g.mib * kMiB;
+    if (g.w >= 0) out.compressed_bytes += std::clamp(sol[g.w], 0.0, 1.0) * g.mib * kMiB;
     if (y > 0) out.recompute_ms += y * g.rec_ms;
   }
   out.gaps = moved_gaps(sol);
@@ -486,19 +514,24 @@ LpResult solve_lp(const PlannerInput& input, const LpOptions& opt) {
     std::vector<double> start_vals;
     for (const Gap& g : gaps) {
       const double x = std::clamp(sol[g.x], 0.0, 1.0), y = std::clamp(sol[g.y], 0.0, 1.0);
-      const bool whole = (x < 1e-6 || x > 1 - 1e-6) && (y < 1e-6 || y > 1 - 1e-6);
+      const double w = g.w >= 0 ? std::clamp(sol[g.w], 0.0, 1.0) : 0.0;
+      auto is_whole = [](double f) { return f < 1e-6 || f > 1 - 1e-6; };
+      const bool whole = is_whole(x) && is_whole(y) && is_whole(w);
       if (whole && opt.integer_neighbourhood) {
         lo[static_cast<size_t>(g.x)] = hi[static_cast<size_t>(g.x)] = std::round(x);
         lo[static_cast<size_t>(g.y)] = hi[static_cast<size_t>(g.y)] = std::round(y);
+        if (g.w >= 0) lo[static_cast<size_t>(g.w)] = hi[static_cast<size_t>(g.w)] = std::round(w);
         ++ip.fixed_gaps;
         continue;
       }
-      ip.integer_columns += 2;
+      ip.integer_columns += g.w >= 0 ? 3 : 2;
       // The first solution: the LP's rounded up (feasible: more off the device everywhere, and
-      // E absorbs the link and the recomputations), the larger fraction deciding.
-      const bool rec = y > 1e-6 && y >= x, swp = !rec && x > 1e-6;
+      // E absorbs the link and the recomputations), the larger fraction deciding; a compression
+      // saves less than a swap, so a gap the LP compresses in part is swapped whole there.
+      const bool rec = y > 1e-6 && y >= x && y >= w, swp = !rec && (x > 1e-6 || w > 1e-6);
       start_cols.push_back(g.x), start_vals.push_back(swp ? 1 : 0);
       start_cols.push_back(g.y), start_vals.push_back(rec ? 1 : 0);
+      if (g.w >= 0) start_cols.push_back(g.w), start_vals.push_back(0);
     }
     if (ip.integer_columns == 0) {  // the optimum moves every gap whole or not at all: it is the answer
       ip.status = "optimal";
@@ -514,8 +547,10 @@ LpResult solve_lp(const PlannerInput& input, const LpOptions& opt) {
     Cbc_loadProblem(cbc.get(), out.columns, out.rows, start.data(), index.data(), value.data(), lo.data(), hi.data(),
                     mx.obj.data(), mx.row_lo.data(), mx.row_hi.data());
     for (const Gap& g : gaps)
-      if (lo[static_cast<size_t>(g.x)] != hi[static_cast<size_t>(g.x)] || lo[static_cast<size_t>(g.y)] != hi[static_cast<size_t>(g.y)])
+      if (lo[static_cast<size_t>(g.x)] != hi[static_cast<size_t>(g.x)] || lo[static_cast<size_t>(g.y)] != hi[static_cast<size_t>(g.y)]) {
         Cbc_setInteger(cbc.get(), g.x), Cbc_setInteger(cbc.get(), g.y);
+        if (g.w >= 0) Cbc_setInteger(cbc.get(), g.w);
+      }
     if (!start_cols.empty())
       Cbc_setMIPStartI(cbc.get(), static_cast<int>(start_cols.size()), start_cols.data(), start_vals.data());
     Cbc_setMaximumSeconds(cbc.get(), opt.integer_time_limit_s);
@@ -544,10 +579,12 @@ LpResult solve_lp(const PlannerInput& input, const LpOptions& opt) {
 }
 
 std::vector<PlanPin> lp_pins(const LpResult& r, double threshold, LpTiming timing, bool capped, bool recompute_only) {
-  std::vector<const LpGap*> swaps, recs;
+  std::vector<const LpGap*> swaps, recs, compressed;
   for (const auto& g : r.gaps) {
     if (g.back_op <= g.evict_op) continue;  // across the iteration boundary: the ",wrap" plans' part
-    if (g.recompute >= threshold)
+    if (g.compress >= threshold && g.compress >= g.swap && g.compress >= g.recompute)
+      compressed.push_back(&g);
+    else if (g.recompute >= threshold)
       recs.push_back(&g);
     else if (g.swap >= threshold || (g.swap + g.recompute >= threshold && g.swap >= g.recompute))
       swaps.push_back(&g);
@@ -566,6 +603,11 @@ std::vector<PlanPin> lp_pins(const LpResult& r, double threshold, LpTiming timin
   }
   std::stable_sort(swaps.begin(), swaps.end(), [](const LpGap* a, const LpGap* b) { return a->evict_op < b->evict_op; });
   std::vector<PlanPin> pins;
+  for (const LpGap* g : compressed) {  // first: what compress+capuchin plans first
+    PlanPin p{g->id, g->back_op, CapuchinDecision::kCompress};
+    p.codec = g->codec.codec, p.capacity = g->codec.capacity, p.codec_ns = g->codec.codec_ns;
+    pins.push_back(p);
+  }
   for (const LpGap* g : swaps) {
     PlanPin p{g->id, g->back_op, CapuchinDecision::kSwap};
     if (timing == LpTiming::kLp) p.trigger_op = g->in_after_op;

@@ -23,13 +23,29 @@
 //   in_flight_on_device: the same program with a copy holding its bytes on the device while in
 //   flight (off only in the segments after its copy out and before its copy back): no longer a
 //   bound, but a model of the rounded swaps closer to the runtime's (auto --auto-lp-model).
+//   codec: a third fraction w per gap with a lossless codec (FreeLunch's): kept compressed on the
+//   device, its bytes less the buffer off it over the gap, the compression in the gap's first
+//   segment and the decompression in its last on the codec lane (one codec at a time beside the
+//   compute stream). A bound on plans that also compress, not on keep / swap / recompute ones, so
+//   auto solves it apart, for starts only (--auto-lp-model compress).
 #pragma once
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "vtensor/policy/capuchin.h"
 
 namespace vtensor {
+
+// A lossless codec for one gap (LpOptions::codec): the buffer it keeps on the device and one
+// compression's time (a decompression costs the same), as compress.h's gap_codec sizes them.
+struct LpCodec {
+  Codec codec = Codec::kNone;
+  size_t capacity = 0;
+  double codec_ns = 0;
+  bool operator==(const LpCodec&) const = default;
+};
 
 struct LpOptions {
   int segments = 96;         // the iteration cut into this many segments of equal measured time
@@ -49,6 +65,9 @@ struct LpOptions {
   // A gap's bytes count off the device only in the segments after the one its copy out ends in
   // and before the one its copy back starts in, which starts after that (the result is no bound).
   bool in_flight_on_device = false;
+  // The codec of the gap of tensor `id` opened after op `evict_op` (nullopt: none): its gaps may
+  // also be compressed (the w fractions; the result is no bound on keep / swap / recompute).
+  std::function<std::optional<LpCodec>(TensorId id, int evict_op)> codec;
 };
 
 // One gap the optimum moves (swap or recompute > 0).
@@ -57,6 +76,8 @@ struct LpGap {
   int evict_op = -1, back_op = -1;  // back_op < evict_op: across the iteration boundary
   size_t bytes = 0;
   double swap = 0, recompute = 0;   // fractions
+  double compress = 0;              // fraction kept compressed (LpOptions::codec)
+  LpCodec codec;                    // its codec (compress > 0)
   double recompute_ms = 0;          // the whole gap's, at its producer's share
   int in_after_op = -1;             // the optimum's copy back starts after this op (-1: none)
   // The latest op, no later than in_after_op, after which the whole tensor's copy back ends by
@@ -83,6 +104,7 @@ struct LpResult {
   double overhead_ms = 0;          // the optimum: no keep / swap / recompute plan adds less
   double recompute_ms = 0, stall_ms = 0;  // its split
   double swapped_bytes = 0, recomputed_bytes = 0;  // per iteration, each direction
+  double compressed_bytes = 0;     // the compressed fractions' bytes before compression (LpOptions::codec)
   int segments = 0, columns = 0, rows = 0, constrained_ops = 0;
   long long nonzeros = 0;
   double wall_ms = 0;
@@ -100,6 +122,8 @@ LpResult solve_lp(const PlannerInput& in, const LpOptions& opt = {});
 // capped: the swaps kept, largest fraction first, only while their whole bytes stay within what
 // the optimum moves (its fractions' bytes, within the iteration); the rest is left to the planner.
 // recompute_only: the recomputations alone; every swap is left to the planner.
+// A gap whose compressed fraction is at least the threshold and its largest is compressed
+// (PlanPin with the gap's codec), in every variant.
 enum class LpTiming { kPlanner, kLp, kWhole };
 std::vector<PlanPin> lp_pins(const LpResult& r, double threshold = 0.5, LpTiming timing = LpTiming::kPlanner,
                              bool capped = false, bool recompute_only = false);

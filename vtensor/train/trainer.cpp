@@ -62,8 +62,9 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
     throw std::invalid_argument("--auto-seconds must be seconds in (0, 600], got " + format_number(cfg_.auto_seconds));
   if (!cfg_.auto_placement.empty() && cfg_.auto_placement != "search" && cfg_.auto_placement != "low")
     throw std::invalid_argument("--auto-placement must be search or low, got '" + cfg_.auto_placement + "'");
-  if (!cfg_.auto_lp_model.empty() && cfg_.auto_lp_model != "bound" && cfg_.auto_lp_model != "in-flight" && cfg_.auto_lp_model != "both")
-    throw std::invalid_argument("--auto-lp-model must be bound, in-flight or both, got '" + cfg_.auto_lp_model + "'");
+  if (!cfg_.auto_lp_model.empty() && cfg_.auto_lp_model != "bound" && cfg_.auto_lp_model != "in-flight" && cfg_.auto_lp_model != "both" &&
+      cfg_.auto_lp_model != "compress")
+    throw std::invalid_argument("--auto-lp-model must be bound, in-flight, both or compress, got '" + cfg_.auto_lp_model + "'");
   if (auto* a = dynamic_cast<AutoPolicy*>(policy.get())) {
     a->set_rehearser(rehearse);
     if (!cfg_.auto_placement.empty()) a->set_placement_search(cfg_.auto_placement == "search");
@@ -73,6 +74,7 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
     if (!cfg_.auto_lp_model.empty())
       a->set_lp_model(cfg_.auto_lp_model == "both"        ? AutoPolicy::LpModel::kBoth
                       : cfg_.auto_lp_model == "in-flight" ? AutoPolicy::LpModel::kInFlight
+                      : cfg_.auto_lp_model == "compress"  ? AutoPolicy::LpModel::kCompress
                                                           : AutoPolicy::LpModel::kBound);
     if (cfg_.auto_search >= 0) a->set_search_rehearsals(cfg_.auto_search);
     if (cfg_.auto_window >= 0) a->set_window_rehearsals(cfg_.auto_window);

@@ -36,7 +36,7 @@ struct TrainConfig {
   double auto_seconds = -1;        // policy auto: its candidates' time limit in seconds (-1: its default)
   std::string auto_placement;      // policy auto: "search" (its default) or "low" (AutoPolicy::set_placement_search)
   int auto_lp = -1;                // policy auto: rehearsals of the LP's rounded plan as search starts (0: none; -1: its default)
-  std::string auto_lp_model;       // policy auto: "bound" (its default), "in-flight" or "both": the LP its starts are rounded from (AutoPolicy::set_lp_model)
+  std::string auto_lp_model;       // policy auto: "compress" (its default), "bound", "in-flight" or "both": the LPs its starts are rounded from (AutoPolicy::set_lp_model)
   int auto_search = -1;            // policy auto: the per-gap search's rehearsals (0: none; -1: its default); others ignore it
   size_t um_page_bytes = 0;  // policies um, um-prefetch: page size (0: kDefaultPageBytes)
   int um_lookahead = 0;      // policy um-prefetch: kernels prefetched ahead (0: kDefaultUmLookahead)
