@@ -674,8 +674,10 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       lp_compress_ = {};
       std::thread flight;
       std::exception_ptr flight_error;
-      bool codecs = false;  // a compressible output with its count (none in GPT / BERT)
-      for (size_t id = 0; id < nonzeros_.size() && densities_ && element_ns_per_byte_ > 0; ++id)
+      // A compressible output with its count (none in GPT / BERT), and LP starts to round from it
+      // (the second LP gives starts only).
+      bool codecs = false;
+      for (size_t id = 0; id < nonzeros_.size() && densities_ && element_ns_per_byte_ > 0 && search_rehearsals_ > 0 && lp_rehearsals_count_ > 0; ++id)
         codecs = codecs || (nonzeros_[id] && compressible(view_->graph(), static_cast<TensorId>(id)));
       if (lp_model_ != LpModel::kBound && (lp_model_ != LpModel::kCompress || codecs))
         flight = std::thread([&] {
