@@ -83,6 +83,15 @@ void bounded_search(TrainConfig& cfg, int rehearsals = 32) {
   cfg.auto_lp = 0, cfg.auto_search = rehearsals, cfg.auto_window = 0, cfg.auto_room = 0;
 }
 
+// The densities file one cpu iteration of `compress` records for `model` (what sim's --densities reads).
+std::string record_densities(const std::string& model, const std::string& file) {
+  const std::string path = vtensor::test::temp_path("auto", file);
+  TrainConfig cpu = config(model, "compress", 0, 1);
+  cpu.densities_out = path;
+  Trainer(cpu).run();
+  return path;
+}
+
 size_t max_peak(const AutoRun& r, size_t from = 0) {
   size_t p = 0;
   for (size_t i = from; i < r.iters.size(); ++i) p = std::max(p, r.iters[i].peak_allocated);
@@ -978,12 +987,7 @@ INSTANTIATE_TEST_SUITE_P(Models, AutoSim, ::testing::Values("resnet-tiny", "gpt-
 // its prediction is still the run, also when it chooses among them only (the run then compresses);
 // without densities they are skipped, not counted as out of memory.
 TEST(AutoSimRun, CompressionCandidatesWithDensities) {
-  const std::string path = vtensor::test::temp_path("auto", "resnet-tiny-densities.json");
-  {
-    TrainConfig cpu = config("resnet-tiny", "compress", 0, 1);
-    cpu.densities_out = path;
-    Trainer(cpu).run();
-  }
+  const std::string path = record_densities("resnet-tiny", "resnet-tiny-densities.json");
   const AutoRun base = train(config("resnet-tiny", "none", 0, 2, "p100-16g"));
   for (const double f : {0.5, 0.25}) {
     SCOPED_TRACE(std::to_string(f) + " of the peak");
@@ -1006,6 +1010,7 @@ TEST(AutoSimRun, CompressionCandidatesWithDensities) {
     Trainer ta(cfg);
     unlimited_planning(ta);
     const AutoRun a = run(ta, cfg);
+    EXPECT_EQ(a.report["lp"]["compress"]["status"], "not run") << "no LP starts (--auto-lp 0): the compressing LP, which gives starts only, is not solved";
     ASSERT_TRUE(a.report.contains("predicted_peak_bytes")) << a.report.dump();
     EXPECT_EQ(a.report["predicted_peak_bytes"].get<size_t>(), max_peak(a, 1));
     EXPECT_NEAR(a.report["predicted_time_ms"].get<double>(), mean_guided_ms(a), 1e-9 * mean_guided_ms(a));
@@ -1551,12 +1556,7 @@ TEST(AutoSearch, TheInFlightLpRoundsTheStartsAndLeavesTheBound) {
 // compress nothing) and the reported bound stays the bound LP's; the run is the prediction. On
 // cpu (its own counts) the run stays bit-identical to none.
 TEST(AutoSearch, TheCompressingLpRoundsStartsThatCompress) {
-  const std::string path = vtensor::test::temp_path("auto", "resnet-tiny-lpc-densities.json");
-  {
-    TrainConfig cpu = config("resnet-tiny", "compress", 0, 1);
-    cpu.densities_out = path;
-    Trainer(cpu).run();
-  }
+  const std::string path = record_densities("resnet-tiny", "resnet-tiny-lpc-densities.json");
   const AutoRun base = train(config("resnet-tiny", "none", 0, 2, "p100-16g"));
   const size_t budget = align_up(static_cast<size_t>(static_cast<double>(max_peak(base)) * 0.5));
   TrainConfig plain = config("resnet-tiny", "auto", budget, 4, "p100-16g");
