@@ -52,6 +52,11 @@ const char* const kAutoLpModelHelp =
 const char* const kAutoSecondsHelp =
     "policy auto: seconds its candidates' rehearsals may take, its search then 1.3 s more (default 8; at most 600)";
 
+const char* const kAutoClockHelp =
+    "policy auto: what its planning limits count: wall (seconds of this machine's time; default) or rehearsals (each "
+    "rehearsed iteration a fixed time from the model's op count, no rehearsal cut: the same plan on every run and "
+    "machine, whatever its speed or load)";
+
 const char* const kAutoPlacementHelp =
     "policy auto: the device allocator's placement, search (its finish also rehearses the plan with requests of 2, 5 or 10% of the budget or more placed high, and keeps the fastest; default) or low (never)";
 
@@ -82,6 +87,12 @@ void check_auto_search(const TrainConfig& cfg, const CLI::App& cmd, bool single_
       throw std::invalid_argument("--auto-seconds must be seconds in (0, 600], got " + format_number(cfg.auto_seconds));
     if (single_policy && cfg.policy != "auto")
       throw std::invalid_argument("--auto-seconds applies to --policy auto only, got --policy " + cfg.policy);
+  }
+  if (cmd.get_option("--auto-clock")->count() > 0) {
+    if (cfg.auto_clock != "wall" && cfg.auto_clock != "rehearsals")
+      throw std::invalid_argument("--auto-clock must be wall or rehearsals, got '" + cfg.auto_clock + "'");
+    if (single_policy && cfg.policy != "auto")
+      throw std::invalid_argument("--auto-clock applies to --policy auto only, got --policy " + cfg.policy);
   }
   if (cmd.get_option("--auto-placement")->count() > 0) {
     if (cfg.auto_placement != "search" && cfg.auto_placement != "low")
@@ -261,10 +272,13 @@ CLI::App* add_replay(CLI::App& app, ReplayArgs& a) {
   c->add_flag("--quiet", a.quiet, "no per-iteration lines");
   c->add_option("--auto-ilp", a.cfg.auto_ilp, kAutoIlpHelp);
   c->add_option("--auto-lp-model", a.cfg.auto_lp_model, kAutoLpModelHelp);
+  c->add_option("--auto-clock", a.cfg.auto_clock, kAutoClockHelp);
   return c;
 }
 
 int cmd_replay(ReplayArgs a) {
+  if (!a.cfg.auto_clock.empty() && a.cfg.policy != "auto")
+    throw std::invalid_argument("--auto-clock applies to --policy auto only, got --policy " + a.cfg.policy);
   if (a.cfg.auto_ilp != -1 && a.cfg.policy != "auto")
     throw std::invalid_argument("--auto-ilp applies to --policy auto only, got --policy " + a.cfg.policy);
   if (!a.cfg.auto_lp_model.empty() && a.cfg.policy != "auto")
@@ -419,6 +433,7 @@ CLI::App* add_sweep(CLI::App& app, ExperimentArgs& a) {
   c->add_option("--auto-ilp", a.cfg.auto_ilp, kAutoIlpHelp);
   c->add_option("--auto-seconds", a.cfg.auto_seconds, kAutoSecondsHelp);
   c->add_option("--auto-placement", a.cfg.auto_placement, kAutoPlacementHelp);
+  c->add_option("--auto-clock", a.cfg.auto_clock, kAutoClockHelp);
   c->add_option("--densities", a.cfg.densities_path, "runs of the compress policies and auto: non-zero counts recorded by a cpu run (train --densities-out)");
   c->add_option("--out", a.out, "output file, .csv or .json")->required();
   return c;
@@ -569,6 +584,7 @@ int vtensor::run_cli(int argc, char** argv, CliMode mode) {
   train->add_option("--auto-ilp", cfg.auto_ilp, kAutoIlpHelp);
   train->add_option("--auto-seconds", cfg.auto_seconds, kAutoSecondsHelp);
   train->add_option("--auto-placement", cfg.auto_placement, kAutoPlacementHelp);
+  train->add_option("--auto-clock", cfg.auto_clock, kAutoClockHelp);
   train->add_flag("--inplace-relu-grad", cfg.inplace_relu_grad, "relu backward writes dx over dy where dy dies (cuDNN's in-place ReLU, as in vDNN)");
   train->add_flag("--step-in-backward", cfg.optimizer.in_backward, kStepInBackwardHelp);
   train->add_option("--weight-decay", cfg.optimizer.weight_decay, "weight decay (L2 for sgd and adam, decoupled for adamw)");

@@ -5,6 +5,7 @@
 // run on its own.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -12,6 +13,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <thread>
 
 #include "vtensor/backend/sim/gpu_specs.h"
 #include "vtensor/core/errors.h"
@@ -1091,6 +1093,48 @@ TEST(Auto, PlanningTimeLimitKeepsThePlainPlanners) {
   EXPECT_TRUE(a->rehearsals()[0].trained) << a->rehearsals()[0].error;  // the first always runs
   for (size_t i = 1; i < a->rehearsals().size(); ++i)
     EXPECT_NE(a->rehearsals()[i].error.find("time limit"), std::string::npos) << a->rehearsals()[i].policy;
+}
+
+// --auto-clock rehearsals: the planning limit counts rehearsed iterations (each the model's ops x
+// kClockNsPerOp, over kClockWorkers), so what auto rehearses and chooses does not depend on how
+// fast the rehearsals run. The limit is set so the clock stops the candidates after the first
+// ten; a second run whose every rehearsal takes 5 ms longer rehearses and chooses the same.
+TEST(Auto, TheRehearsalsClockPlansTheSameWhateverTheSpeed) {
+  const AutoRun base = train(config("resnet-tiny", "none", 0, 2, "p100-16g"));
+  TrainConfig cfg = config("resnet-tiny", "auto", align_up(max_peak(base) / 2), 3, "p100-16g");
+  cfg.auto_clock = "rehearsals";
+  bounded_search(cfg, 16);
+  auto plan = [&](int delay_ms) {
+    Trainer t(cfg);
+    auto* a = dynamic_cast<AutoPolicy*>(&t.memory().policy());
+    EXPECT_NE(a, nullptr);
+    if (!a) return nlohmann::json{};
+    const double iteration_ms = static_cast<double>(t.graph().num_ops()) * 3000 * 1e-6;  // kClockNsPerOp
+    a->set_time_limit_ms(9.5 * kRehearsedIterations * iteration_ms / 2);  // candidate 10 starts past it
+    a->set_rehearser([delay_ms](const std::string& policy, const RehearsalSetup& s) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+      return rehearse(policy, s);
+    });
+    return t.run().policy_report;
+  };
+  const nlohmann::json fast = plan(0), slow = plan(5);
+  ASSERT_FALSE(fast.empty());
+  EXPECT_EQ(fast["planning_clock"]["mode"], "rehearsals");
+  for (size_t i = 0; i < fast["candidates"].size(); ++i) {  // rehearsed (trained or out of memory) or cut
+    const bool cut = fast["candidates"][i].value("error", "").find("planning time limit") != std::string::npos;
+    EXPECT_EQ(cut, i >= 10) << "the clock did not stop the candidates where the limit says: " << i << " "
+                            << fast["candidates"][i].dump();
+  }
+  EXPECT_GT(slow["planning_ms"].get<double>(), fast["planning_ms"].get<double>());
+  for (const char* k : {"chosen", "pins", "predicted_time_ms"}) EXPECT_EQ(slow[k], fast[k]) << k;
+  EXPECT_EQ(slow["search"]["rehearsals"], fast["search"]["rehearsals"]);
+  EXPECT_EQ(slow["planning_clock"]["rehearsed_iterations"], fast["planning_clock"]["rehearsed_iterations"]);
+  for (size_t i = 0; i < fast["candidates"].size(); ++i) {
+    const auto &f = fast["candidates"][i], &s = slow["candidates"][i];
+    EXPECT_EQ(s["policy"], f["policy"]);
+    EXPECT_EQ(s.contains("predicted_time_ms"), f.contains("predicted_time_ms")) << f["policy"];
+    if (f.contains("predicted_time_ms")) EXPECT_EQ(s["predicted_time_ms"], f["predicted_time_ms"]) << f["policy"];
+  }
 }
 
 // The per-gap search's result is data: the chosen candidate and its pins, rehearsed again, give

@@ -534,6 +534,33 @@ void AutoPolicy::check_deadline() const {
   if (has_deadline_ && std::chrono::steady_clock::now() > deadline_) throw RehearsalTimeout();
 }
 
+double AutoPolicy::elapsed_ms(std::chrono::steady_clock::time_point t0, size_t item) const {
+  if (clock_ == PlanningClock::kWall)
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  // Within a batch, its item i starts after the i before it, shared over the workers: the same
+  // reading whichever thread runs it, and however fast.
+  const long long n = batch_base_ >= 0 ? batch_base_ + static_cast<long long>(item) * kRehearsedIterations
+                                       : rehearsed_iterations_.load();
+  return static_cast<double>(n) * iteration_ms_ / kClockWorkers;
+}
+
+double AutoPolicy::rehearsal_ms(const RehearsalResult& r, int iterations) const {
+  return clock_ == PlanningClock::kWall ? r.wall_ms : iterations * iteration_ms_ / kClockWorkers;
+}
+
+RehearsalResult AutoPolicy::rehearse_counted(const std::string& policy, RehearsalSetup setup) {
+  if (clock_ == PlanningClock::kRehearsals) setup.time_limit_ms = 0;  // counted, never cut
+  rehearsed_iterations_ += setup.iterations;
+  return rehearser_(policy, setup);
+}
+
+void AutoPolicy::parallel(size_t n, const std::function<void(size_t)>& fn) {
+  const bool outer = batch_base_ < 0;
+  if (outer) batch_base_ = rehearsed_iterations_.load();
+  run_parallel(n, fn);
+  if (outer) batch_base_ = -1;
+}
+
 // Count non-zeros in the measured iteration when a compression candidate may run.
 bool AutoPolicy::counts_nonzeros() const {
   if (!forced_.empty()) return is_compress_candidate(forced_);
@@ -635,6 +662,8 @@ void AutoPolicy::end_iteration(const AccessTrace& trace) {
 
 void AutoPolicy::choose(const AccessTrace& trace) {
   const auto t0 = std::chrono::steady_clock::now();
+  rehearsed_iterations_ = 0;
+  iteration_ms_ = static_cast<double>(view_->graph().num_ops()) * kClockNsPerOp * 1e-6;
   chosen_ = forced_;
   if (chosen_.empty() && rehearser_) {
     RehearsalSetup s;
@@ -754,8 +783,8 @@ void AutoPolicy::choose(const AccessTrace& trace) {
     // The planners as they are first, then the search's variants while the time limit lasts; the
     // rehearsals are independent (each its own sim backend and memory manager): a few at a time.
     rehearsals_.assign(candidates_.size(), {});
-    run_parallel(candidates_.size(), [&](size_t i) {
-      const double spent = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    parallel(candidates_.size(), [&](size_t i) {
+      const double spent = elapsed_ms(t0, i);
       if (spent > time_limit_ms_ && i > 0) {
         rehearsals_[i].policy = candidates_[i];
         rehearsals_[i].error = "not rehearsed: planning time limit";
@@ -769,7 +798,7 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       RehearsalSetup si = s;
       // What is left of the limit; the first (Capuchin's hybrid, the fallback) runs to its end.
       si.time_limit_ms = i == 0 ? 0 : std::max(1.0, time_limit_ms_ - spent);
-      rehearsals_[i] = rehearser_(candidates_[i], si);
+      rehearsals_[i] = rehearse_counted(candidates_[i], si);
     });
     // The fastest swapping Capuchin plans again, with their persistent tensors also swapped across
     // the iteration boundary: a choice of the whole plan (it frees memory everywhere the greedy
@@ -781,16 +810,16 @@ void AutoPolicy::choose(const AccessTrace& trace) {
     order.resize(std::min(order.size(), kWrapCandidates));
     const size_t first_wrap = rehearsals_.size();
     for (size_t i : order) rehearsals_.push_back({.policy = *with_wrap_swaps(rehearsals_[i].policy)});
-    run_parallel(rehearsals_.size() - first_wrap, [&](size_t j) {
+    parallel(rehearsals_.size() - first_wrap, [&](size_t j) {
       auto& r = rehearsals_[first_wrap + j];
-      const double spent = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      const double spent = elapsed_ms(t0, j);
       if (spent > time_limit_ms_) {
         r.error = "not rehearsed: planning time limit";
         return;
       }
       RehearsalSetup si = s;
       si.time_limit_ms = std::max(1.0, time_limit_ms_ - spent);
-      r = rehearser_(r.policy, si);
+      r = rehearse_counted(r.policy, si);
     });
     // The LP's rounded plans, pinned on the fastest Capuchin-based candidates without and with
     // wrap swaps: more starts for the search (the greedy plans what the pins leave).
@@ -809,11 +838,11 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       names.resize(std::min(names.size(), static_cast<size_t>(lp_rehearsals_count_)));
       lp_rehearsals_.resize(names.size() * lp_variants_.size());
       for (size_t j = 0; j < lp_rehearsals_.size(); ++j) lp_variant_of_.push_back(j / std::max<size_t>(1, names.size()));
-      run_parallel(lp_rehearsals_.size(), [&](size_t j) {
+      parallel(lp_rehearsals_.size(), [&](size_t j) {
         auto& r = lp_rehearsals_[j];
         const std::string& name = names[j % names.size()];
         r.policy = name;
-        const double spent = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        const double spent = elapsed_ms(t0, j);
         if (spent > time_limit_ms_) {
           r.error = "not rehearsed: planning time limit";
           return;
@@ -821,7 +850,7 @@ void AutoPolicy::choose(const AccessTrace& trace) {
         RehearsalSetup si = s;
         si.pins = lp_variants_[lp_variant_of_[j]].pins;
         si.time_limit_ms = std::max(1.0, time_limit_ms_ - spent);
-        r = rehearser_(name, si);
+        r = rehearse_counted(name, si);
       });
     }
     // The search climbs from the fastest plan without wrap swaps, from the fastest with them and
@@ -868,7 +897,7 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       // The start state's and the warm start's rehearsals come out of the search's time.
       start_state_reserve_ms_ =
           (kStartStateRehearsals + kWarmStartRehearsals + static_cast<double>(std::max<size_t>(1, finished_plans_) - 1) * kFinishRehearsals) *
-          best->wall_ms;
+          rehearsal_ms(*best);
       // The two candidates' headroom refined: each planned for a little more or less of the
       // budget; the fastest, where it beats its candidate, is one more start (not instead: the
       // climb's end depends on its start more than on the start's own time).
@@ -881,12 +910,12 @@ void AutoPolicy::choose(const AccessTrace& trace) {
         for (const double m : kStartWeightFactors)
           if (auto f = with_weight(r->policy, swap_weight(r->policy) * m)) names.push_back(*f);
         std::vector<RehearsalResult> res(names.size());
-        run_parallel(names.size(), [&](size_t i) {
+        parallel(names.size(), [&](size_t i) {
           RehearsalSetup si = s;
           si.pins = r->pins;
-          const double spent = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+          const double spent = elapsed_ms(t0, i);
           si.time_limit_ms = std::max(1.0, search_limit_ms() - spent);
-          res[i] = rehearser_(names[i], si);
+          res[i] = rehearse_counted(names[i], si);
         });
         const RehearsalResult* fastest = nullptr;
         for (const auto& x : res)
@@ -908,14 +937,14 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       // that goes ahead delays the ones it passes, which then hold their blocks longer), and a
       // faster start need not climb lower, so it does not replace its origin.
       std::vector<RehearsalResult> edf_rehearsals(starts.size());  // outlives the climbs that start from them
-      run_parallel(starts.size(), [&](size_t i) {
+      parallel(starts.size(), [&](size_t i) {
         const auto name = with_edf_toggled(starts[i]->policy);
         if (!name) return;
         RehearsalSetup si = s;
         si.pins = starts[i]->pins;
-        const double spent = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        const double spent = elapsed_ms(t0, i);
         si.time_limit_ms = std::max(1.0, search_limit_ms() - spent);
-        edf_rehearsals[i] = rehearser_(*name, si);
+        edf_rehearsals[i] = rehearse_counted(*name, si);
       });
       edf_starts_.clear();
       for (size_t i = 0, n = starts.size(); i < n; ++i) {
@@ -935,14 +964,14 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       // state, fallback, wrap floor) but for the one setting `vary` changes.
       auto rehearse_twins = [&](const std::vector<size_t>& origins, const std::function<void(RehearsalSetup&)>& vary) {
         std::vector<RehearsalResult> res(origins.size());
-        run_parallel(origins.size(), [&](size_t i) {
+        parallel(origins.size(), [&](size_t i) {
           const RehearsalResult& o = *starts[origins[i]];
           RehearsalSetup si = s;
           si.pins = o.pins, si.start_state = o.start_state, si.compact_unfit = o.compact_unfit, si.min_wrap_bytes = o.min_wrap_bytes;
           vary(si);
-          const double spent = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+          const double spent = elapsed_ms(t0, i);
           si.time_limit_ms = std::max(1.0, search_limit_ms() - spent);
-          res[i] = rehearser_(o.policy, si);
+          res[i] = rehearse_counted(o.policy, si);
         });
         return res;
       };
@@ -1002,7 +1031,7 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       for (size_t i = 0; i < order.size(); ++i) order[i] = i;
       std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return starts[a]->time_ms < starts[b]->time_ms; });
       const double limit = search_limit_ms();
-      auto now_ms = [&] { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(); };
+      auto now_ms = [&] { return elapsed_ms(t0); };
       std::vector<Climb> climbs;
       for (size_t i : order) {
         Climb c;
@@ -1077,7 +1106,7 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       double kept_ms = 0;
       for (size_t k = 0; k < ends.size(); ++k) {
         const End& e = ends[k];
-        if (k > 0 && now_ms() + kFinishRehearsals * e.r->wall_ms > time_limit_ms_ + kSearchTimeMs) break;
+        if (k > 0 && now_ms() + kFinishRehearsals * rehearsal_ms(*e.r) > time_limit_ms_ + kSearchTimeMs) break;
         chosen_result_ = *e.r, pins_ = e.r->pins, chosen_ = e.r->policy;
         climbed_ms_ = e.climbed_ms, start_ms_ = e.start_ms, start_ = e.label, start_policy_ = e.policy;
         drifted_from_ms_ = 0, warm_ = {}, trigger_moves_.clear(), start_layout_.clear(), warm_layout_.clear();
@@ -1105,7 +1134,7 @@ void AutoPolicy::choose(const AccessTrace& trace) {
     if (view_->modelled_gpu().empty() && !chosen_.empty()) {
       RehearsalSetup m = s;
       m.measured_only = true;
-      const RehearsalResult mr = rehearser_(chosen_, m);
+      const RehearsalResult mr = rehearse_counted(chosen_, m);
       if (mr.measured_trace && use_sequence(*mr.measured_trace) == use_sequence(trace)) planned_from_ = mr.measured_trace;
     }
   }
@@ -1156,14 +1185,14 @@ void AutoPolicy::choose_start_state(const RehearsalSetup& setup, std::chrono::st
   auto long_runs = [&](const std::vector<const RehearsalResult*>& plans) {
     std::vector<LongRun> res(plans.size());
     runs.assign(plans.size(), Runs{});
-    run_parallel(plans.size() * kStartStates, [&](size_t i) {
+    parallel(plans.size() * kStartStates, [&](size_t i) {
       RehearsalSetup s = setup;
       s.pins = plans[i / kStartStates]->pins;
       s.time_limit_ms = 0;
       s.iterations = kLongRunIterations;
       s.start_state = static_cast<StartState>(i % kStartStates);
       RehearsalResult& r = runs[i / kStartStates][i % kStartStates];
-      r = rehearser_(plans[i / kStartStates]->policy, s);
+      r = rehearse_counted(plans[i / kStartStates]->policy, s);
       res[i / kStartStates][i % kStartStates] = r.trained ? r.time_ms : 0;
     });
     return res;
@@ -1175,7 +1204,7 @@ void AutoPolicy::choose_start_state(const RehearsalSetup& setup, std::chrono::st
       if (l[j] > 0 && (l[k] <= 0 || l[j] < l[k])) k = j;
     return static_cast<StartState>(k);
   };
-  auto spent = [&] { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(); };
+  auto spent = [&] { return elapsed_ms(t0); };
   const double before = spent();
   long_ms_ = long_runs({&chosen_result_})[0];
   steady_ = std::move(runs[0]);
@@ -1191,7 +1220,7 @@ void AutoPolicy::choose_start_state(const RehearsalSetup& setup, std::chrono::st
     std::stable_sort(near.begin(), near.end(), [](const auto* a, const auto* b) { return a->time_ms < b->time_ms; });
     std::vector<std::string> keys{plan_key(chosen_result_.policy, chosen_result_.pins)};
     // As many as fit in the planning limit, the prediction's rehearsal left room for.
-    const double left = time_limit_ms_ + kSearchTimeMs - spent() - chosen_result_.wall_ms;
+    const double left = time_limit_ms_ + kSearchTimeMs - spent() - rehearsal_ms(chosen_result_);
     const auto fit = static_cast<size_t>(std::clamp(left / std::max(plan_ms, 1e-3), 0.0, double{kLongRunFinalists}));
     std::vector<const RehearsalResult*> pool;
     for (const RehearsalResult* r : near) {
@@ -1227,7 +1256,7 @@ void AutoPolicy::choose_start_state(const RehearsalSetup& setup, std::chrono::st
   s.pins = pins_;
   s.time_limit_ms = 0;
   s.start_state = state;
-  RehearsalResult r = rehearser_(chosen_, s);
+  RehearsalResult r = rehearse_counted(chosen_, s);
   if (!r.trained || r.time_ms > chosen_result_.time_ms * (1 + kLongRunDrift)) {
     start_state_ = chosen_result_.start_state;
     return;
@@ -1253,10 +1282,10 @@ int AutoPolicy::finish_variant(const RehearsalSetup& setup, const std::vector<Fi
     s.high_placement_bytes = v.high_placement;
     s.time_limit_ms = 0;
     s.iterations = iterations;
-    return rehearser_(v.policy, s);
+    return rehearse_counted(v.policy, s);
   };
   std::vector<RehearsalResult> res(variants.size());
-  run_parallel(res.size(), [&](size_t i) { res[i] = rehearse(variants[i], kRehearsedIterations); });
+  parallel(res.size(), [&](size_t i) { res[i] = rehearse(variants[i], kRehearsedIterations); });
   const double guided = kRehearsedIterations - 1;
   auto total = [&](const RehearsalResult& x) { return x.measured_ms + guided * x.time_ms; };
   std::vector<size_t> order;
@@ -1351,7 +1380,7 @@ void AutoPolicy::warm_start(const RehearsalSetup& setup) {
   if (variants.empty()) return;
   // Each as the tables time it, and over the long run (two at a time).
   std::vector<RehearsalResult> res(variants.size() * 2);
-  run_parallel(res.size(), [&](size_t i) {
+  parallel(res.size(), [&](size_t i) {
     RehearsalSetup s = setup;
     s.pins = pins_;
     s.trigger_moves = variants[i / 2].moves;
@@ -1359,7 +1388,7 @@ void AutoPolicy::warm_start(const RehearsalSetup& setup) {
     s.time_limit_ms = 0;
     s.start_state = start_state_;
     s.iterations = i % 2 ? kLongRunIterations : kRehearsedIterations;
-    res[i] = rehearser_(chosen_, s);
+    res[i] = rehearse_counted(chosen_, s);
   });
   const double guided = kRehearsedIterations - 1;
   auto total = [&](const RehearsalResult& r) { return r.measured_ms + guided * r.time_ms; };
@@ -1403,7 +1432,7 @@ void AutoPolicy::search(const RehearsalSetup& setup, Climb& c, std::chrono::stea
   auto& tried = c.tried;
   const double limit = std::min(search_limit_ms(), search_until_ms_);
   int& done = c.done;
-  auto spent = [&] { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(); };
+  auto spent = [&] { return elapsed_ms(t0); };
   // Compression moves need the densities the rehearsal sizes them with, and the codecs' rate.
   const Graph& g = *setup.graph;
   CompressMove compress;
@@ -1420,14 +1449,14 @@ void AutoPolicy::search(const RehearsalSetup& setup, Climb& c, std::chrono::stea
   auto rehearse_round = [&](const std::vector<std::vector<PlanPin>>& batch, const std::vector<std::string>& policies,
                             const std::vector<std::string>& moves) {
     std::vector<RehearsalResult> res(batch.size());
-    run_parallel(batch.size(), [&](size_t i) {
+    parallel(batch.size(), [&](size_t i) {
       RehearsalSetup si = setup;
       si.pins = batch[i];
       si.start_state = best.start_state;
       si.compact_unfit = best.compact_unfit;
       si.min_wrap_bytes = best.min_wrap_bytes;
       si.time_limit_ms = std::max(1.0, search_limit_ms() - spent());  // a share's end does not cut a rehearsal
-      res[i] = rehearser_(policies[i], si);
+      res[i] = rehearse_counted(policies[i], si);
     });
     int better = -1;
     for (size_t i = 0; i < res.size(); ++i) {
@@ -1533,7 +1562,7 @@ void AutoPolicy::window_search(const RehearsalSetup& setup, Climb& c, const Comp
                                std::chrono::steady_clock::time_point t0) {
   const Graph& g = *setup.graph;
   const double limit = std::min(search_limit_ms(), search_until_ms_);
-  auto spent = [&] { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(); };
+  auto spent = [&](size_t item = 0) { return elapsed_ms(t0, item); };
   RehearsalResult& best = c.best;
   auto& tried = c.tried;
   int& done = c.window_done;
@@ -1591,8 +1620,8 @@ void AutoPolicy::window_search(const RehearsalSetup& setup, Climb& c, const Comp
     }
     const size_t n = std::min(batch.size(), static_cast<size_t>(window_rehearsals_ - done));
     std::vector<RehearsalResult> res(n);
-    run_parallel(n, [&](size_t i) {
-      if (spent() >= limit) {
+    parallel(n, [&](size_t i) {
+      if (spent(i) >= limit) {
         res[i].error = "not rehearsed: planning time limit";
         return;
       }
@@ -1602,7 +1631,7 @@ void AutoPolicy::window_search(const RehearsalSetup& setup, Climb& c, const Comp
       si.compact_unfit = best.compact_unfit;
       si.min_wrap_bytes = best.min_wrap_bytes;
       si.time_limit_ms = std::max(1.0, search_limit_ms() - spent());
-      res[i] = rehearser_(best.policy, si);
+      res[i] = rehearse_counted(best.policy, si);
     });
     ++windows_;
     int better = -1;
@@ -1676,6 +1705,12 @@ nlohmann::json AutoPolicy::report() const {
   for (const auto& p : pins_) pins.push_back(to_string(p));
   json out = {{"mode", "auto"}, {"chosen", chosen_}, {"forced", !forced_.empty()}, {"planning_ms", planning_ms_},
               {"candidates", cands}, {"pins", pins}};
+  // What the planning limits were counted against (set_planning_clock), and how much of it the
+  // plan took: on the rehearsals clock the same on every run.
+  out["planning_clock"] = {{"mode", clock_ == PlanningClock::kWall ? "wall" : "rehearsals"},
+                           {"rehearsed_iterations", rehearsed_iterations_.load()},
+                           {"iteration_ms", iteration_ms_}, {"workers", kClockWorkers},
+                           {"clock_ms", static_cast<double>(rehearsed_iterations_.load()) * iteration_ms_ / kClockWorkers}};
   // What the plan was made from: the measured iteration as the clock recorded it (on sim the same
   // as the rehearsals'), or off sim as the rehearsals recorded it (choose).
   out["planned_from"] = planned_from_ ? "rehearsed measured iteration" : "measured iteration";

@@ -31,6 +31,8 @@
 //   rehearses faster. Then a window search: every combination of
 //   2+ gaps' moves over the costliest gap and those overlapping it (exhaustive, at most 256).
 //   All within 1.3 s past the candidates' limit. The report adds a lower bound (bound.h).
+//   The limits are wall time by default; --auto-clock rehearsals counts them in rehearsed
+//   iterations instead (a fixed time per op), so the plan does not depend on the machine's speed.
 //   A linear program over the whole iteration (lp.h, Clp) gives a tighter bound; its rounded
 //   optimum, pinned on the fastest Capuchin-based candidates, is rehearsed as more search starts,
 //   with Capuchin's prefetch triggers, with the LP's (no later than its copy back), with
@@ -63,6 +65,7 @@
 // Full notes: docs/design.md.
 #pragma once
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <limits>
@@ -271,6 +274,13 @@ class AutoPolicy final : public Policy {
   void set_candidates(std::vector<std::string> c) { candidates_ = std::move(c); }
   // Once planning has taken this long, the remaining candidates are not rehearsed.
   void set_time_limit_ms(double ms) { time_limit_ms_ = ms; }
+  // What the planning limits are counted against. kWall: the wall clock, so what the search
+  // rehearses depends on the machine's speed and load. kRehearsals: each rehearsed iteration
+  // counts as a fixed time from the model's op count (kClockNsPerOp, over kClockWorkers rehearsals
+  // at once, as this project's 2-core machines run them), no rehearsal is cut short, and the
+  // plan is the same on every run and machine (`--auto-clock rehearsals`).
+  enum class PlanningClock { kWall, kRehearsals };
+  void set_planning_clock(PlanningClock c) { clock_ = c; }
   const std::string& chosen() const { return chosen_; }
   const std::vector<RehearsalResult>& rehearsals() const { return rehearsals_; }
   // The per-gap search's rehearsals, in order (each: the chosen candidate with its pins).
@@ -358,6 +368,22 @@ class AutoPolicy final : public Policy {
   std::string forced_;
   std::vector<std::string> candidates_;
   Rehearser rehearser_;
+  // The planning clock (set_planning_clock): the iterations rehearsed so far, what one counts for
+  // under kRehearsals, and the count a batch of rehearsals run at once started from (-1: none).
+  PlanningClock clock_ = PlanningClock::kWall;
+  std::atomic<long long> rehearsed_iterations_{0};
+  double iteration_ms_ = 0;
+  long long batch_base_ = -1;
+  static constexpr double kClockNsPerOp = 3000;
+  static constexpr double kClockWorkers = 2;
+  // ms of planning since t0 on the planning clock; within a batch, as its item `item` starts.
+  double elapsed_ms(std::chrono::steady_clock::time_point t0, size_t item = 0) const;
+  // What a rehearsal of `iterations` counts for on the planning clock (wall: as `r` took).
+  double rehearsal_ms(const RehearsalResult& r, int iterations = kRehearsedIterations) const;
+  // rehearser_, counted on the planning clock (uncut under kRehearsals).
+  RehearsalResult rehearse_counted(const std::string& policy, RehearsalSetup setup);
+  // fn(0..n-1), a few at a time; the planning clock reads as each item starts.
+  void parallel(size_t n, const std::function<void(size_t)>& fn);
   const MemoryView* view_ = nullptr;
   std::unique_ptr<Policy> measuring_;  // Capuchin's hybrid, passive until it plans
   std::unique_ptr<Policy> active_;     // the chosen planner's policy, once chosen

@@ -54,6 +54,7 @@ TrainResult replay_trace(const ReplayConfig& c, const std::function<void(const I
   cfg.timeline = c.timeline;
   cfg.auto_ilp = c.auto_ilp;
   cfg.auto_lp_model = c.auto_lp_model;
+  cfg.auto_clock = c.auto_clock;
   Trainer t(cfg);
   return t.run(on_iteration);
 }

@@ -22,6 +22,7 @@ struct ReplayConfig {
   bool timeline = false;  // the last iteration's per-op memory timeline
   double auto_ilp = -1;   // policy auto: TrainConfig::auto_ilp
   std::string auto_lp_model;  // policy auto: TrainConfig::auto_lp_model
+  std::string auto_clock;     // policy auto: TrainConfig::auto_clock
 };
 TrainResult replay_trace(const ReplayConfig& c, const std::function<void(const IterationStats&)>& on_iteration = {});
 

@@ -62,12 +62,16 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
     throw std::invalid_argument("--auto-seconds must be seconds in (0, 600], got " + format_number(cfg_.auto_seconds));
   if (!cfg_.auto_placement.empty() && cfg_.auto_placement != "search" && cfg_.auto_placement != "low")
     throw std::invalid_argument("--auto-placement must be search or low, got '" + cfg_.auto_placement + "'");
+  if (!cfg_.auto_clock.empty() && cfg_.auto_clock != "wall" && cfg_.auto_clock != "rehearsals")
+    throw std::invalid_argument("--auto-clock must be wall or rehearsals, got '" + cfg_.auto_clock + "'");
   if (!cfg_.auto_lp_model.empty() && cfg_.auto_lp_model != "bound" && cfg_.auto_lp_model != "in-flight" && cfg_.auto_lp_model != "both" &&
       cfg_.auto_lp_model != "compress")
     throw std::invalid_argument("--auto-lp-model must be bound, in-flight, both or compress, got '" + cfg_.auto_lp_model + "'");
   if (auto* a = dynamic_cast<AutoPolicy*>(policy.get())) {
     a->set_rehearser(rehearse);
     if (!cfg_.auto_placement.empty()) a->set_placement_search(cfg_.auto_placement == "search");
+    if (!cfg_.auto_clock.empty())
+      a->set_planning_clock(cfg_.auto_clock == "rehearsals" ? AutoPolicy::PlanningClock::kRehearsals : AutoPolicy::PlanningClock::kWall);
     if (cfg_.auto_seconds > 0) a->set_time_limit_ms(cfg_.auto_seconds * 1e3);
     if (cfg_.auto_ilp >= 0) a->set_ilp_seconds(cfg_.auto_ilp);
     if (cfg_.auto_lp >= 0) a->set_lp_rehearsals(cfg_.auto_lp);
