@@ -1109,8 +1109,8 @@ TEST(Auto, TheRehearsalsClockPlansTheSameWhateverTheSpeed) {
     auto* a = dynamic_cast<AutoPolicy*>(&t.memory().policy());
     EXPECT_NE(a, nullptr);
     if (!a) return nlohmann::json{};
-    const double iteration_ms = static_cast<double>(t.graph().num_ops()) * 3000 * 1e-6;  // kClockNsPerOp
-    a->set_time_limit_ms(9.5 * kRehearsedIterations * iteration_ms / 2);  // candidate 10 starts past it
+    const double iteration_ms = static_cast<double>(t.graph().num_ops()) * AutoPolicy::kClockNsPerOp * 1e-6;
+    a->set_time_limit_ms(9.5 * kRehearsedIterations * iteration_ms / AutoPolicy::kClockWorkers);  // candidate 10 starts past it
     a->set_rehearser([delay_ms](const std::string& policy, const RehearsalSetup& s) {
       std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
       return rehearse(policy, s);

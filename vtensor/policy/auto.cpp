@@ -548,10 +548,12 @@ double AutoPolicy::rehearsal_ms(const RehearsalResult& r, int iterations) const 
   return clock_ == PlanningClock::kWall ? r.wall_ms : iterations * iteration_ms_ / kClockWorkers;
 }
 
-RehearsalResult AutoPolicy::rehearse_counted(const std::string& policy, RehearsalSetup setup) {
-  if (clock_ == PlanningClock::kRehearsals) setup.time_limit_ms = 0;  // counted, never cut
+RehearsalResult AutoPolicy::rehearse_counted(const std::string& policy, const RehearsalSetup& setup) {
   rehearsed_iterations_ += setup.iterations;
-  return rehearser_(policy, setup);
+  if (clock_ == PlanningClock::kWall || setup.time_limit_ms == 0) return rehearser_(policy, setup);
+  RehearsalSetup uncut = setup;  // counted, never cut
+  uncut.time_limit_ms = 0;
+  return rehearser_(policy, uncut);
 }
 
 void AutoPolicy::parallel(size_t n, const std::function<void(size_t)>& fn) {

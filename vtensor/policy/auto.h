@@ -280,6 +280,8 @@ class AutoPolicy final : public Policy {
   // at once, as this project's 2-core machines run them), no rehearsal is cut short, and the
   // plan is the same on every run and machine (`--auto-clock rehearsals`).
   enum class PlanningClock { kWall, kRehearsals };
+  static constexpr double kClockNsPerOp = 3000;  // about this machine's rate (docs/design.md)
+  static constexpr double kClockWorkers = 2;
   void set_planning_clock(PlanningClock c) { clock_ = c; }
   const std::string& chosen() const { return chosen_; }
   const std::vector<RehearsalResult>& rehearsals() const { return rehearsals_; }
@@ -374,14 +376,12 @@ class AutoPolicy final : public Policy {
   std::atomic<long long> rehearsed_iterations_{0};
   double iteration_ms_ = 0;
   long long batch_base_ = -1;
-  static constexpr double kClockNsPerOp = 3000;
-  static constexpr double kClockWorkers = 2;
   // ms of planning since t0 on the planning clock; within a batch, as its item `item` starts.
   double elapsed_ms(std::chrono::steady_clock::time_point t0, size_t item = 0) const;
   // What a rehearsal of `iterations` counts for on the planning clock (wall: as `r` took).
   double rehearsal_ms(const RehearsalResult& r, int iterations = kRehearsedIterations) const;
   // rehearser_, counted on the planning clock (uncut under kRehearsals).
-  RehearsalResult rehearse_counted(const std::string& policy, RehearsalSetup setup);
+  RehearsalResult rehearse_counted(const std::string& policy, const RehearsalSetup& setup);
   // fn(0..n-1), a few at a time; the planning clock reads as each item starts.
   void parallel(size_t n, const std::function<void(size_t)>& fn);
   const MemoryView* view_ = nullptr;
