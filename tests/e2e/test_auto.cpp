@@ -1135,6 +1135,15 @@ TEST(Auto, TheRehearsalsClockPlansTheSameWhateverTheSpeed) {
     EXPECT_EQ(s.contains("predicted_time_ms"), f.contains("predicted_time_ms")) << f["policy"];
     if (f.contains("predicted_time_ms")) EXPECT_EQ(s["predicted_time_ms"], f["predicted_time_ms"]) << f["policy"];
   }
+  // On cpu the plan it chooses trains bit-identically to none, within the budget.
+  const AutoRun cpu_base = train(config("resnet-tiny", "none", 0, 3));
+  TrainConfig c = config("resnet-tiny", "auto", align_up(max_peak(cpu_base) / 2), 3);
+  c.auto_clock = "rehearsals";
+  bounded_search(c, 16);
+  const AutoRun r = train(c);
+  EXPECT_EQ(r.report["planning_clock"]["mode"], "rehearsals");
+  expect_bit_identical(cpu_base, r);
+  for (const auto& it : r.iters) EXPECT_LE(it.peak_allocated, c.budget);
 }
 
 // The per-gap search's result is data: the chosen candidate and its pins, rehearsed again, give
