@@ -53,9 +53,9 @@ const char* const kAutoSecondsHelp =
     "policy auto: seconds its candidates' rehearsals may take, its search then 1.3 s more (default 8; at most 600)";
 
 const char* const kAutoClockHelp =
-    "policy auto: what its planning limits count: wall (seconds of this machine's time; default) or rehearsals (each "
-    "rehearsed iteration a fixed time from the model's op count, no rehearsal cut: the same plan on every run and "
-    "machine, whatever its speed or load)";
+    "policy auto: what its planning limits count: rehearsals (default: each rehearsed iteration a fixed time from "
+    "the model's op count, no rehearsal cut: the same plan on every run and machine, whatever its speed or load) or "
+    "wall (seconds of this machine's time)";
 
 const char* const kAutoPlacementHelp =
     "policy auto: the device allocator's placement, search (its finish also rehearses the plan with requests of 2, 5 or 10% of the budget or more placed high, and keeps the fastest; default) or low (never)";

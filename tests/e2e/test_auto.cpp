@@ -1095,14 +1095,13 @@ TEST(Auto, PlanningTimeLimitKeepsThePlainPlanners) {
     EXPECT_NE(a->rehearsals()[i].error.find("time limit"), std::string::npos) << a->rehearsals()[i].policy;
 }
 
-// --auto-clock rehearsals: the planning limit counts rehearsed iterations (each the model's ops x
-// kClockNsPerOp, over kClockWorkers), so what auto rehearses and chooses does not depend on how
-// fast the rehearsals run. The limit is set so the clock stops the candidates after the first
+// The default planning clock (--auto-clock rehearsals): the limit counts rehearsed iterations (each
+// the model's ops x kClockNsPerOp, over kClockWorkers), so what auto rehearses and chooses does not
+// depend on how fast the rehearsals run. The limit is set so the clock stops the candidates after the first
 // ten; a second run whose every rehearsal takes 5 ms longer rehearses and chooses the same.
 TEST(Auto, TheRehearsalsClockPlansTheSameWhateverTheSpeed) {
   const AutoRun base = train(config("resnet-tiny", "none", 0, 2, "p100-16g"));
   TrainConfig cfg = config("resnet-tiny", "auto", align_up(max_peak(base) / 2), 3, "p100-16g");
-  cfg.auto_clock = "rehearsals";
   bounded_search(cfg, 16);
   auto plan = [&](int delay_ms) {
     Trainer t(cfg);
@@ -1138,7 +1137,6 @@ TEST(Auto, TheRehearsalsClockPlansTheSameWhateverTheSpeed) {
   // On cpu the plan it chooses trains bit-identically to none, within the budget.
   const AutoRun cpu_base = train(config("resnet-tiny", "none", 0, 3));
   TrainConfig c = config("resnet-tiny", "auto", align_up(max_peak(cpu_base) / 2), 3);
-  c.auto_clock = "rehearsals";
   bounded_search(c, 16);
   const AutoRun r = train(c);
   EXPECT_EQ(r.report["planning_clock"]["mode"], "rehearsals");

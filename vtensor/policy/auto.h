@@ -31,8 +31,8 @@
 //   rehearses faster. Then a window search: every combination of
 //   2+ gaps' moves over the costliest gap and those overlapping it (exhaustive, at most 256).
 //   All within 1.3 s past the candidates' limit. The report adds a lower bound (bound.h).
-//   The limits are wall time by default; --auto-clock rehearsals counts them in rehearsed
-//   iterations instead (a fixed time per op), so the plan does not depend on the machine's speed.
+//   The limits count rehearsed iterations by default (a fixed time per op), so the plan does not
+//   depend on the machine's speed or load; --auto-clock wall counts this machine's seconds.
 //   A linear program over the whole iteration (lp.h, Clp) gives a tighter bound; its rounded
 //   optimum, pinned on the fastest Capuchin-based candidates, is rehearsed as more search starts,
 //   with Capuchin's prefetch triggers, with the LP's (no later than its copy back), with
@@ -274,11 +274,11 @@ class AutoPolicy final : public Policy {
   void set_candidates(std::vector<std::string> c) { candidates_ = std::move(c); }
   // Once planning has taken this long, the remaining candidates are not rehearsed.
   void set_time_limit_ms(double ms) { time_limit_ms_ = ms; }
-  // What the planning limits are counted against. kWall: the wall clock, so what the search
-  // rehearses depends on the machine's speed and load. kRehearsals: each rehearsed iteration
-  // counts as a fixed time from the model's op count (kClockNsPerOp, over kClockWorkers rehearsals
-  // at once, as this project's 2-core machines run them), no rehearsal is cut short, and the
-  // plan is the same on every run and machine (`--auto-clock rehearsals`).
+  // What the planning limits are counted against. kRehearsals (the default): each rehearsed
+  // iteration counts as a fixed time from the model's op count (kClockNsPerOp, over kClockWorkers
+  // rehearsals at once, as this project's 2-core machines run them), no rehearsal is cut short,
+  // and the plan is the same on every run and machine. kWall (`--auto-clock wall`): the wall
+  // clock, so what the search rehearses depends on the machine's speed and load.
   enum class PlanningClock { kWall, kRehearsals };
   static constexpr double kClockNsPerOp = 3000;  // about this machine's rate (docs/design.md)
   static constexpr double kClockWorkers = 2;
@@ -372,7 +372,7 @@ class AutoPolicy final : public Policy {
   Rehearser rehearser_;
   // The planning clock (set_planning_clock): the iterations rehearsed so far, what one counts for
   // under kRehearsals, and the count a batch of rehearsals run at once started from (-1: none).
-  PlanningClock clock_ = PlanningClock::kWall;
+  PlanningClock clock_ = PlanningClock::kRehearsals;
   std::atomic<long long> rehearsed_iterations_{0};
   double iteration_ms_ = 0;
   long long batch_base_ = -1;

@@ -35,7 +35,7 @@ struct TrainConfig {
   double auto_ilp = -1;            // policy auto: seconds for its integer program (0: none; -1: its default)
   double auto_seconds = -1;        // policy auto: its candidates' time limit in seconds (-1: its default)
   std::string auto_placement;      // policy auto: "search" (its default) or "low" (AutoPolicy::set_placement_search)
-  std::string auto_clock;          // policy auto: "wall" (its default) or "rehearsals": what its planning limits count (AutoPolicy::set_planning_clock)
+  std::string auto_clock;          // policy auto: "rehearsals" (its default) or "wall": what its planning limits count (AutoPolicy::set_planning_clock)
   int auto_lp = -1;                // policy auto: rehearsals of the LP's rounded plan as search starts (0: none; -1: its default)
   std::string auto_lp_model;       // policy auto: "compress" (its default), "bound", "in-flight" or "both": the LPs its starts are rounded from (AutoPolicy::set_lp_model)
   int auto_search = -1;            // policy auto: the per-gap search's rehearsals (0: none; -1: its default); others ignore it
