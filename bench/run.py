@@ -1740,9 +1740,10 @@ EXPERIMENTS["auto-search-logs"] = auto_search(
     "the DTR logs")
 
 
-# auto's run-to-run spread: each row's auto command run again and again, one after another. Where
-# the search stops at the planning limit, what it rehearsed depends on the machine's speed and
-# load, so the plan (and the verdict against the target or the best other policy) can move.
+# auto's run-to-run spread on the wall clock (--auto-clock wall): each row's auto command run again
+# and again, one after another. Where the search stops at the planning limit, what it rehearsed
+# depends on the machine's speed and load, so the plan (and the verdict against the target or the
+# best other policy) can move. The default clock (rehearsals) has no spread by construction.
 def _repeat_ms(rep):
     """The iteration time as the sweeps report it: the mean after the measured one."""
     its = rep["iterations"][1:] or rep["iterations"]
@@ -1771,7 +1772,7 @@ def _repeat_col(kind, repeats):
 def _repeat_run(k):
     """The k-th run of the row's auto command (a repeat: the memo runs it again)."""
     def run(row, got):
-        args = _auto_run(row, got, iters=4)
+        args = _auto_run(row, got, "--auto-clock", "wall", iters=4)
         return {"args": args, "repeat": k} if args else None
     return run
 
@@ -1781,7 +1782,7 @@ def auto_repeat(rows, what, repeats):
     return {
         "kind": "runs", "serial": True,  # the spread is the planning limit's, so nothing runs beside a run
         "about": f"auto's run-to-run spread on {what}: per row `vtensor {rows[0]['cmd']} ...{' --backend sim' if train else ''} --gpu G --policy auto "
-                 f"--budget B --iters 4{' [--densities bench/densities/M.json]' if train else ''} --report R` on sim, "
+                 f"--budget B --iters 4{' [--densities bench/densities/M.json]' if train else ''} --auto-clock wall --report R` on sim, "
                  f"{repeats} times in a row (B from a sweep of none); each run's mean iteration after the measured one "
                  "(as the sweeps report it) over none's; the runs in order, their range (max / min - 1), "
                  + ("how many meet the target, " if train else "") + "and the planning time's range (s)",

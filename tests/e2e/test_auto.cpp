@@ -1144,6 +1144,49 @@ TEST(Auto, TheRehearsalsClockPlansTheSameWhateverTheSpeed) {
   for (const auto& it : r.iters) EXPECT_LE(it.peak_allocated, c.budget);
 }
 
+// On the rehearsals clock a rehearsal is cut only where it runs far slower than the clock counts
+// it (a thrashing plan): its wall-clock limit is kClockNetFactor x its count, at least
+// kClockNetMinMs; the first candidate is never cut. A cut is an error the report counts.
+TEST(Auto, TheRehearsalsClockCutsOnlyARehearsalFarSlowerThanItCounts) {
+  const AutoRun base = train(config("resnet-tiny", "none", 0, 2, "p100-16g"));
+  TrainConfig cfg = config("resnet-tiny", "auto", align_up(max_peak(base) / 2), 3, "p100-16g");
+  bounded_search(cfg, 16);
+  Trainer t(cfg);
+  auto* a = dynamic_cast<AutoPolicy*>(&t.memory().policy());
+  ASSERT_NE(a, nullptr);
+  const double iteration_ms = static_cast<double>(t.graph().num_ops()) * AutoPolicy::kClockNsPerOp * 1e-6;
+  std::mutex m;
+  std::vector<std::pair<std::string, double>> limits;  // (policy, its rehearsal's time limit)
+  a->set_rehearser([&](const std::string& policy, const RehearsalSetup& s) {
+    {
+      std::lock_guard<std::mutex> lock(m);
+      limits.emplace_back(policy, s.time_limit_ms);
+    }
+    if (policy == auto_candidates()[1]) {  // as if the net had cut it
+      RehearsalResult r;
+      r.policy = policy;
+      r.error = RehearsalTimeout().what();
+      return r;
+    }
+    return rehearse(policy, s);
+  });
+  const nlohmann::json rep = t.run().policy_report;
+  const double net = std::max(AutoPolicy::kClockNetMinMs, AutoPolicy::kClockNetFactor * kRehearsedIterations * iteration_ms);
+  ASSERT_FALSE(limits.empty());
+  EXPECT_TRUE(std::any_of(limits.begin(), limits.end(), [](const auto& p) { return p.first == auto_candidates()[0] && p.second == 0; }))
+      << "the first candidate (the fallback) runs uncut";
+  size_t cuttable = 0;
+  for (const auto& [policy, l] : limits)
+    if (l != 0) {
+      EXPECT_GE(l, net) << policy;
+      ++cuttable;
+    }
+  EXPECT_GT(cuttable, 0u);
+  EXPECT_EQ(rep["planning_clock"]["net_cuts"], 1);
+  EXPECT_NE(rep["candidates"][1]["error"].get<std::string>().find("far slower than the planning clock counts it"), std::string::npos)
+      << rep["candidates"][1].dump();
+}
+
 // The per-gap search's result is data: the chosen candidate and its pins, rehearsed again, give
 // the predicted run; without pins the candidate's own time; with the search off, no pins.
 TEST(AutoSearch, PinsReplayToThePredictedRun) {

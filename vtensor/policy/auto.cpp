@@ -551,9 +551,17 @@ double AutoPolicy::rehearsal_ms(const RehearsalResult& r, int iterations) const 
 RehearsalResult AutoPolicy::rehearse_counted(const std::string& policy, const RehearsalSetup& setup) {
   rehearsed_iterations_ += setup.iterations;
   if (clock_ == PlanningClock::kWall || setup.time_limit_ms == 0) return rehearser_(policy, setup);
-  RehearsalSetup uncut = setup;  // counted, never cut
-  uncut.time_limit_ms = 0;
-  return rehearser_(policy, uncut);
+  // Counted, and cut only where it runs far slower than the clock counts it (a plan that
+  // thrashes, recomputing chains over and over: the wall clock would cut it too).
+  RehearsalSetup net = setup;
+  net.time_limit_ms = std::max(kClockNetMinMs, kClockNetFactor * setup.iterations * iteration_ms_);
+  RehearsalResult r = rehearser_(policy, net);
+  if (!r.trained && r.error.find("time limit") != std::string::npos) {
+    ++clock_net_cuts_;
+    r.error = "not rehearsed to the end: over " + format_number(net.time_limit_ms / 1e3) +
+              " s, far slower than the planning clock counts it";
+  }
+  return r;
 }
 
 void AutoPolicy::parallel(size_t n, const std::function<void(size_t)>& fn) {
@@ -665,6 +673,7 @@ void AutoPolicy::end_iteration(const AccessTrace& trace) {
 void AutoPolicy::choose(const AccessTrace& trace) {
   const auto t0 = std::chrono::steady_clock::now();
   rehearsed_iterations_ = 0;
+  clock_net_cuts_ = 0;
   iteration_ms_ = static_cast<double>(view_->graph().num_ops()) * kClockNsPerOp * 1e-6;
   chosen_ = forced_;
   if (chosen_.empty() && rehearser_) {
@@ -1712,7 +1721,8 @@ nlohmann::json AutoPolicy::report() const {
   out["planning_clock"] = {{"mode", clock_ == PlanningClock::kWall ? "wall" : "rehearsals"},
                            {"rehearsed_iterations", rehearsed_iterations_.load()},
                            {"iteration_ms", iteration_ms_}, {"workers", kClockWorkers},
-                           {"clock_ms", static_cast<double>(rehearsed_iterations_.load()) * iteration_ms_ / kClockWorkers}};
+                           {"clock_ms", static_cast<double>(rehearsed_iterations_.load()) * iteration_ms_ / kClockWorkers},
+                           {"net_cuts", clock_net_cuts_.load()}};
   // What the plan was made from: the measured iteration as the clock recorded it (on sim the same
   // as the rehearsals'), or off sim as the rehearsals recorded it (choose).
   out["planned_from"] = planned_from_ ? "rehearsed measured iteration" : "measured iteration";

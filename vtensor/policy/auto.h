@@ -282,6 +282,12 @@ class AutoPolicy final : public Policy {
   enum class PlanningClock { kWall, kRehearsals };
   static constexpr double kClockNsPerOp = 3000;  // about this machine's rate (docs/design.md)
   static constexpr double kClockWorkers = 2;
+  // On the rehearsals clock a rehearsal is cut only past kClockNetFactor times what the clock
+  // counts it for, and at least kClockNetMinMs of wall time (the report's planning_clock.net_cuts):
+  // a plan that thrashes (the DTR logs' unroll_gan at 25%: chains of recomputations hundreds deep)
+  // would otherwise run for many minutes. Only such a rehearsal's end depends on the machine.
+  static constexpr double kClockNetFactor = 20;
+  static constexpr double kClockNetMinMs = 1000;
   void set_planning_clock(PlanningClock c) { clock_ = c; }
   const std::string& chosen() const { return chosen_; }
   const std::vector<RehearsalResult>& rehearsals() const { return rehearsals_; }
@@ -374,6 +380,7 @@ class AutoPolicy final : public Policy {
   // under kRehearsals, and the count a batch of rehearsals run at once started from (-1: none).
   PlanningClock clock_ = PlanningClock::kRehearsals;
   std::atomic<long long> rehearsed_iterations_{0};
+  std::atomic<long long> clock_net_cuts_{0};  // rehearsals the wall-clock net cut (kClockNetFactor)
   double iteration_ms_ = 0;
   long long batch_base_ = -1;
   // ms of planning since t0 on the planning clock; within a batch, as its item `item` starts.
