@@ -54,7 +54,8 @@ const char* const kAutoSecondsHelp =
 
 const char* const kAutoClockHelp =
     "policy auto: what its planning limits count: rehearsals (default: each rehearsed iteration a fixed time from "
-    "the model's op count, no rehearsal cut: the same plan on every run and machine, whatever its speed or load) or "
+    "the model's op count, a rehearsal cut only when 20x slower than counted: the same plan on every run and machine, "
+    "whatever its speed or load) or "
     "wall (seconds of this machine's time)";
 
 const char* const kAutoPlacementHelp =
