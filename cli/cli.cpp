@@ -53,8 +53,9 @@ const char* const kAutoSecondsHelp =
     "policy auto: seconds its candidates' rehearsals may take, its search then 1.3 s more (default 8; at most 600)";
 
 const char* const kAutoClockHelp =
-    "policy auto: what its planning limits count: rehearsals (default: each rehearsed iteration a fixed time from "
-    "the model's op count, a rehearsal cut only when 20x slower than counted: the same plan on every run and machine, "
+    "policy auto: what its planning limits count: rehearsals (default: each rehearsal a fixed time from "
+    "the model's op count and what it recomputed, compacted and evicted, a rehearsal cut only when 20x slower than "
+    "counted: the same plan on every run and machine, "
     "whatever its speed or load) or "
     "wall (seconds of this machine's time)";
 

@@ -1100,7 +1100,7 @@ TEST(Auto, PlanningTimeLimitKeepsThePlainPlanners) {
 }
 
 // The default planning clock (--auto-clock rehearsals): the limit counts rehearsed iterations (each
-// the model's ops x kClockNsPerOp, over kClockWorkers), so what auto rehearses and chooses does not
+// the model's ops x kClockNsPerOp, over kClockWorkers, and the work each did: deterministic), so what auto rehearses and chooses does not
 // depend on how fast the rehearsals run. The limit is set so the clock stops the candidates after the first
 // ten; a second run whose every rehearsal takes 5 ms longer rehearses and chooses the same.
 TEST(Auto, TheRehearsalsClockPlansTheSameWhateverTheSpeed) {
@@ -1133,6 +1133,7 @@ TEST(Auto, TheRehearsalsClockPlansTheSameWhateverTheSpeed) {
   for (const char* k : {"chosen", "pins", "predicted_time_ms"}) EXPECT_EQ(slow[k], fast[k]) << k;
   EXPECT_EQ(slow["search"]["rehearsals"], fast["search"]["rehearsals"]);
   EXPECT_EQ(slow["planning_clock"]["rehearsed_iterations"], fast["planning_clock"]["rehearsed_iterations"]);
+  EXPECT_EQ(slow["planning_clock"]["clock_ms"], fast["planning_clock"]["clock_ms"]);
   for (size_t i = 0; i < fast["candidates"].size(); ++i) {
     const auto &f = fast["candidates"][i], &s = slow["candidates"][i];
     EXPECT_EQ(s["policy"], f["policy"]);
@@ -1148,6 +1149,45 @@ TEST(Auto, TheRehearsalsClockPlansTheSameWhateverTheSpeed) {
   EXPECT_EQ(r.report["planning_clock"]["mode"], "rehearsals");
   expect_bit_identical(cpu_base, r);
   for (const auto& it : r.iters) EXPECT_LE(it.peak_allocated, c.budget);
+}
+
+// The rehearsals clock counts each rehearsal's iterations at kClockNsPerOp per op, and adds what
+// it recomputed, compacted and evicted (a rehearsal that thrashes takes longer here): the report's
+// clock is exactly that sum, over kClockWorkers.
+TEST(Auto, TheRehearsalsClockChargesWhatARehearsalRecomputesCompactsAndEvicts) {
+  const AutoRun base = train(config("resnet-tiny", "none", 0, 2, "p100-16g"));
+  TrainConfig cfg = config("resnet-tiny", "auto", align_up(max_peak(base) / 3), 3, "p100-16g");
+  cfg.auto_clock = "rehearsals";
+  bounded_search(cfg, 16);
+  Trainer t(cfg);
+  auto* a = dynamic_cast<AutoPolicy*>(&t.memory().policy());
+  ASSERT_NE(a, nullptr);
+  const auto& g = t.graph();
+  std::mutex m;
+  long long iterations = 0;
+  double charged_ns = 0;
+  size_t charged_rehearsals = 0;
+  a->set_rehearser([&](const std::string& policy, const RehearsalSetup& s) {
+    const RehearsalResult r = rehearse(policy, s);
+    std::lock_guard<std::mutex> lock(m);
+    iterations += s.iterations;
+    if (r.trained) {
+      const double ns = s.iterations * (static_cast<double>(r.recomputed_ops) * AutoPolicy::kClockNsPerRecompute +
+                                        static_cast<double>(r.compactions) * AutoPolicy::kClockNsPerCompaction +
+                                        static_cast<double>(r.evictions) * AutoPolicy::kClockNsPerEvictionTensor *
+                                            static_cast<double>(g.num_tensors()));
+      charged_ns += static_cast<double>(std::llround(ns));
+      charged_rehearsals += ns > 0;
+    }
+    return r;
+  });
+  const nlohmann::json rep = t.run().policy_report;
+  const auto& c = rep["planning_clock"];
+  EXPECT_EQ(c["rehearsed_iterations"].get<long long>(), iterations);
+  EXPECT_GT(charged_rehearsals, 0u) << "no rehearsal at a third of the peak recomputed, compacted or evicted";
+  EXPECT_NEAR(c["charged_ms"].get<double>(), charged_ns * 1e-6 / AutoPolicy::kClockWorkers, 1e-6);
+  const double ops_ms = static_cast<double>(iterations) * static_cast<double>(g.num_ops()) * AutoPolicy::kClockNsPerOp * 1e-6;
+  EXPECT_NEAR(c["clock_ms"].get<double>(), (ops_ms + charged_ns * 1e-6) / AutoPolicy::kClockWorkers, 1e-3);
 }
 
 // On the rehearsals clock a rehearsal is cut only where it runs far slower than the clock counts

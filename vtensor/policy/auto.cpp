@@ -539,18 +539,35 @@ double AutoPolicy::elapsed_ms(std::chrono::steady_clock::time_point t0, size_t i
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   // Within a batch, its item i starts after the i before it, shared over the workers: the same
   // reading whichever thread runs it, and however fast.
-  const long long n = batch_base_ >= 0 ? batch_base_ + static_cast<long long>(item) * kRehearsedIterations
-                                       : rehearsed_iterations_.load();
-  return static_cast<double>(n) * iteration_ms_ / kClockWorkers;
+  // (The rehearsals of a batch add their own work to the clock as they end; an item's reading
+  // counts only the ops of the items before it, which do not depend on the order they end in.)
+  const double ns = batch_base_ >= 0
+                        ? static_cast<double>(batch_base_) + static_cast<double>(item) * kRehearsedIterations * iteration_ms_ * 1e6
+                        : static_cast<double>(clock_ns_.load());
+  return ns * 1e-6 / kClockWorkers;
+}
+
+double AutoPolicy::clock_cost_ns(const RehearsalResult& r, int iterations) const {
+  if (!r.trained) return 0;
+  return iterations * (static_cast<double>(r.recomputed_ops) * kClockNsPerRecompute +
+                       static_cast<double>(r.compactions) * kClockNsPerCompaction +
+                       static_cast<double>(r.evictions) * eviction_ns_);
 }
 
 double AutoPolicy::rehearsal_ms(const RehearsalResult& r, int iterations) const {
-  return clock_ == PlanningClock::kWall ? r.wall_ms : iterations * iteration_ms_ / kClockWorkers;
+  if (clock_ == PlanningClock::kWall) return r.wall_ms;
+  return (iterations * iteration_ms_ + clock_cost_ns(r, iterations) * 1e-6) / kClockWorkers;
 }
 
 RehearsalResult AutoPolicy::rehearse_counted(const std::string& policy, const RehearsalSetup& setup) {
   rehearsed_iterations_ += setup.iterations;
-  if (clock_ == PlanningClock::kWall || setup.time_limit_ms == 0) return rehearser_(policy, setup);
+  clock_ns_ += std::llround(setup.iterations * iteration_ms_ * 1e6);
+  auto charged = [&](RehearsalResult r) {
+    const auto ns = std::llround(clock_cost_ns(r, setup.iterations));
+    clock_ns_ += ns, charged_ns_ += ns;
+    return r;
+  };
+  if (clock_ == PlanningClock::kWall || setup.time_limit_ms == 0) return charged(rehearser_(policy, setup));
   // Counted, and cut only where it runs far slower than the clock counts it (a plan that
   // thrashes, recomputing chains over and over: the wall clock would cut it too).
   RehearsalSetup net = setup;
@@ -561,12 +578,12 @@ RehearsalResult AutoPolicy::rehearse_counted(const std::string& policy, const Re
     r.error = "not rehearsed to the end: over " + format_number(net.time_limit_ms / 1e3) +
               " s, far slower than the planning clock counts it";
   }
-  return r;
+  return charged(std::move(r));
 }
 
 void AutoPolicy::parallel(size_t n, const std::function<void(size_t)>& fn) {
   const bool outer = batch_base_ < 0;
-  if (outer) batch_base_ = rehearsed_iterations_.load();
+  if (outer) batch_base_ = clock_ns_.load();
   run_parallel(n, fn);
   if (outer) batch_base_ = -1;
 }
@@ -673,8 +690,10 @@ void AutoPolicy::end_iteration(const AccessTrace& trace) {
 void AutoPolicy::choose(const AccessTrace& trace) {
   const auto t0 = std::chrono::steady_clock::now();
   rehearsed_iterations_ = 0;
+  clock_ns_ = 0, charged_ns_ = 0;
   clock_net_cuts_ = 0;
   iteration_ms_ = static_cast<double>(view_->graph().num_ops()) * kClockNsPerOp * 1e-6;
+  eviction_ns_ = static_cast<double>(view_->graph().num_tensors()) * kClockNsPerEvictionTensor;
   chosen_ = forced_;
   if (chosen_.empty() && rehearser_) {
     RehearsalSetup s;
@@ -1721,7 +1740,8 @@ nlohmann::json AutoPolicy::report() const {
   out["planning_clock"] = {{"mode", clock_ == PlanningClock::kWall ? "wall" : "rehearsals"},
                            {"rehearsed_iterations", rehearsed_iterations_.load()},
                            {"iteration_ms", iteration_ms_}, {"workers", kClockWorkers},
-                           {"clock_ms", static_cast<double>(rehearsed_iterations_.load()) * iteration_ms_ / kClockWorkers},
+                           {"clock_ms", static_cast<double>(clock_ns_.load()) * 1e-6 / kClockWorkers},
+                           {"charged_ms", static_cast<double>(charged_ns_.load()) * 1e-6 / kClockWorkers},
                            {"net_cuts", clock_net_cuts_.load()}};
   // What the plan was made from: the measured iteration as the clock recorded it (on sim the same
   // as the rehearsals'), or off sim as the rehearsals recorded it (choose).

@@ -31,7 +31,8 @@
 //   rehearses faster. Then a window search: every combination of
 //   2+ gaps' moves over the costliest gap and those overlapping it (exhaustive, at most 256).
 //   All within 1.3 s past the candidates' limit. The report adds a lower bound (bound.h).
-//   The limits count rehearsed iterations by default (a fixed time per op), so the plan does not
+//   The limits count rehearsals by default (a fixed time per op, recomputation, compaction and
+//   eviction, fitted to this project's machines), so the plan does not
 //   depend on the machine's speed or load; --auto-clock wall counts this machine's seconds.
 //   A linear program over the whole iteration (lp.h, Clp) gives a tighter bound; its rounded
 //   optimum, pinned on the fastest Capuchin-based candidates, is rehearsed as more search starts,
@@ -274,13 +275,20 @@ class AutoPolicy final : public Policy {
   void set_candidates(std::vector<std::string> c) { candidates_ = std::move(c); }
   // Once planning has taken this long, the remaining candidates are not rehearsed.
   void set_time_limit_ms(double ms) { time_limit_ms_ = ms; }
-  // What the planning limits are counted against. kRehearsals (the default): each rehearsed
-  // iteration counts as a fixed time from the model's op count (kClockNsPerOp, over kClockWorkers
-  // rehearsals at once, as this project's 2-core machines run them), no rehearsal is cut short,
-  // and the plan is the same on every run and machine. kWall (`--auto-clock wall`): the wall
-  // clock, so what the search rehearses depends on the machine's speed and load.
+  // What the planning limits are counted against. kRehearsals (the default): each rehearsal
+  // counts as a fixed time per rehearsed iteration, from the model's op count and the rehearsal's
+  // own deterministic work (what it recomputed, compacted, evicted: clock_cost_ns), over
+  // kClockWorkers rehearsals at once, as this project's 2-core machines run them; no rehearsal is
+  // cut short, and the plan is the same on every run and machine. kWall (`--auto-clock wall`):
+  // the wall clock, so what the search rehearses depends on the machine's speed and load.
   enum class PlanningClock { kWall, kRehearsals };
-  static constexpr double kClockNsPerOp = 3000;  // about this machine's rate (docs/design.md)
+  // The clock's rates: this machine's rehearsals fitted over 13 rows (recomputed ops, compactions,
+  // and evictions, each a choice over the tensors on the device), then scaled up 1.15x so that
+  // the slowest to rehearse plans within the limits here (docs/design.md, "The planning clock").
+  static constexpr double kClockNsPerOp = 2000;           // per op of each rehearsed iteration
+  static constexpr double kClockNsPerRecompute = 12000;   // per recomputed op
+  static constexpr double kClockNsPerCompaction = 14000;  // per compaction of the arena
+  static constexpr double kClockNsPerEvictionTensor = 8;  // per eviction and tensor of the graph
   static constexpr double kClockWorkers = 2;
   // On the rehearsals clock a rehearsal is cut only past kClockNetFactor times what the clock
   // counts it for, and at least kClockNetMinMs of wall time (the report's planning_clock.net_cuts):
@@ -380,13 +388,19 @@ class AutoPolicy final : public Policy {
   // under kRehearsals, and the count a batch of rehearsals run at once started from (-1: none).
   PlanningClock clock_ = PlanningClock::kRehearsals;
   std::atomic<long long> rehearsed_iterations_{0};
+  std::atomic<long long> clock_ns_{0};     // the rehearsals' count on the clock, before the workers
+  std::atomic<long long> charged_ns_{0};   // the part of it their recomputations etc. add
   std::atomic<long long> clock_net_cuts_{0};  // rehearsals the wall-clock net cut (kClockNetFactor)
   double iteration_ms_ = 0;
-  long long batch_base_ = -1;
+  double eviction_ns_ = 0;     // what one eviction counts for (kClockNsPerEvictionTensor)
+  long long batch_base_ = -1;  // clock_ns_ as the batch started
   // ms of planning since t0 on the planning clock; within a batch, as its item `item` starts.
   double elapsed_ms(std::chrono::steady_clock::time_point t0, size_t item = 0) const;
   // What a rehearsal of `iterations` counts for on the planning clock (wall: as `r` took).
   double rehearsal_ms(const RehearsalResult& r, int iterations = kRehearsedIterations) const;
+  // A finished rehearsal's work beyond its iterations' ops, in ns of the clock: its guided
+  // iterations' recomputed ops, compactions and evictions (0 for one that did not finish).
+  double clock_cost_ns(const RehearsalResult& r, int iterations) const;
   // rehearser_, counted on the planning clock (uncut under kRehearsals).
   RehearsalResult rehearse_counted(const std::string& policy, const RehearsalSetup& setup);
   // fn(0..n-1), a few at a time; the planning clock reads as each item starts.
