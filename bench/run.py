@@ -1799,6 +1799,49 @@ EXPERIMENTS["auto-repeat"] = auto_repeat(EXPERIMENTS["auto-search-models"]["rows
 EXPERIMENTS["auto-repeat-logs"] = auto_repeat(EXPERIMENTS["auto-search-logs"]["rows"], "the DTR logs", 3)
 
 
+# auto's default planning clock against this machine: per row, what the rehearsals counted on the
+# clock (their ops, and what they recomputed, compacted and evicted: AutoPolicy's kClockNs*) and
+# how long they took. bench/fit_clock.py fits the clock's rates to these rows.
+def _clock(c):
+    rep = c.rep.get("auto")
+    if not rep:
+        return None
+    r = rep["policy_report"]
+    k = r["planning_clock"]
+    ch = k["charged"]
+    return {"iterations": f"{k['rehearsed_iterations']}",
+            "graph": f"{ch['graph_ops']} / {ch['graph_tensors']}",
+            "charged": f"{ch['recomputed_ops']} / {ch['compactions']} / {ch['evictions']}",
+            "clock": f"{k['clock_ms'] / 1e3:.3f} = {(k['clock_ms'] - k['charged_ms']) / 1e3:.3f} + {k['charged_ms'] / 1e3:.3f}",
+            "wall": f"{k['rehearsals_wall_ms'] / k['workers'] / 1e3:.3f}",
+            "ratio": f"{k['rehearsals_wall_ms'] / k['workers'] / max(k['clock_ms'], 1e-9):.2f}",
+            "planning": f"{r['planning_ms'] / 1e3:.2f}"}
+
+
+def _clock_col(key):
+    return lambda c: (_clock(c) or {}).get(key, "OOM")
+
+
+EXPERIMENTS["planning-clock"] = {
+    "kind": "runs", "serial": True,  # its figures are timings
+    "about": "auto's planning clock (the default, --auto-clock rehearsals) against this machine: per row "
+             "`vtensor train|replay ... --policy auto --budget B --iters 2 --report R` on sim (B from a sweep of none), "
+             "and from the report's planning_clock: the iterations rehearsed, the graph's ops / tensors, what the "
+             "finished rehearsals recomputed (ops) / compacted / evicted (each x its iterations), the clock it "
+             "counted (ops + charged, over the 2 workers), the rehearsals' own wall time over the 2 workers, their "
+             "ratio, and the whole planning time. bench/fit_clock.py bench-out/planning-clock.json fits the clock's "
+             "rates to these rows",
+    "rows": [r for r in EXPERIMENTS["auto-search-models"]["rows"] if r["name"] != "vgg16" or r["budget"] == "50%"] +
+            [{"cmd": "replay", "name": l, "budget": "25%", "gpu": "p100-16g", "args": []}
+             for l in ("densenet121", "inceptionv4", "lstm", "unet")],
+    "runs": [("budgets", _none_sweep), ("auto", _auto_run)],
+    "columns": [("row", lambda c: c.row["name"]), ("GPU", lambda c: c.row["gpu"]), ("budget", lambda c: c.row["budget"]),
+                ("rehearsed iterations", _clock_col("iterations")), ("graph ops / tensors", _clock_col("graph")),
+                ("recomputed ops / compactions / evictions", _clock_col("charged")),
+                ("clock (s): ops + charged", _clock_col("clock")), ("rehearsals' wall (s)", _clock_col("wall")),
+                ("wall / clock", _clock_col("ratio")), ("planning (s)", _clock_col("planning"))]}
+
+
 # Which LP auto's starts are rounded from (--auto-lp-model): the bound's and the one that also
 # compresses (compress, the default), the bound's alone, the one that holds a copy's bytes on the
 # device while in flight, or both of those. The logs have no densities: compress is bound there.

@@ -1151,15 +1151,20 @@ TEST(Auto, TheRehearsalsClockPlansTheSameWhateverTheSpeed) {
   for (const auto& it : r.iters) EXPECT_LE(it.peak_allocated, c.budget);
 }
 
+// resnet-tiny on sim at 1/divisor of its unmanaged peak, auto on the rehearsals clock, the search bounded.
+static TrainConfig rehearsals_clock_config(size_t divisor) {
+  const AutoRun base = train(config("resnet-tiny", "none", 0, 2, "p100-16g"));
+  TrainConfig cfg = config("resnet-tiny", "auto", align_up(max_peak(base) / divisor), 3, "p100-16g");
+  cfg.auto_clock = "rehearsals";
+  bounded_search(cfg, 16);
+  return cfg;
+}
+
 // The rehearsals clock counts each rehearsal's iterations at kClockNsPerOp per op, and adds what
 // it recomputed, compacted and evicted (a rehearsal that thrashes takes longer here): the report's
 // clock is exactly that sum, over kClockWorkers.
 TEST(Auto, TheRehearsalsClockChargesWhatARehearsalRecomputesCompactsAndEvicts) {
-  const AutoRun base = train(config("resnet-tiny", "none", 0, 2, "p100-16g"));
-  TrainConfig cfg = config("resnet-tiny", "auto", align_up(max_peak(base) / 3), 3, "p100-16g");
-  cfg.auto_clock = "rehearsals";
-  bounded_search(cfg, 16);
-  Trainer t(cfg);
+  Trainer t(rehearsals_clock_config(3));
   auto* a = dynamic_cast<AutoPolicy*>(&t.memory().policy());
   ASSERT_NE(a, nullptr);
   const auto& g = t.graph();
@@ -1194,11 +1199,7 @@ TEST(Auto, TheRehearsalsClockChargesWhatARehearsalRecomputesCompactsAndEvicts) {
 // it (a thrashing plan): its wall-clock limit is kClockNetFactor x its count, at least
 // kClockNetMinMs; the first candidate is never cut. A cut is an error the report counts.
 TEST(Auto, TheRehearsalsClockCutsOnlyARehearsalFarSlowerThanItCounts) {
-  const AutoRun base = train(config("resnet-tiny", "none", 0, 2, "p100-16g"));
-  TrainConfig cfg = config("resnet-tiny", "auto", align_up(max_peak(base) / 2), 3, "p100-16g");
-  cfg.auto_clock = "rehearsals";
-  bounded_search(cfg, 16);
-  Trainer t(cfg);
+  Trainer t(rehearsals_clock_config(2));
   auto* a = dynamic_cast<AutoPolicy*>(&t.memory().policy());
   ASSERT_NE(a, nullptr);
   const double iteration_ms = static_cast<double>(t.graph().num_ops()) * AutoPolicy::kClockNsPerOp * 1e-6;

@@ -303,6 +303,42 @@ class SimVsDevice(unittest.TestCase):
             self.assertIn("no d2h row", p.stderr)
 
 
+class FitClock(unittest.TestCase):
+    """bench/fit_clock.py recovers the planning clock's rates from rows that cost exactly them, and
+    refuses a file that is not the planning-clock experiment's."""
+    FIT = [sys.executable, os.path.join(ROOT, "bench", "fit_clock.py")]
+
+    def test_recovers_the_rates_rows_were_made_with(self):
+        rates = [1500.0, 10000.0, 12000.0, 6.0]  # ns per op, recomputed op, compaction, eviction x tensor
+        rows = []
+        for k, (it, ops, tensors, rc, cp, ev) in enumerate([(8000, 564, 1046, 90000, 4000, 60000), (9000, 771, 1249, 0, 500, 2000),
+                                                            (3000, 1258, 2969, 300000, 20000, 400000), (12000, 125, 177, 100, 900, 50000),
+                                                            (700, 7926, 5248, 2000, 10, 100)]):
+            wall_ns = it * ops * rates[0] + rc * rates[1] + cp * rates[2] + ev * tensors * rates[3]
+            rows.append({"row": f"r{k}", "GPU": "g", "budget": "25%", "rehearsed iterations": str(it),
+                         "graph ops / tensors": f"{ops} / {tensors}", "recomputed ops / compactions / evictions": f"{rc} / {cp} / {ev}",
+                         "rehearsals' wall (s)": repr(wall_ns / 2 / 1e9)})
+        rows.append({"row": "vgg16", "GPU": "g", "budget": "25%", "rehearsed iterations": "OOM"})
+        with tempfile.TemporaryDirectory() as tmp:
+            src, out = os.path.join(tmp, "pc.json"), os.path.join(tmp, "fit.json")
+            with open(src, "w") as f:
+                json.dump({"experiment": "planning-clock", "rows": rows}, f)
+            p = subprocess.run([*self.FIT, src, "--within", "0.8", "--out", out], capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            with open(out) as f:
+                fit = json.load(f)
+            for got, want in zip(fit["rates_ns"].values(), rates):
+                self.assertAlmostEqual(got, want, delta=want * 1e-6)
+            self.assertAlmostEqual(fit["scale"], 1 / 0.8, places=6)
+            for r in fit["wall_over_fitted_clock"].values():
+                self.assertAlmostEqual(r, 1.0, places=6)
+            with open(src, "w") as f:
+                json.dump({"experiment": "auto-search-models", "rows": rows}, f)
+            p = subprocess.run([*self.FIT, src], capture_output=True, text=True)
+            self.assertNotEqual(p.returncode, 0)
+            self.assertIn("not bench/run.py planning-clock's output", p.stderr)
+
+
 class Docs(unittest.TestCase):
     def test_every_table_is_generated_or_names_its_command(self):
         """Every table of docs/*.md sits between the markers of an experiment `bench/run.py list` knows,

@@ -565,6 +565,12 @@ RehearsalResult AutoPolicy::rehearse_counted(const std::string& policy, const Re
   auto charged = [&](RehearsalResult r) {
     const auto ns = std::llround(clock_cost_ns(r, setup.iterations));
     clock_ns_ += ns, charged_ns_ += ns;
+    rehearsals_wall_us_ += std::llround(r.wall_ms * 1e3);
+    if (r.trained) {
+      charged_recomputes_ += static_cast<long long>(r.recomputed_ops) * setup.iterations;
+      charged_compactions_ += static_cast<long long>(r.compactions) * setup.iterations;
+      charged_evictions_ += static_cast<long long>(r.evictions) * setup.iterations;
+    }
     return r;
   };
   if (clock_ == PlanningClock::kWall || setup.time_limit_ms == 0) return charged(rehearser_(policy, setup));
@@ -691,6 +697,7 @@ void AutoPolicy::choose(const AccessTrace& trace) {
   const auto t0 = std::chrono::steady_clock::now();
   rehearsed_iterations_ = 0;
   clock_ns_ = 0, charged_ns_ = 0;
+  charged_recomputes_ = 0, charged_compactions_ = 0, charged_evictions_ = 0, rehearsals_wall_us_ = 0;
   clock_net_cuts_ = 0;
   iteration_ms_ = static_cast<double>(view_->graph().num_ops()) * kClockNsPerOp * 1e-6;
   eviction_ns_ = static_cast<double>(view_->graph().num_tensors()) * kClockNsPerEvictionTensor;
@@ -1742,6 +1749,12 @@ nlohmann::json AutoPolicy::report() const {
                            {"iteration_ms", iteration_ms_}, {"workers", kClockWorkers},
                            {"clock_ms", static_cast<double>(clock_ns_.load()) * 1e-6 / kClockWorkers},
                            {"charged_ms", static_cast<double>(charged_ns_.load()) * 1e-6 / kClockWorkers},
+                           {"charged", {{"recomputed_ops", charged_recomputes_.load()},
+                                        {"compactions", charged_compactions_.load()},
+                                        {"evictions", charged_evictions_.load()},
+                                        {"graph_ops", view_ ? view_->graph().num_ops() : 0},
+                                        {"graph_tensors", view_ ? view_->graph().num_tensors() : 0}}},
+                           {"rehearsals_wall_ms", static_cast<double>(rehearsals_wall_us_.load()) * 1e-3},
                            {"net_cuts", clock_net_cuts_.load()}};
   // What the plan was made from: the measured iteration as the clock recorded it (on sim the same
   // as the rehearsals'), or off sim as the rehearsals recorded it (choose).
