@@ -278,8 +278,8 @@ class AutoPolicy final : public Policy {
   // What the planning limits are counted against. kRehearsals (the default): each rehearsal
   // counts as a fixed time per rehearsed iteration, from the model's op count and the rehearsal's
   // own deterministic work (what it recomputed, compacted, evicted: clock_cost_ns), over
-  // kClockWorkers rehearsals at once, as this project's 2-core machines run them; no rehearsal is
-  // cut short, and the plan is the same on every run and machine. kWall (`--auto-clock wall`):
+  // kClockWorkers rehearsals at once, as this project's 2-core machines run them; a rehearsal is
+  // cut only past the net below, and the plan is the same on every run and machine. kWall (`--auto-clock wall`):
   // the wall clock, so what the search rehearses depends on the machine's speed and load.
   enum class PlanningClock { kWall, kRehearsals };
   // The clock's rates: this machine's rehearsals fitted over 13 rows (recomputed ops, compactions,
