@@ -81,6 +81,34 @@ TEST(CudaCodecs, SameBytesAndBitsAsCpu) {
       }
 }
 
+// The bitmask codec runs one block per tile of 32 Ki elements and scans the tiles' counts 1024 at a
+// time: a tensor of more than 1024 tiles, the last one partial, still gives the cpu's bytes and bits.
+TEST(CudaCodecs, BitmaskOverMoreThan1024TilesMatchesCpu) {
+  VT_REQUIRE_GPU();
+  const size_t n = size_t{1100} * 32768 + 77;
+  const size_t bound = codec_bound(Codec::kBitmask, n);
+  const auto aligned = [](size_t o) { return (o + 255) / 256 * 256; };
+  const size_t packed_at = aligned(4 * n), back_at = aligned(packed_at + bound);
+  auto be = make_backend("cuda", {.arena_bytes = aligned(back_at + 4 * n)});
+  char* dev = static_cast<char*>(be->arena_base());
+  const auto x = inputs(n, 0, 11);
+  std::vector<uint8_t> want(bound), ws(codec_chunk_workspace(1024));
+  const size_t want_size = cpu::compress(Codec::kBitmask, x.data(), n, want.data(), bound, ws.data(), ws.size());
+  be->copy_to_device(dev, x.data(), 4 * n);
+  const TensorInfo t = tensor_of(n);
+  CodecResult r, d;
+  be->compress_async(Stream::kCompress, Codec::kBitmask, t, dev, dev + packed_at, bound, nullptr, 0, &r);
+  be->decompress_async(Stream::kCompress, Codec::kBitmask, t, dev + packed_at, want_size, dev + back_at, &d);
+  be->record(Stream::kCompress)->wait();
+  ASSERT_EQ(r.bytes, want_size);
+  std::vector<uint8_t> got(want_size);
+  be->copy_to_host(got.data(), dev + packed_at, want_size);
+  EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want_size)) << "compressed bytes differ from the cpu's";
+  std::vector<float> y(n);
+  be->copy_to_host(y.data(), dev + back_at, 4 * n);
+  EXPECT_EQ(0, std::memcmp(y.data(), x.data(), 4 * n)) << "decompressed bits differ from the input";
+}
+
 // Lossy codecs on finite values: the same bytes and the same decompressed bits as the cpu.
 TEST(CudaCodecs, LossyCodecsMatchCpuOnFiniteValues) {
   VT_REQUIRE_GPU();

@@ -183,6 +183,11 @@ void CudaBackend::release() noexcept {
   if (codec_dev_) VT_CHECK_NOTHROW(cudaFree(codec_dev_));
   if (codec_host_) VT_CHECK_NOTHROW(cudaFreeHost(codec_host_));
   codec_dev_ = codec_host_ = nullptr;
+  for (int i = 0; i < kNumStreams; ++i) {
+    if (codec_scratch_[i]) VT_CHECK_NOTHROW(cudaFree(codec_scratch_[i]));
+    codec_scratch_[i] = nullptr;
+    codec_scratch_bytes_[i] = 0;
+  }
   if (arena_) VT_CHECK_NOTHROW(cudaFree(arena_));
   if (managed_) VT_CHECK_NOTHROW(cudaFree(managed_));
   managed_ = nullptr;
@@ -311,7 +316,7 @@ void CUDART_CB deliver_size(void* p) {
 }  // namespace
 
 void CudaBackend::compress_async(Stream s, Codec c, const TensorInfo& t, const void* src, void* dst, size_t capacity,
-                                 void* workspace, size_t workspace_bytes, CodecResult* result) {
+                                 void*, size_t, CodecResult* result) {  // the arena workspace: not needed here
   const auto n = static_cast<size_t>(t.shape.numel());
   const cudaStream_t cs = stream(s);
   if (c == Codec::kSign) {
@@ -329,16 +334,36 @@ void CudaBackend::compress_async(Stream s, Codec c, const TensorInfo& t, const v
   if (c != Codec::kBitmask) throw std::logic_error("cuda compress: codec " + std::string(to_string(c)));
   if (!codec_dev_) count_nonzeros(t, src);  // allocates the rings (and syncs once)
   const size_t slot = codec_next_++ % kCodecSlots;
-  cuda::compress_bitmask(cs, n, static_cast<const float*>(src), dst, capacity, workspace, workspace_bytes,
+  const size_t scratch = cuda::bitmask_scratch_bytes(n);
+  cuda::compress_bitmask(cs, n, static_cast<const float*>(src), dst, capacity, codec_scratch(s, scratch), scratch,
                          codec_dev_ + slot);
   VT_CHECK(cudaMemcpyAsync(codec_host_ + slot, codec_dev_ + slot, sizeof(unsigned long long), cudaMemcpyDeviceToHost, cs));
   VT_CHECK(cudaLaunchHostFunc(cs, deliver_size, new SizeDelivery{codec_host_ + slot, result}));
 }
 
+void* CudaBackend::codec_scratch(Stream s, size_t bytes) {
+  const int i = static_cast<int>(s);
+  if (codec_scratch_bytes_[i] < bytes) {  // a larger tensor than any before on this stream: grow (first iterations)
+    const size_t want = std::max<size_t>(bytes, size_t(64) << 10);
+    if (codec_scratch_[i]) {
+      VT_CHECK(cudaStreamSynchronize(stream(s)));  // its earlier codecs are done with it
+      VT_CHECK(cudaFree(codec_scratch_[i]));
+      codec_scratch_[i] = nullptr;
+      codec_scratch_bytes_[i] = 0;
+    }
+    VT_CHECK(cudaMalloc(&codec_scratch_[i], want));
+    codec_scratch_bytes_[i] = want;
+  }
+  return codec_scratch_[i];
+}
+
 void CudaBackend::decompress_async(Stream s, Codec c, const TensorInfo& t, const void* src, size_t, void* dst, CodecResult* result) {
   const auto n = static_cast<size_t>(t.shape.numel());
   if (c == Codec::kSign) cuda::decompress_sign(stream(s), n, src, static_cast<float*>(dst));
-  else if (c == Codec::kBitmask) cuda::decompress_bitmask(stream(s), n, src, static_cast<float*>(dst));
+  else if (c == Codec::kBitmask) {
+    const size_t scratch = cuda::bitmask_scratch_bytes(n);
+    cuda::decompress_bitmask(stream(s), n, src, static_cast<float*>(dst), codec_scratch(s, scratch), scratch);
+  }
   else if (c == Codec::kInt8) cuda::decompress_int8(stream(s), n, src, static_cast<float*>(dst));
   else if (c == Codec::kBf16 || c == Codec::kFp16) cuda::decompress_half(stream(s), c == Codec::kBf16, n, src, static_cast<float*>(dst));
   else throw std::logic_error("cuda decompress: codec " + std::string(to_string(c)));

@@ -118,6 +118,11 @@ class CudaBackend final : public Backend {
   unsigned long long* codec_dev_ = nullptr;   // kCodecSlots device counters, allocated on first use
   unsigned long long* codec_host_ = nullptr;  // kCodecSlots pinned slots
   size_t codec_next_ = 0;
+  // The bitmask codec's tile counts (cuda::bitmask_scratch_bytes), one buffer per stream so that
+  // codecs on two streams never share one; outside the arena (8 bytes per 32 Ki elements).
+  void* codec_scratch(Stream s, size_t bytes);
+  void* codec_scratch_[kNumStreams] = {};
+  size_t codec_scratch_bytes_[kNumStreams] = {};
   bool deterministic_ = false, sync_timing_ = false, device_waits_ = false;
   std::vector<std::pair<cudaEvent_t, cudaEvent_t>> waits_;  // timing events around each device wait
   std::shared_ptr<cuda::EventPool> events_ = std::make_shared<cuda::EventPool>(cudaEventDisableTiming);

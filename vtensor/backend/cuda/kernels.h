@@ -68,14 +68,15 @@ void transpose12(cudaStream_t s, int A, int B, int C, int D, const float* x, flo
 // Compression codecs (formats in vtensor/backend/codec.h, the same bytes as vtensor/backend/cpu/codecs.h).
 // count_nonzero_bits: writes the count to *count (device memory).
 void count_nonzero_bits(cudaStream_t s, size_t n, const float* x, unsigned long long* count);
-// kBitmask: one block walks the tensor in tiles of 1024 words (32 elements each), scans the
-// words' popcounts in shared memory (its sliding workspace) and scatters the values; values that
-// would land past `capacity` are not written. The compressed size goes to *total (device).
-// The arena workspace (ws) is not needed by this kernel.
-void compress_bitmask(cudaStream_t s, size_t n, const float* x, void* dst, size_t capacity, void* ws, size_t ws_bytes,
-                      unsigned long long* total);
+// kBitmask: tiles of 1024 words (32 elements each), one block per tile, in three passes (masks
+// and each tile's count; the tiles' starts; the values); values that would land past `capacity`
+// are not written. The compressed size goes to *total (device). `scratch` (device memory, at
+// least bitmask_scratch_bytes(n), used in stream order) holds the tiles' counts.
+size_t bitmask_scratch_bytes(size_t n);
+void compress_bitmask(cudaStream_t s, size_t n, const float* x, void* dst, size_t capacity, void* scratch,
+                      size_t scratch_bytes, unsigned long long* total);
 void compress_sign(cudaStream_t s, size_t n, const float* x, void* dst);
-void decompress_bitmask(cudaStream_t s, size_t n, const void* src, float* y);
+void decompress_bitmask(cudaStream_t s, size_t n, const void* src, float* y, void* scratch, size_t scratch_bytes);
 void decompress_sign(cudaStream_t s, size_t n, const void* src, float* y);
 // Lossy (opt-in): bf16 / fp16 rounded to nearest even; int8 with one scale (max finite |x| / 127)
 // in the first 4 bytes, found by an atomic max before the quantisation.

@@ -5,6 +5,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
+#include <stdexcept>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -577,7 +578,7 @@ void transpose12(cudaStream_t s, int A, int B, int C, int D, const float* x, flo
 
 namespace {
 
-constexpr unsigned kTileWords = 1024;  // one thread per 32-element word, one block walks the tiles
+constexpr unsigned kTileWords = 1024;  // one thread per 32-element word, one block per tile
 
 // Exclusive scan of v over the block (kTileWords threads); returns the block's sum.
 __device__ unsigned long long block_exclusive_scan(unsigned long long& v, unsigned long long* sh) {
@@ -595,51 +596,83 @@ __device__ unsigned long long block_exclusive_scan(unsigned long long& v, unsign
   return total;
 }
 
-// One block: tile by tile, each thread makes its word's mask, the block scans the popcounts and
-// each thread writes its non-zero values after the tile's running start. Values past `room` are
-// not written; the size is still counted.
-__global__ void compress_bitmask_k(size_t n, const float* x, uint32_t* mask, uint32_t* values, size_t room_words,
-                                   unsigned long long* total) {
+// The bitmask codec in three passes over tiles of kTileWords words, one block per tile, so that
+// every multiprocessor takes part (one block walking the whole tensor ran at a few GB/s).
+// Pass 1: each warp builds 32 mask words from coalesced loads (a ballot per word); thread j of
+// the block ends up owning word j of the tile; the block's non-zero count goes to counts[tile].
+__global__ void bitmask_masks_k(size_t n, const float* x, uint32_t* mask, unsigned long long* counts) {
   __shared__ unsigned long long sh[kTileWords];
   const size_t words = (n + 31) / 32;
-  unsigned long long run = 0;
-  for (size_t t0 = 0; t0 < words; t0 += kTileWords) {
-    const size_t w = t0 + threadIdx.x;
-    uint32_t m = 0;
-    if (w < words)
-      for (int i = 0; i < 32 && w * 32 + i < n; ++i)
-        if (__float_as_uint(x[w * 32 + i]) != 0u) m |= 1u << i;
-    unsigned long long at = __popc(m);
-    const unsigned long long tile = block_exclusive_scan(at, sh);
-    if (w < words) {
-      mask[w] = m;
-      at += run;
-      for (int i = 0; i < 32; ++i)
-        if ((m >> i) & 1u) {
-          if (at < room_words) values[at] = __float_as_uint(x[w * 32 + i]);
-          ++at;
-        }
-    }
-    run += tile;
+  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+  const size_t first = size_t(blockIdx.x) * kTileWords + size_t(warp) * 32;  // this warp's first word
+  uint32_t mine = 0;
+  for (unsigned k = 0; k < 32; ++k) {
+    const size_t e = (first + k) * 32 + lane;
+    const uint32_t m = __ballot_sync(0xffffffffu, e < n && __float_as_uint(x[e]) != 0u);
+    if (lane == k) mine = m;
   }
-  if (threadIdx.x == 0) *total = (words + run) * 4;
+  const size_t w = first + lane;  // = blockIdx.x * kTileWords + threadIdx.x
+  if (w < words) mask[w] = mine;
+  unsigned long long c = __popc(mine);
+  const unsigned long long tile = block_exclusive_scan(c, sh);
+  if (threadIdx.x == 0) counts[blockIdx.x] = tile;
 }
 
-__global__ void decompress_bitmask_k(size_t n, const uint32_t* mask, const uint32_t* values, float* y) {
+// Pass 2, one block: counts[] becomes each tile's exclusive start; *total (when given) the
+// compressed size in bytes (mask words and values).
+__global__ void bitmask_tile_starts_k(size_t tiles, size_t words, unsigned long long* counts, unsigned long long* total) {
+  __shared__ unsigned long long sh[kTileWords];
+  unsigned long long run = 0;
+  for (size_t t0 = 0; t0 < tiles; t0 += kTileWords) {
+    const size_t t = t0 + threadIdx.x;
+    unsigned long long v = t < tiles ? counts[t] : 0;
+    const unsigned long long sum = block_exclusive_scan(v, sh);
+    if (t < tiles) counts[t] = run + v;
+    run += sum;
+  }
+  if (total && threadIdx.x == 0) *total = (words + run) * 4;
+}
+
+// Pass 3 of compression: each thread writes its word's non-zero values after the tile's start and
+// the words before it in the tile. Values past `room_words` are not written (the size still counts them).
+__global__ void bitmask_values_k(size_t n, const float* x, const uint32_t* mask, const unsigned long long* starts,
+                                 uint32_t* values, size_t room_words) {
   __shared__ unsigned long long sh[kTileWords];
   const size_t words = (n + 31) / 32;
-  unsigned long long run = 0;
-  for (size_t t0 = 0; t0 < words; t0 += kTileWords) {
-    const size_t w = t0 + threadIdx.x;
-    const uint32_t m = w < words ? mask[w] : 0u;
-    unsigned long long at = __popc(m);
-    const unsigned long long tile = block_exclusive_scan(at, sh);
-    if (w < words) {
-      at += run;
-      for (int i = 0; i < 32 && w * 32 + i < n; ++i) y[w * 32 + i] = __uint_as_float((m >> i) & 1u ? values[at++] : 0u);
+  const size_t w = size_t(blockIdx.x) * kTileWords + threadIdx.x;
+  const uint32_t m = w < words ? mask[w] : 0u;
+  unsigned long long at = __popc(m);
+  block_exclusive_scan(at, sh);  // every thread of the block takes part
+  if (w >= words) return;
+  at += starts[blockIdx.x];
+  for (int i = 0; i < 32; ++i)
+    if ((m >> i) & 1u) {
+      if (at < room_words) values[at] = __float_as_uint(x[w * 32 + i]);
+      ++at;
     }
-    run += tile;
-  }
+}
+
+// Decompression, pass 1: each tile's non-zero count from its mask words.
+__global__ void bitmask_counts_k(size_t words, const uint32_t* mask, unsigned long long* counts) {
+  __shared__ unsigned long long sh[kTileWords];
+  const size_t w = size_t(blockIdx.x) * kTileWords + threadIdx.x;
+  unsigned long long c = w < words ? __popc(mask[w]) : 0u;
+  const unsigned long long tile = block_exclusive_scan(c, sh);
+  if (threadIdx.x == 0) counts[blockIdx.x] = tile;
+}
+
+// Decompression, pass 3: each thread expands its word from the values after its start.
+__global__ void bitmask_expand_k(size_t n, const uint32_t* mask, const uint32_t* values, const unsigned long long* starts,
+                                 float* y) {
+  __shared__ unsigned long long sh[kTileWords];
+  const size_t words = (n + 31) / 32;
+  const size_t w = size_t(blockIdx.x) * kTileWords + threadIdx.x;
+  const uint32_t m = w < words ? mask[w] : 0u;
+  unsigned long long at = __popc(m);
+  block_exclusive_scan(at, sh);
+  if (w >= words) return;
+  at += starts[blockIdx.x];
+  for (int i = 0; i < 32 && w * 32 + i < n; ++i) y[w * 32 + i] = __uint_as_float((m >> i) & 1u ? values[at++] : 0u);
 }
 
 __global__ void count_nonzero_k(size_t n, const float* x, unsigned long long* count) {
@@ -670,8 +703,10 @@ void count_nonzero_bits(cudaStream_t s, size_t n, const float* x, unsigned long 
   VT_CHECK_LAUNCH("count_nonzero_k");
 }
 
-void compress_bitmask(cudaStream_t s, size_t n, const float* x, void* dst, size_t capacity, void*, size_t,
-                      unsigned long long* total) {
+size_t bitmask_scratch_bytes(size_t n) { return ((n + 31) / 32 + kTileWords - 1) / kTileWords * sizeof(unsigned long long); }
+
+void compress_bitmask(cudaStream_t s, size_t n, const float* x, void* dst, size_t capacity, void* scratch,
+                      size_t scratch_bytes, unsigned long long* total) {
   const size_t mask_bytes = (n + 31) / 32 * 4;
   if (n == 0 || capacity < mask_bytes) {  // not even the mask fits: report the smallest size it could be
     const unsigned long long need = mask_bytes;
@@ -679,9 +714,17 @@ void compress_bitmask(cudaStream_t s, size_t n, const float* x, void* dst, size_
     VT_CHECK(cudaStreamSynchronize(s));  // `need` lives on this stack
     return;
   }
+  if (scratch_bytes < bitmask_scratch_bytes(n)) throw std::logic_error("compress_bitmask: scratch too small");
+  const size_t words = mask_bytes / 4, tiles = (words + kTileWords - 1) / kTileWords;
   auto* mask = static_cast<uint32_t*>(dst);
-  compress_bitmask_k<<<1, kTileWords, 0, s>>>(n, x, mask, mask + mask_bytes / 4, (capacity - mask_bytes) / 4, total);
-  VT_CHECK_LAUNCH("compress_bitmask_k");
+  auto* counts = static_cast<unsigned long long*>(scratch);
+  bitmask_masks_k<<<static_cast<unsigned>(tiles), kTileWords, 0, s>>>(n, x, mask, counts);
+  VT_CHECK_LAUNCH("bitmask_masks_k");
+  bitmask_tile_starts_k<<<1, kTileWords, 0, s>>>(tiles, words, counts, total);
+  VT_CHECK_LAUNCH("bitmask_tile_starts_k");
+  bitmask_values_k<<<static_cast<unsigned>(tiles), kTileWords, 0, s>>>(n, x, mask, counts, mask + words,
+                                                                        (capacity - mask_bytes) / 4);
+  VT_CHECK_LAUNCH("bitmask_values_k");
 }
 
 void compress_sign(cudaStream_t s, size_t n, const float* x, void* dst) {
@@ -691,11 +734,18 @@ void compress_sign(cudaStream_t s, size_t n, const float* x, void* dst) {
   VT_CHECK_LAUNCH("sign_words_k");
 }
 
-void decompress_bitmask(cudaStream_t s, size_t n, const void* src, float* y) {
+void decompress_bitmask(cudaStream_t s, size_t n, const void* src, float* y, void* scratch, size_t scratch_bytes) {
   if (n == 0) return;
+  if (scratch_bytes < bitmask_scratch_bytes(n)) throw std::logic_error("decompress_bitmask: scratch too small");
+  const size_t words = (n + 31) / 32, tiles = (words + kTileWords - 1) / kTileWords;
   const auto* mask = static_cast<const uint32_t*>(src);
-  decompress_bitmask_k<<<1, kTileWords, 0, s>>>(n, mask, mask + (n + 31) / 32, y);
-  VT_CHECK_LAUNCH("decompress_bitmask_k");
+  auto* counts = static_cast<unsigned long long*>(scratch);
+  bitmask_counts_k<<<static_cast<unsigned>(tiles), kTileWords, 0, s>>>(words, mask, counts);
+  VT_CHECK_LAUNCH("bitmask_counts_k");
+  bitmask_tile_starts_k<<<1, kTileWords, 0, s>>>(tiles, words, counts, nullptr);
+  VT_CHECK_LAUNCH("bitmask_tile_starts_k");
+  bitmask_expand_k<<<static_cast<unsigned>(tiles), kTileWords, 0, s>>>(n, mask, mask + words, counts, y);
+  VT_CHECK_LAUNCH("bitmask_expand_k");
 }
 
 void decompress_sign(cudaStream_t s, size_t n, const void* src, float* y) {
