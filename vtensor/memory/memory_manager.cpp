@@ -905,7 +905,16 @@ bool MemoryManager::compact(size_t need) {
     const auto it = std::lower_bound(owner.begin(), owner.end(), Owner{off, kNoTensor, false}, by_offset);
     return it != owner.end() && it->offset == off ? &*it : nullptr;
   };
-  auto moves = allocator_->compact([&](size_t off) { return find(off) != nullptr; }, need);
+  // The allocator asks block by block in address order (a pass per step of its search), so the
+  // answer walks on from the last one; a lower address starts a binary search again.
+  size_t at = 0;
+  const auto movable = [&](size_t off) {
+    if (at >= owner.size() || (at > 0 && owner[at - 1].offset >= off))
+      at = static_cast<size_t>(std::lower_bound(owner.begin(), owner.end(), Owner{off, kNoTensor, false}, by_offset) - owner.begin());
+    while (at < owner.size() && owner[at].offset < off) ++at;
+    return at < owner.size() && owner[at].offset == off;
+  };
+  auto moves = allocator_->compact(movable, need);
   char* base = static_cast<char*>(backend_.arena_base());
   const double t0 = backend_.now_ms();
   // In the allocator's order: a slide's moves ascend, each down into space already vacated; a
@@ -1299,6 +1308,15 @@ std::vector<TensorId> MemoryManager::evictable() const {
   std::vector<TensorId> out;
   for (size_t i = 0; i < states_.size(); ++i)
     if (states_[i].residency == Residency::kResident && states_[i].locks == 0) out.push_back(static_cast<TensorId>(i));
+  return out;
+}
+
+std::vector<TensorView> MemoryManager::evictable_views() const {
+  std::vector<TensorView> out;
+  out.reserve(states_.size());
+  for (size_t i = 0; i < states_.size(); ++i)
+    if (states_[i].residency == Residency::kResident && states_[i].locks == 0)
+      out.push_back(MemoryManager::view(static_cast<TensorId>(i)));
   return out;
 }
 

@@ -189,6 +189,7 @@ class MemoryManager final : public MemoryView {
   const Graph& graph() const override { return graph_; }
   TensorView view(TensorId id) const override;
   std::vector<TensorId> evictable() const override;
+  std::vector<TensorView> evictable_views() const override;
   bool can_recompute(TensorId id) const override;
   size_t budget() const override { return backend_.arena_bytes(); }
   size_t allocated() const override { return allocator_->stats().allocated; }

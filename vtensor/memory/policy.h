@@ -44,6 +44,12 @@ class MemoryView {
   virtual TensorView view(TensorId id) const = 0;
   // Tensors whose bytes are on the device now and that nothing has locked.
   virtual std::vector<TensorId> evictable() const = 0;
+  // view() of each of evictable(), in its order (one call where a policy weighs them all).
+  virtual std::vector<TensorView> evictable_views() const {
+    std::vector<TensorView> out;
+    for (TensorId id : evictable()) out.push_back(view(id));
+    return out;
+  }
   // Can the tensor be dropped now and recomputed later from what is alive?
   virtual bool can_recompute(TensorId id) const = 0;
   virtual size_t budget() const = 0;

@@ -652,8 +652,7 @@ std::vector<Victim> AutoPolicy::choose_victims(size_t bytes, const MemoryView& v
   // eviction stopped ResNet-50 at 50% at batch 76 where swapping reaches 152); keeping the
   // persistent tensors in place leaves the arena as a recomputing policy's own first iteration
   // does (after plain LRU swapping, DTR ran 5% slower than on its own).
-  std::vector<TensorView> cands;
-  for (TensorId id : view.evictable()) cands.push_back(view.view(id));
+  std::vector<TensorView> cands = view.evictable_views();
   // In that order (a total one: ids are unique), taken from a heap: a request needs few of them.
   const auto later = [](const TensorView& a, const TensorView& b) {
     if (a.persistent != b.persistent) return a.persistent;

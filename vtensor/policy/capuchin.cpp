@@ -1007,7 +1007,7 @@ std::vector<Victim> CapuchinPolicy::choose_victims(size_t bytes, const MemoryVie
     bool awaited;
   };
   std::vector<Cand> cands;
-  for (TensorId id : view.evictable()) cands.push_back({view.view(id), awaited(id)});
+  for (const TensorView& v : view.evictable_views()) cands.push_back({v, awaited(v.id)});
   // In that order (a total one), taken from a heap: a request needs few of them.
   const auto later = [](const Cand& a, const Cand& b) {
     if (a.awaited != b.awaited) return a.awaited;

@@ -7,9 +7,9 @@ namespace vtensor {
 std::vector<TensorId> least_recently_used(const MemoryView& view, size_t bytes, bool recomputable_only,
                                           size_t host_room) {
   std::vector<TensorView> cands;
-  for (TensorId id : view.evictable()) {
-    if (recomputable_only && !view.can_recompute(id)) continue;
-    cands.push_back(view.view(id));
+  for (const TensorView& v : view.evictable_views()) {
+    if (recomputable_only && !view.can_recompute(v.id)) continue;
+    cands.push_back(v);
   }
   // Logical access clock, ties by id: deterministic on every backend.
   std::sort(cands.begin(), cands.end(), [](const TensorView& a, const TensorView& b) {
