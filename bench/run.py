@@ -37,6 +37,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("VTENSOR_BINARY") or os.path.join(ROOT, "build", "vtensor")
+# auto's wall cap off, so that every table reproduces from its command on any machine (the plan is
+# then a function of the command alone); the cap's own effect is the auto-wall-cap experiment.
+os.environ.setdefault("VTENSOR_AUTO_WALL_CAP", "0")
 
 # The reference batches of docs/experiments.md (FP32, SGD with momentum; CNNs at 224x224).
 PAPER_MODELS = [
@@ -1840,6 +1843,44 @@ EXPERIMENTS["planning-clock"] = {
                 ("recomputed ops / compactions / evictions", _clock_col("charged")),
                 ("clock (s): ops + charged", _clock_col("clock")), ("rehearsals' wall (s)", _clock_col("wall")),
                 ("wall / clock", _clock_col("ratio")), ("planning (s)", _clock_col("planning"))]}
+
+
+# auto's wall cap (--auto-wall-cap; bench/run.py turns it off elsewhere): the rows with the largest
+# graphs, each planned with the default cap (the limits + 0.2 s) and without one: the planning time,
+# whether the cap cut it, and what that cost the plan (the iteration time against the unmanaged one).
+def _wall_cap(c, key):
+    rep = c.rep.get(key)
+    if not rep or not c.rep.get("budgets"):
+        return None
+    r = rep["policy_report"]
+    unmanaged = float(c.rep["budgets"][0]["unmanaged_ms"])
+    return {"planning": f"{r['planning_ms'] / 1e3:.2f}", "capped": "yes" if r["planning_clock"].get("wall_capped") else "no",
+            "overhead": f"{_repeat_ms(rep) / unmanaged:.4f}×"}
+
+
+def _wall_cap_col(key, field):
+    return lambda c: (_wall_cap(c, key) or {}).get(field, "OOM")
+
+
+EXPERIMENTS["auto-wall-cap"] = {
+    "kind": "runs", "serial": True,  # its figures are timings
+    "about": "auto's wall cap on the rows with the largest graphs: per row `vtensor replay --trace dtr:LOG --gpu G "
+             "--policy auto --budget B --iters 2 --auto-wall-cap S` on sim (B from a sweep of none), S the default "
+             "(9.5 s: the limits + 0.2 s) and 0 (none): the planning time, whether the cap cut the planning, and "
+             "the overhead (mean iteration after the measured one over the unmanaged time). The capped plan depends "
+             "on this machine's speed and load; rerun, it may differ",
+    "rows": [{"cmd": "replay", "name": l, "budget": b, "gpu": g, "args": []}
+             for g in ("p100-16g", "h100-80g") for l, b in (("densenet121", "25%"), ("inceptionv4", "50%"),
+                                                            ("inceptionv4", "25%"), ("treelstm", "25%"),
+                                                            ("unroll_gan", "25%"))],
+    "runs": [("budgets", _none_sweep), ("capped", lambda row, got: _auto_run(row, got, "--auto-wall-cap", "9.5")),
+             ("uncapped", lambda row, got: _auto_run(row, got, "--auto-wall-cap", "0"))],
+    "columns": [("row", lambda c: c.row["name"]), ("GPU", lambda c: c.row["gpu"]), ("budget", lambda c: c.row["budget"]),
+                ("planning (s), cap 9.5 s", _wall_cap_col("capped", "planning")),
+                ("cut by the cap", _wall_cap_col("capped", "capped")),
+                ("planning (s), no cap", _wall_cap_col("uncapped", "planning")),
+                ("overhead, cap 9.5 s", _wall_cap_col("capped", "overhead")),
+                ("overhead, no cap", _wall_cap_col("uncapped", "overhead"))]}
 
 
 # Which LP auto's starts are rounded from (--auto-lp-model): the bound's and the one that also

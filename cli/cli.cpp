@@ -52,11 +52,16 @@ const char* const kAutoLpModelHelp =
 const char* const kAutoSecondsHelp =
     "policy auto: seconds its candidates' rehearsals may take, its search then 1.3 s more (default 8; at most 600)";
 
+const char* const kAutoWallCapHelp =
+    "policy auto, on the rehearsals clock: seconds of wall time after which planning stops as if its limits were "
+    "reached, so that a slow or loaded machine still plans in about that time (the plan then depends on the machine; "
+    "the report's planning_clock.wall_capped); 0: none, the same plan on every run and machine (default: the limits "
+    "+ 0.2 s, 9.5 s; VTENSOR_AUTO_WALL_CAP=SECONDS sets the default)";
 const char* const kAutoClockHelp =
     "policy auto: what its planning limits count: rehearsals (default: each rehearsal a fixed time from "
     "the model's op count and what it recomputed, compacted and evicted, a rehearsal cut only when 20x slower than "
     "counted: the same plan on every run and machine, "
-    "whatever its speed or load) or "
+    "whatever its speed or load, unless planning reaches --auto-wall-cap) or "
     "wall (seconds of this machine's time)";
 
 const char* const kAutoPlacementHelp =
@@ -89,6 +94,12 @@ void check_auto_search(const TrainConfig& cfg, const CLI::App& cmd, bool single_
       throw std::invalid_argument("--auto-seconds must be seconds in (0, 600], got " + format_number(cfg.auto_seconds));
     if (single_policy && cfg.policy != "auto")
       throw std::invalid_argument("--auto-seconds applies to --policy auto only, got --policy " + cfg.policy);
+  }
+  if (cmd.get_option("--auto-wall-cap")->count() > 0) {
+    if (!(cfg.auto_wall_cap >= 0 && cfg.auto_wall_cap <= 600))
+      throw std::invalid_argument("--auto-wall-cap must be seconds in [0, 600] (0: no wall cap), got " + format_number(cfg.auto_wall_cap));
+    if (single_policy && cfg.policy != "auto")
+      throw std::invalid_argument("--auto-wall-cap applies to --policy auto only, got --policy " + cfg.policy);
   }
   if (cmd.get_option("--auto-clock")->count() > 0) {
     if (cfg.auto_clock != "wall" && cfg.auto_clock != "rehearsals")
@@ -275,12 +286,15 @@ CLI::App* add_replay(CLI::App& app, ReplayArgs& a) {
   c->add_option("--auto-ilp", a.cfg.auto_ilp, kAutoIlpHelp);
   c->add_option("--auto-lp-model", a.cfg.auto_lp_model, kAutoLpModelHelp);
   c->add_option("--auto-clock", a.cfg.auto_clock, kAutoClockHelp);
+  c->add_option("--auto-wall-cap", a.cfg.auto_wall_cap, kAutoWallCapHelp);
   return c;
 }
 
 int cmd_replay(ReplayArgs a) {
   if (!a.cfg.auto_clock.empty() && a.cfg.policy != "auto")
     throw std::invalid_argument("--auto-clock applies to --policy auto only, got --policy " + a.cfg.policy);
+  if (a.cfg.auto_wall_cap != -1 && a.cfg.policy != "auto")
+    throw std::invalid_argument("--auto-wall-cap applies to --policy auto only, got --policy " + a.cfg.policy);
   if (a.cfg.auto_ilp != -1 && a.cfg.policy != "auto")
     throw std::invalid_argument("--auto-ilp applies to --policy auto only, got --policy " + a.cfg.policy);
   if (!a.cfg.auto_lp_model.empty() && a.cfg.policy != "auto")
@@ -436,6 +450,7 @@ CLI::App* add_sweep(CLI::App& app, ExperimentArgs& a) {
   c->add_option("--auto-seconds", a.cfg.auto_seconds, kAutoSecondsHelp);
   c->add_option("--auto-placement", a.cfg.auto_placement, kAutoPlacementHelp);
   c->add_option("--auto-clock", a.cfg.auto_clock, kAutoClockHelp);
+  c->add_option("--auto-wall-cap", a.cfg.auto_wall_cap, kAutoWallCapHelp);
   c->add_option("--densities", a.cfg.densities_path, "runs of the compress policies and auto: non-zero counts recorded by a cpu run (train --densities-out)");
   c->add_option("--out", a.out, "output file, .csv or .json")->required();
   return c;
@@ -587,6 +602,7 @@ int vtensor::run_cli(int argc, char** argv, CliMode mode) {
   train->add_option("--auto-seconds", cfg.auto_seconds, kAutoSecondsHelp);
   train->add_option("--auto-placement", cfg.auto_placement, kAutoPlacementHelp);
   train->add_option("--auto-clock", cfg.auto_clock, kAutoClockHelp);
+  train->add_option("--auto-wall-cap", cfg.auto_wall_cap, kAutoWallCapHelp);
   train->add_flag("--inplace-relu-grad", cfg.inplace_relu_grad, "relu backward writes dx over dy where dy dies (cuDNN's in-place ReLU, as in vDNN)");
   train->add_flag("--step-in-backward", cfg.optimizer.in_backward, kStepInBackwardHelp);
   train->add_option("--weight-decay", cfg.optimizer.weight_decay, "weight decay (L2 for sgd and adam, decoupled for adamw)");

@@ -1107,6 +1107,7 @@ TEST(Auto, TheRehearsalsClockPlansTheSameWhateverTheSpeed) {
   const AutoRun base = train(config("resnet-tiny", "none", 0, 2, "p100-16g"));
   TrainConfig cfg = config("resnet-tiny", "auto", align_up(max_peak(base) / 2), 3, "p100-16g");
   cfg.auto_clock = "rehearsals";
+  cfg.auto_wall_cap = 0;  // the plan a function of the command alone
   bounded_search(cfg, 16);
   auto plan = [&](int delay_ms) {
     Trainer t(cfg);
@@ -1144,6 +1145,7 @@ TEST(Auto, TheRehearsalsClockPlansTheSameWhateverTheSpeed) {
   const AutoRun cpu_base = train(config("resnet-tiny", "none", 0, 3));
   TrainConfig c = config("resnet-tiny", "auto", align_up(max_peak(cpu_base) / 2), 3);
   c.auto_clock = "rehearsals";
+  c.auto_wall_cap = 0;
   bounded_search(c, 16);
   const AutoRun r = train(c);
   EXPECT_EQ(r.report["planning_clock"]["mode"], "rehearsals");
@@ -1151,11 +1153,48 @@ TEST(Auto, TheRehearsalsClockPlansTheSameWhateverTheSpeed) {
   for (const auto& it : r.iters) EXPECT_LE(it.peak_allocated, c.budget);
 }
 
+// The wall cap: on the rehearsals clock, once planning has taken the cap's wall time every limit
+// counts as reached; the report says so, the plan still trains within its budget, and without a
+// cap (0) the same command plans as it always does.
+TEST(Auto, TheWallCapStopsPlanningAndSaysSo) {
+  const AutoRun base = train(config("resnet-tiny", "none", 0, 2, "p100-16g"));
+  TrainConfig cfg = config("resnet-tiny", "auto", align_up(max_peak(base) / 2), 3, "p100-16g");
+  cfg.auto_clock = "rehearsals";
+  bounded_search(cfg, 16);
+  auto plan = [&](double cap_s, int delay_ms) {
+    TrainConfig c = cfg;
+    c.auto_wall_cap = cap_s;
+    Trainer t(c);
+    auto* a = dynamic_cast<AutoPolicy*>(&t.memory().policy());
+    EXPECT_NE(a, nullptr);
+    if (!a) return AutoRun{};
+    a->set_rehearser([delay_ms](const std::string& policy, const RehearsalSetup& s) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+      return rehearse(policy, s);
+    });
+    return run(t, c);
+  };
+  // 20 ms a rehearsal against a cap of 0.2 s: the cap stops it after about ten.
+  const AutoRun capped = plan(0.2, 20), free = plan(0, 0);
+  ASSERT_FALSE(capped.report.empty());
+  EXPECT_TRUE(capped.report["planning_clock"]["wall_capped"].get<bool>());
+  EXPECT_EQ(capped.report["planning_clock"]["wall_cap_ms"].get<double>(), 200.0);
+  EXPECT_FALSE(free.report["planning_clock"]["wall_capped"].get<bool>());
+  EXPECT_EQ(free.report["planning_clock"]["wall_cap_ms"].get<double>(), 0.0);
+  size_t cut = 0, cut_free = 0;
+  for (const auto& c : capped.report["candidates"]) cut += c.value("error", "").find("planning time limit") != std::string::npos;
+  for (const auto& c : free.report["candidates"]) cut_free += c.value("error", "").find("planning time limit") != std::string::npos;
+  EXPECT_GT(cut, cut_free) << "the cap cut no candidate the limits had not";
+  EXPECT_LT(capped.report["planning_ms"].get<double>(), 5000.0) << "planning went on well past the cap";
+  for (const auto& it : capped.iters) EXPECT_LE(it.peak_allocated, cfg.budget);
+}
+
 // resnet-tiny on sim at 1/divisor of its unmanaged peak, auto on the rehearsals clock, the search bounded.
 static TrainConfig rehearsals_clock_config(size_t divisor) {
   const AutoRun base = train(config("resnet-tiny", "none", 0, 2, "p100-16g"));
   TrainConfig cfg = config("resnet-tiny", "auto", align_up(max_peak(base) / divisor), 3, "p100-16g");
   cfg.auto_clock = "rehearsals";
+  cfg.auto_wall_cap = 0;  // the plan a function of the command alone
   bounded_search(cfg, 16);
   return cfg;
 }

@@ -537,6 +537,20 @@ void AutoPolicy::check_deadline() const {
 double AutoPolicy::elapsed_ms(std::chrono::steady_clock::time_point t0, size_t item) const {
   if (clock_ == PlanningClock::kWall)
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  // The wall cap: past it, every limit counts as reached. The finish's rehearsals (the start state's,
+  // the warm start's) still run after that, so the search stops their reserve earlier, at the wall
+  // time the rehearsals so far took per counted millisecond.
+  const double cap = wall_cap_ms();
+  if (cap > 0 && !wall_capped_) {
+    const double clock_ms = static_cast<double>(clock_ns_.load()) * 1e-6;
+    const double wall_per_clock = clock_ms > 0 ? static_cast<double>(rehearsals_wall_us_.load()) * 1e-3 / clock_ms : 1.0;
+    const double reserve = wall_reserve_ms_.load() * std::max(1.0, wall_per_clock);
+    if (std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - planning_t0_).count() >= cap - reserve)
+      wall_capped_ = true;
+  }
+  if (cap > 0 && wall_capped_) {
+    return time_limit_ms_ + kSearchTimeMs + 1;
+  }
   // Within a batch, its item i starts after the i before it, shared over the workers: the same
   // reading whichever thread runs it, and however fast.
   // (The rehearsals of a batch add their own work to the clock as they end; an item's reading
@@ -694,6 +708,9 @@ void AutoPolicy::end_iteration(const AccessTrace& trace) {
 
 void AutoPolicy::choose(const AccessTrace& trace) {
   const auto t0 = std::chrono::steady_clock::now();
+  planning_t0_ = t0;
+  wall_capped_ = false;
+  wall_reserve_ms_ = 0;
   rehearsed_iterations_ = 0;
   clock_ns_ = 0, charged_ns_ = 0;
   charged_recomputes_ = 0, charged_compactions_ = 0, charged_evictions_ = 0, rehearsals_wall_us_ = 0;
@@ -934,6 +951,7 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       start_state_reserve_ms_ =
           (kStartStateRehearsals + kWarmStartRehearsals + static_cast<double>(std::max<size_t>(1, finished_plans_) - 1) * kFinishRehearsals) *
           rehearsal_ms(*best);
+      wall_reserve_ms_ = start_state_reserve_ms_;
       // The two candidates' headroom refined: each planned for a little more or less of the
       // budget; the fastest, where it beats its candidate, is one more start (not instead: the
       // climb's end depends on its start more than on the start's own time).
@@ -1754,7 +1772,9 @@ nlohmann::json AutoPolicy::report() const {
                                         {"graph_ops", view_ ? view_->graph().num_ops() : 0},
                                         {"graph_tensors", view_ ? view_->graph().num_tensors() : 0}}},
                            {"rehearsals_wall_ms", static_cast<double>(rehearsals_wall_us_.load()) * 1e-3},
-                           {"net_cuts", clock_net_cuts_.load()}};
+                           {"net_cuts", clock_net_cuts_.load()},
+                           {"wall_cap_ms", clock_ == PlanningClock::kWall ? 0.0 : std::max(0.0, wall_cap_ms())},
+                           {"wall_capped", wall_capped_.load()}};
   // What the plan was made from: the measured iteration as the clock recorded it (on sim the same
   // as the rehearsals'), or off sim as the rehearsals recorded it (choose).
   out["planned_from"] = planned_from_ ? "rehearsed measured iteration" : "measured iteration";
@@ -1915,6 +1935,8 @@ std::string AutoPolicy::summary() const {
     if (high_placement_ > 0) s += " blocks of " + format_bytes(high_placement_) + " or more placed high;";
     std::snprintf(buf, sizeof buf, " planned in %.0f ms", planning_ms_);
     s += buf;
+    if (wall_capped_)
+      s += " (cut at the wall cap of " + format_number(wall_cap_ms() / 1e3) + " s: this plan depends on the machine's speed)";
     if (bound_.compute_ms > 0 && !bound_.feasible) {
       s += "; bound: no keep / swap / recompute plan fits (working set)";
     } else if (bound_.compute_ms > 0) {

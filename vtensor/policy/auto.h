@@ -32,8 +32,9 @@
 //   2+ gaps' moves over the costliest gap and those overlapping it (exhaustive, at most 256).
 //   All within 1.3 s past the candidates' limit. The report adds a lower bound (bound.h).
 //   The limits count rehearsals by default (a fixed time per op, recomputation, compaction and
-//   eviction, fitted to this project's machines), so the plan does not
-//   depend on the machine's speed or load; --auto-clock wall counts this machine's seconds.
+//   eviction, fitted to this project's machines), so the plan does not depend on the machine's
+//   speed or load, unless planning reaches the wall cap (the limits + 0.2 s), where a slow machine
+//   stops early (--auto-wall-cap); --auto-clock wall counts this machine's seconds.
 //   A linear program over the whole iteration (lp.h, Clp) gives a tighter bound; its rounded
 //   optimum, pinned on the fastest Capuchin-based candidates, is rehearsed as more search starts,
 //   with Capuchin's prefetch triggers, with the LP's (no later than its copy back), with
@@ -297,6 +298,15 @@ class AutoPolicy final : public Policy {
   static constexpr double kClockNetFactor = 20;
   static constexpr double kClockNetMinMs = 1000;
   void set_planning_clock(PlanningClock c) { clock_ = c; }
+  // The wall cap of the rehearsals clock: once planning has taken this long on the wall clock
+  // (from the measured iteration's end, the LP included; less the finish's rehearsals, which run
+  // regardless, at this run's wall time per counted ms), every limit counts as reached, so a slow
+  // or loaded machine still plans within about the limits (the report's planning_clock.wall_capped;
+  // that plan then depends on the machine). Default (negative): the candidates' limit +
+  // kSearchTimeMs + kWallCapSlackMs; 0: none (the plan is the same on every run and machine).
+  void set_wall_cap_ms(double ms) { wall_cap_ms_ = ms; }
+  static constexpr double kWallCapSlackMs = 200;
+  double wall_cap_ms() const { return wall_cap_ms_ < 0 ? time_limit_ms_ + kSearchTimeMs + kWallCapSlackMs : wall_cap_ms_; }
   const std::string& chosen() const { return chosen_; }
   const std::vector<RehearsalResult>& rehearsals() const { return rehearsals_; }
   // The per-gap search's rehearsals, in order (each: the chosen candidate with its pins).
@@ -395,6 +405,10 @@ class AutoPolicy final : public Policy {
   std::atomic<long long> charged_recomputes_{0}, charged_compactions_{0}, charged_evictions_{0};
   std::atomic<long long> rehearsals_wall_us_{0};
   std::atomic<long long> clock_net_cuts_{0};  // rehearsals the wall-clock net cut (kClockNetFactor)
+  double wall_cap_ms_ = -1;                      // set_wall_cap_ms
+  std::chrono::steady_clock::time_point planning_t0_{};
+  mutable std::atomic<bool> wall_capped_{false};  // the wall cap was reached
+  std::atomic<double> wall_reserve_ms_{0};        // start_state_reserve_ms_, for the rehearsals' threads
   double iteration_ms_ = 0;
   double eviction_ns_ = 0;     // what one eviction counts for (kClockNsPerEvictionTensor)
   long long batch_base_ = -1;  // clock_ns_ as the batch started

@@ -2,6 +2,7 @@
 #include "vtensor/train/trainer.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -62,6 +63,17 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
     throw std::invalid_argument("--auto-seconds must be seconds in (0, 600], got " + format_number(cfg_.auto_seconds));
   if (!cfg_.auto_placement.empty() && cfg_.auto_placement != "search" && cfg_.auto_placement != "low")
     throw std::invalid_argument("--auto-placement must be search or low, got '" + cfg_.auto_placement + "'");
+  if (cfg_.auto_wall_cap == -1) {  // the environment's default (bench/run.py sets 0 so that its tables reproduce)
+    if (const char* v = std::getenv("VTENSOR_AUTO_WALL_CAP"); v && *v) {
+      char* end = nullptr;
+      const double s = std::strtod(v, &end);
+      if (end == v || *end != '\0' || !(s >= 0 && s <= 600))
+        throw std::invalid_argument(std::string("VTENSOR_AUTO_WALL_CAP must be seconds in [0, 600] (0: no wall cap), got '") + v + "'");
+      cfg_.auto_wall_cap = s;
+    }
+  }
+  if (!(cfg_.auto_wall_cap == -1 || (cfg_.auto_wall_cap >= 0 && cfg_.auto_wall_cap <= 600)))
+    throw std::invalid_argument("--auto-wall-cap must be seconds in [0, 600] (0: no wall cap), got " + format_number(cfg_.auto_wall_cap));
   if (!cfg_.auto_clock.empty() && cfg_.auto_clock != "wall" && cfg_.auto_clock != "rehearsals")
     throw std::invalid_argument("--auto-clock must be wall or rehearsals, got '" + cfg_.auto_clock + "'");
   if (!cfg_.auto_lp_model.empty() && cfg_.auto_lp_model != "bound" && cfg_.auto_lp_model != "in-flight" && cfg_.auto_lp_model != "both" &&
@@ -73,6 +85,7 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
     if (!cfg_.auto_clock.empty())
       a->set_planning_clock(cfg_.auto_clock == "rehearsals" ? AutoPolicy::PlanningClock::kRehearsals : AutoPolicy::PlanningClock::kWall);
     if (cfg_.auto_seconds > 0) a->set_time_limit_ms(cfg_.auto_seconds * 1e3);
+    if (cfg_.auto_wall_cap >= 0) a->set_wall_cap_ms(cfg_.auto_wall_cap * 1e3);
     if (cfg_.auto_ilp >= 0) a->set_ilp_seconds(cfg_.auto_ilp);
     if (cfg_.auto_lp >= 0) a->set_lp_rehearsals(cfg_.auto_lp);
     if (!cfg_.auto_lp_model.empty())
