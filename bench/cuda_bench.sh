@@ -14,6 +14,10 @@
 #      and destroyed per use): what the event pool saves, beside step 5's rows;
 #   9. ResNet-50 and BERT-base under auto at 50% with VTENSOR_CUDA_SYNC_TIMING=1: compaction_ms and
 #      recompute_ms on the device's clock (the host's enqueueing otherwise).
+#  10. only when STEPS names it (auto-repeats): ResNet-50 under auto at 50% six times, each planning
+#      anew, their iteration times and codec calls (the plans that compressed ran 15x slower on the
+#      H200 on 2026-11-30, before the bitmask codec ran one block per tile).
+# Step 2 also times the lossless codecs against a device copy (codecs.csv).
 # Results go to $OUT_DIR (default bench-out/): CSV and JSON, and the vtensor reports. Every step runs
 # even when one before it failed; the script exits non-zero if any did (bench-out/steps.txt lists them).
 # VTENSOR_PREBUILT=1 skips the build and uses build/ as it is (built elsewhere with the same CUDA);
@@ -24,7 +28,8 @@ set -uo pipefail
 OUT_DIR=${OUT_DIR:-bench-out}
 ARCHS=${VTENSOR_CUDA_ARCHS:-90}
 ITERS=${ITERS:-10}
-ALL_STEPS=cuda-tests,swap-bandwidth,cuda-vs-pytorch,lru-identity,policies,sim-vs-device,python-cuda,event-pool,sync-timing
+ALL_STEPS=cuda-tests,swap-bandwidth,cuda-vs-pytorch,lru-identity,policies,sim-vs-device,python-cuda,event-pool,sync-timing,auto-repeats
+DEFAULT_STEPS=${ALL_STEPS%,auto-repeats}  # auto-repeats runs only when named
 for s in ${STEPS:+${STEPS//,/ }}; do
   case ",$ALL_STEPS," in *",$s,"*) ;; *) echo "cuda_bench: STEPS: unknown step '$s'; accepted: $ALL_STEPS" >&2; exit 2 ;; esac
 done
@@ -34,7 +39,7 @@ failed=0
 step() {  # step NAME COMMAND...: run, time, record the exit status
   local name=$1 t0=$SECONDS rc
   shift
-  case ",${STEPS:-$name}," in *",$name,"*) ;; *) return 0 ;; esac
+  case ",${STEPS:-$DEFAULT_STEPS}," in *",$name,"*) ;; *) return 0 ;; esac
   echo "== $name"
   if [ -n "${STEP_TIMEOUT:-}" ]; then timeout "$STEP_TIMEOUT" "$@"; else "$@"; fi
   rc=$?
@@ -48,7 +53,7 @@ if [ "${VTENSOR_PREBUILT:-0}" != 1 ]; then
 fi
 
 step cuda-tests bash -c "set -o pipefail; ctest --test-dir build -L cuda --output-on-failure 2>&1 | tee '$OUT_DIR/cuda_tests.txt'"
-step swap-bandwidth bash -c "set -o pipefail; ./build/bench/vtensor_swap_bandwidth 20 '$OUT_DIR/device_moves.csv' | tee '$OUT_DIR/swap_bandwidth.csv'"
+step swap-bandwidth bash -c "set -o pipefail; ./build/bench/vtensor_swap_bandwidth 20 '$OUT_DIR/device_moves.csv' '$OUT_DIR/codecs.csv' | tee '$OUT_DIR/swap_bandwidth.csv'"
 step cuda-vs-pytorch python3 bench/cuda_vs_pytorch.py --vtensor build/vtensor --iters "$ITERS" --out "$OUT_DIR/cuda_vs_pytorch"
 # lru at half the unmanaged peak against none, deterministic algorithms, same seeds.
 lru_identity() {
@@ -96,5 +101,23 @@ step event-pool env VTENSOR_CUDA_EVENT_POOL=0 python3 bench/cuda_policies.py --v
   --policies capuchin,auto --fractions 0.5 --out "$OUT_DIR/cuda_policies_no_event_pool"
 step sync-timing env VTENSOR_CUDA_SYNC_TIMING=1 python3 bench/cuda_policies.py --vtensor build/vtensor \
   --models resnet50,bert-base --policies auto --fractions 0.5 --out "$OUT_DIR/cuda_policies_sync_timing"
+auto_repeats() {
+  local rc=0 i
+  for i in 1 2 3 4 5 6; do
+    ./build/vtensor train --model resnet50 --backend cuda --policy auto --iters 8 --quiet --budget 1483974400B \
+      --report "$OUT_DIR/repeat_resnet50_auto_$i.json" || rc=1
+  done
+  python3 - "$OUT_DIR" <<'PY' || rc=1
+import json, statistics, sys
+for i in range(1, 7):
+    r = json.load(open(f"{sys.argv[1]}/repeat_resnet50_auto_{i}.json"))
+    its = r["iterations"][2:]
+    med = lambda k: statistics.median(x.get(k) or 0 for x in its)
+    print(f"run {i}: {r['policy_report']['chosen']}, predicted {r['policy_report']['predicted_time_ms']:.1f} ms, "
+          f"iteration {med('time_ms'):.1f} ms, stall {med('stall_ms'):.1f} ms, compressions {med('compressions'):.0f}")
+PY
+  return $rc
+}
+step auto-repeats bash -c "set -o pipefail; $(declare -f auto_repeats); OUT_DIR='$OUT_DIR' auto_repeats 2>&1 | tee '$OUT_DIR/auto_repeats.txt'"
 cat "$OUT_DIR/steps.txt"
 exit $failed

@@ -12,7 +12,12 @@
 // around `reps` moves and a wait, best of three, beside the sim's charge (predict_move_ms on
 // h100-80g, per call and per byte copied), and batches of small blocks (move_device_batch; per block):
 // block_bytes,kind,distance,calls_per_move,us_per_move,gbps,sim_us,ratio.
-// Usage: vtensor_swap_bandwidth [reps=10] [MOVES_CSV]
+// With CODECS_CSV, also the lossless codecs on the compress stream (compress_async, then
+// decompress_async, each to its event's wait, best of three, per call) beside a plain device copy
+// of the same bytes (move_device, disjoint): what a codec costs in copies' worth, the planner
+// charging it as about one elementwise pass:
+// bytes,codec,density,compress_us,decompress_us,compress_gbps,copy_us,compress_per_copy,decompress_per_copy.
+// Usage: vtensor_swap_bandwidth [reps=10] [MOVES_CSV] [CODECS_CSV]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -102,12 +107,65 @@ bool write_moves(Backend& backend, char* arena, size_t arena_bytes, int reps, co
   return true;
 }
 
+// The codec table (see the header): tensors of 16 and 64 MiB in the arena, at two densities.
+bool write_codecs(Backend& backend, char* arena, int reps, const char* path) {
+  std::FILE* f = std::fopen(path, "w");
+  if (!f) {
+    std::fprintf(stderr, "vtensor_swap_bandwidth: cannot write %s\n", path);
+    return false;
+  }
+  std::fprintf(f, "bytes,codec,density,compress_us,decompress_us,compress_gbps,copy_us,compress_per_copy,decompress_per_copy\n");
+  for (size_t mib : {16, 64}) {
+    const size_t bytes = mib << 20, n = bytes / 4;
+    char *src = arena, *packed = arena + (size_t{256} << 20), *back = arena + (size_t{512} << 20);
+    TensorInfo t;
+    t.id = 0;
+    t.name = "codec bench input";
+    t.shape = Shape({static_cast<int64_t>(n)});
+    const double copy_ms_per = [&] {
+      const double gbps = best_gbps(bytes * static_cast<size_t>(reps), [&] {
+        for (int i = 0; i < reps; ++i) backend.move_device(back, src, bytes);
+        backend.record(Stream::kCompute)->wait();
+      });
+      return static_cast<double>(bytes) / (gbps * 1e6);
+    }();
+    for (const double density : {0.5, 0.1}) {
+      std::vector<float> x(n);
+      for (size_t i = 0; i < n; ++i) x[i] = (i * 2654435761u % 1000) < density * 1000 ? 1.0f + static_cast<float>(i % 7) : 0.0f;
+      backend.copy_to_device(src, x.data(), bytes);
+      for (Codec c : {Codec::kBitmask, Codec::kSign}) {
+        const size_t bound = codec_bound(c, n);
+        CodecResult r, d;
+        auto time_ms = [&](const std::function<void()>& call) {  // best of three rounds of reps calls, per call
+          double best = 1e30;
+          call(), backend.record(Stream::kCompress)->wait();  // warm
+          for (int round = 0; round < 3; ++round) {
+            const double t0 = now_ms();
+            for (int i = 0; i < reps; ++i) call();
+            backend.record(Stream::kCompress)->wait();
+            best = std::min(best, (now_ms() - t0) / reps);
+          }
+          return best;
+        };
+        backend.stream_wait(Stream::kCompress, backend.record(Stream::kCompute));
+        const double comp = time_ms([&] { backend.compress_async(Stream::kCompress, c, t, src, packed, bound, nullptr, 0, &r); });
+        const double decomp = time_ms([&] { backend.decompress_async(Stream::kCompress, c, t, packed, r.bytes, back, &d); });
+        std::fprintf(f, "%zu,%s,%.2f,%.1f,%.1f,%.1f,%.1f,%.2f,%.2f\n", bytes, to_string(c), density, comp * 1e3, decomp * 1e3,
+                     static_cast<double>(bytes) / (comp * 1e6), copy_ms_per * 1e3, comp / copy_ms_per, decomp / copy_ms_per);
+        std::fflush(f);
+      }
+    }
+  }
+  std::fclose(f);
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 10;
   if (reps <= 0) {
-    std::fprintf(stderr, "usage: vtensor_swap_bandwidth [reps > 0] [MOVES_CSV]\n");
+    std::fprintf(stderr, "usage: vtensor_swap_bandwidth [reps > 0] [MOVES_CSV] [CODECS_CSV]\n");
     return 2;
   }
   if (!cuda_available()) {
@@ -165,6 +223,7 @@ int main(int argc, char** argv) {
     }
   }
   if (argc > 2 && !write_moves(*backend, arena, 4 * max_bytes, reps, argv[2])) return 1;
+  if (argc > 3 && !write_codecs(*backend, arena, reps, argv[3])) return 1;
   backend->host_free(vt_host_out, max_bytes);
   backend->host_free(vt_host_in, max_bytes);
   VT_CHECK(cudaStreamDestroy(d2h));
