@@ -240,6 +240,12 @@ int cmd_train(const TrainConfig& base, const std::string& budget_text, const std
     std::printf("host: peak %s held for swaps (budget %s)\n", format_bytes(r.host_peak).c_str(),
                 c.host_budget ? format_bytes(c.host_budget).c_str() : "unlimited");
   if (!r.policy_summary.empty()) std::printf("policy %s: %s\n", c.policy.c_str(), r.policy_summary.c_str());
+  if (const auto ratio = replay_ratio(r); ratio && *ratio > kReplayWarnRatio)
+    std::fprintf(stderr,
+                 "vtensor: warning: policy %s's guided iterations ran %.1fx the time its rehearsal predicted (%.1f ms against "
+                 "%.1f ms): the plan does not replay on this %s backend as rehearsed (the report's summary.replay_ratio)\n",
+                 c.policy.c_str(), *ratio, *ratio * r.policy_report["predicted_time_ms"].get<double>(),
+                 r.policy_report["predicted_time_ms"].get<double>(), c.backend.c_str());
   if (const auto& a = r.allocator_report; a.is_object() && a.contains("lower_bound_bytes"))
     std::printf("allocator %s: arena %s, lower bound %s (x%.4f), last iteration\n", c.allocator.c_str(),
                 format_bytes(a["arena_bytes"].get<size_t>()).c_str(), format_bytes(a["lower_bound_bytes"].get<size_t>()).c_str(),

@@ -134,3 +134,35 @@ TEST(Sim, ResNet50AtBatch1000FitsOnP100WithRecomputation) {
 }
 
 }  // namespace
+
+// A planned policy's guided iterations against its rehearsal's prediction: the report's
+// summary.replay_ratio (the CLI warns above kReplayWarnRatio). On sim auto's plan is its rehearsal.
+TEST(Replay, TheRatioIsTheGuidedIterationsOverThePrediction) {
+  TrainResult r;
+  r.policy_report = nlohmann::json{{"predicted_time_ms", 10.0}};
+  for (double ms : {100.0, 20.0, 30.0}) {
+    IterationStats s;
+    s.time_ms = ms;
+    r.iterations.push_back(s);
+  }
+  ASSERT_TRUE(replay_ratio(r).has_value());
+  EXPECT_DOUBLE_EQ(*replay_ratio(r), 2.5);  // (20 + 30) / 2 over 10: the measured first one left out
+  EXPECT_NE(report_json(r).find("\"replay_ratio\": 2.5"), std::string::npos);
+  r.iterations.resize(1);
+  EXPECT_FALSE(replay_ratio(r).has_value());
+  r.policy_report = nlohmann::json{{"mode", "capuchin"}};
+  EXPECT_FALSE(replay_ratio(r).has_value());
+
+  TrainConfig cfg;
+  cfg.model.name = "resnet-tiny";
+  cfg.backend = "sim", cfg.gpu = "p100-16g";
+  cfg.policy = "auto";
+  cfg.auto_clock = "wall";
+  cfg.auto_seconds = 1;
+  cfg.iters = 3;
+  cfg.budget = 3u << 20;
+  Trainer t(cfg);
+  const TrainResult a = t.run();
+  ASSERT_TRUE(replay_ratio(a).has_value());
+  EXPECT_NEAR(*replay_ratio(a), 1.0, 0.02) << "on sim auto's guided iterations are what it rehearsed";
+}

@@ -311,6 +311,17 @@ nlohmann::json paging_json(const PagingCounters& p) {
           {"peak_device_bytes", p.peak_device_bytes}};
 }
 
+std::optional<double> replay_ratio(const TrainResult& r) {
+  const auto& p = r.policy_report;
+  if (!p.is_object() || !p.contains("predicted_time_ms") || !p["predicted_time_ms"].is_number() || r.iterations.size() < 2)
+    return std::nullopt;
+  const double predicted = p["predicted_time_ms"].get<double>();
+  if (!(predicted > 0)) return std::nullopt;
+  double sum = 0;
+  for (size_t i = 1; i < r.iterations.size(); ++i) sum += r.iterations[i].time_ms;
+  return sum / static_cast<double>(r.iterations.size() - 1) / predicted;
+}
+
 std::string report_json(const TrainResult& r) {
   using nlohmann::json;
   const auto& c = r.config;
@@ -417,7 +428,8 @@ std::string report_json(const TrainResult& r) {
         {"host_budget_bytes", c.host_budget ? json(c.host_budget) : json(nullptr)},
         {"first_loss", r.iterations.empty() || !r.iterations.front().has_loss ? json(nullptr) : json(r.iterations.front().loss)},
         {"final_loss", r.iterations.empty() || !r.iterations.back().has_loss ? json(nullptr) : json(r.iterations.back().loss)},
-        {"mean_iteration_ms", r.iterations.empty() ? 0.0 : total_ms / static_cast<double>(r.iterations.size())}}},
+        {"mean_iteration_ms", r.iterations.empty() ? 0.0 : total_ms / static_cast<double>(r.iterations.size())},
+        {"replay_ratio", replay_ratio(r) ? json(*replay_ratio(r)) : json(nullptr)}}},
       {"iterations", iters},
   };
   if (!r.policy_report.is_null()) j["policy_report"] = r.policy_report;

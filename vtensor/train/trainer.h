@@ -3,6 +3,7 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -99,6 +100,12 @@ class Trainer {
 
 // The JSON report (PyTorch's vocabulary: peak allocated / reserved bytes).
 std::string report_json(const TrainResult& r);
+// A planned policy's guided iterations (all but the first, measured one) against the time its
+// rehearsal predicted (the report's policy_report.predicted_time_ms): their mean over it; nullopt
+// without a prediction or a guided iteration. Far above 1: the plan does not replay on this device.
+std::optional<double> replay_ratio(const TrainResult& r);
+// Above this the CLI warns that the plan runs slower than it rehearsed.
+constexpr double kReplayWarnRatio = 2.0;
 // Writes atomically: a failed run leaves no half-written report.
 void write_report(const TrainResult& r, const std::string& path);
 std::string format_iteration_line(const IterationStats& s, int total);
