@@ -15,7 +15,7 @@
 #   9. ResNet-50 and BERT-base under auto at 50% with VTENSOR_CUDA_SYNC_TIMING=1: compaction_ms and
 #      recompute_ms on the device's clock (the host's enqueueing otherwise).
 #  10. only when STEPS names it (auto-repeats): ResNet-50 under auto at 50% six times, each planning
-#      anew, their iteration times and codec calls (the plans that compressed ran 15x slower on the
+#      anew, their iteration times and codec calls; it fails where a run's summary.replay_ratio is over 2 (the plans that compressed ran 15x slower on the
 #      H200 on 2026-11-30, before the bitmask codec ran one block per tile).
 # Step 2 also times the lossless codecs against a device copy (codecs.csv).
 # Results go to $OUT_DIR (default bench-out/): CSV and JSON, and the vtensor reports. Every step runs
@@ -109,12 +109,18 @@ auto_repeats() {
   done
   python3 - "$OUT_DIR" <<'PY' || rc=1
 import json, statistics, sys
+slow = 0
 for i in range(1, 7):
     r = json.load(open(f"{sys.argv[1]}/repeat_resnet50_auto_{i}.json"))
     its = r["iterations"][2:]
     med = lambda k: statistics.median(x.get(k) or 0 for x in its)
+    ratio = r["summary"]["replay_ratio"]
+    slow += ratio is None or ratio > 2
     print(f"run {i}: {r['policy_report']['chosen']}, predicted {r['policy_report']['predicted_time_ms']:.1f} ms, "
-          f"iteration {med('time_ms'):.1f} ms, stall {med('stall_ms'):.1f} ms, compressions {med('compressions'):.0f}")
+          f"iteration {med('time_ms'):.1f} ms, stall {med('stall_ms'):.1f} ms, compressions {med('compressions'):.0f}, "
+          f"replay ratio {ratio}")
+print(f"{slow} of 6 runs over 2x their prediction")
+sys.exit(1 if slow else 0)  # the step fails where a plan does not replay
 PY
   return $rc
 }

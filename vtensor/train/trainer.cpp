@@ -325,6 +325,7 @@ std::optional<double> replay_ratio(const TrainResult& r) {
 std::string report_json(const TrainResult& r) {
   using nlohmann::json;
   const auto& c = r.config;
+  const std::optional<double> replay = replay_ratio(r);
   json iters = json::array();
   size_t peak_alloc = 0, peak_res = 0;
   double total_ms = 0;
@@ -429,7 +430,7 @@ std::string report_json(const TrainResult& r) {
         {"first_loss", r.iterations.empty() || !r.iterations.front().has_loss ? json(nullptr) : json(r.iterations.front().loss)},
         {"final_loss", r.iterations.empty() || !r.iterations.back().has_loss ? json(nullptr) : json(r.iterations.back().loss)},
         {"mean_iteration_ms", r.iterations.empty() ? 0.0 : total_ms / static_cast<double>(r.iterations.size())},
-        {"replay_ratio", replay_ratio(r) ? json(*replay_ratio(r)) : json(nullptr)}}},
+        {"replay_ratio", replay ? json(*replay) : json(nullptr)}}},
       {"iterations", iters},
   };
   if (!r.policy_report.is_null()) j["policy_report"] = r.policy_report;
