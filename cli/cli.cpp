@@ -67,6 +67,9 @@ const char* const kAutoClockHelp =
 const char* const kAutoPlacementHelp =
     "policy auto: the device allocator's placement, search (its finish also rehearses the plan with requests of 2, 5 or 10% of the budget or more placed high, and keeps the fastest; default) or low (never)";
 
+const char* const kAutoReplayGuardHelp =
+    "policy auto: on (default): where two guided iterations in a row each run over 2x the plan's prediction and 10 ms above it, the fastest rehearsed plan that relies on fewer modelled costs runs instead (compress, then swap, then recompute only; the report's replay_guard); off: the chosen plan runs to the end";
+
 const char* const kAutoIlpHelp =
     "policy auto: seconds for its integer program over the LP's fractional gaps (COIN-OR Cbc), whose plan is one more start for its search (0: none; default 0)";
 
@@ -609,6 +612,7 @@ int vtensor::run_cli(int argc, char** argv, CliMode mode) {
   train->add_option("--auto-placement", cfg.auto_placement, kAutoPlacementHelp);
   train->add_option("--auto-clock", cfg.auto_clock, kAutoClockHelp);
   train->add_option("--auto-wall-cap", cfg.auto_wall_cap, kAutoWallCapHelp);
+  train->add_option("--auto-replay-guard", cfg.auto_replay_guard, kAutoReplayGuardHelp);
   train->add_flag("--inplace-relu-grad", cfg.inplace_relu_grad, "relu backward writes dx over dy where dy dies (cuDNN's in-place ReLU, as in vDNN)");
   train->add_flag("--step-in-backward", cfg.optimizer.in_backward, kStepInBackwardHelp);
   train->add_option("--weight-decay", cfg.optimizer.weight_decay, "weight decay (L2 for sgd and adam, decoupled for adamw)");
@@ -704,6 +708,12 @@ int vtensor::run_cli(int argc, char** argv, CliMode mode) {
     check_output_path(cfg.densities_out, "--densities-out");
     apply_um_options(cfg, train_um, cfg.policy);
     check_auto_search(cfg, *train, true);
+    if (train->get_option("--auto-replay-guard")->count() > 0) {
+      if (cfg.auto_replay_guard != "on" && cfg.auto_replay_guard != "off")
+        throw std::invalid_argument("--auto-replay-guard must be on or off, got '" + cfg.auto_replay_guard + "'");
+      if (cfg.policy != "auto")
+        throw std::invalid_argument("--auto-replay-guard applies to --policy auto only, got --policy " + cfg.policy);
+    }
     return cmd_train(cfg, budget_text, host_budget_arg, report, html, quiet, optimizer, lr->count() > 0);
   } catch (const OutOfMemoryError& e) {
     std::fprintf(stderr, "vtensor: %s\n", e.what());

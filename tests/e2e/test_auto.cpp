@@ -1053,6 +1053,116 @@ TEST(AutoSimRun, CompressionCandidatesWithDensities) {
   }
 }
 
+// The replay guard. The test's rehearser predicts every compressing plan at 0.3 of its time (as
+// the H200's bitmask codec ran ~8 ms a call against the element-wise rate the plan assumed), so
+// auto chooses one and its guided iterations run over 3x their prediction. After two of them
+// the fastest rehearsed plan that does not compress runs: no compression from then on, that
+// plan's own prediction replayed, and (every plan lossless) on cpu the same losses and weights as
+// `none`. With the guard off the compressing plan runs to the end; with the rehearsals as they
+// are (sim: the rehearsal is the run) the guard never moves.
+bool compresses(const std::string& policy, const std::vector<PlanPin>& pins) {
+  return policy.rfind("compress", 0) == 0 ||
+         std::any_of(pins.begin(), pins.end(), [](const PlanPin& p) { return p.decision == CapuchinDecision::kCompress; });
+}
+
+AutoRun run_guarded(const TrainConfig& cfg, bool underpredict, bool guard, bool every_plan = false) {
+  Trainer t(cfg);
+  unlimited_planning(t);
+  one_finished_plan(t);
+  auto* ap = dynamic_cast<AutoPolicy*>(&t.memory().policy());
+  EXPECT_NE(ap, nullptr);
+  AutoPolicy::ReplayGuard g;
+  g.on = guard, g.min_excess_ms = 0;  // the tiny preset's iterations are far under the default
+  ap->set_replay_guard(g);
+  if (underpredict)
+    ap->set_rehearser([every_plan](const std::string& policy, const RehearsalSetup& s) {
+      RehearsalResult r = rehearse(policy, s);
+      if (every_plan || compresses(policy, s.pins)) r.time_ms *= 0.3;
+      return r;
+    });
+  return run(t, cfg);
+}
+
+int kind_rank(const nlohmann::json& kind) { return kind == "compress" ? 2 : kind == "swap" ? 1 : 0; }
+
+// The guard's runs, one line each (docs/experiments.md, "The replay guard", quotes them).
+void print_runs(const std::string& what, const nlohmann::json& guard) {
+  for (const auto& r : guard["runs"])
+    std::printf("replay guard, %s: %s (%s, %zu pins) from iteration %d: %.3f ms measured, %.3f ms predicted (%.2fx)\n",
+                what.c_str(), r["policy"].get<std::string>().c_str(), r["kind"].get<std::string>().c_str(),
+                r["pins"].get<size_t>(), r["from_iteration"].get<int>(), r["mean_ms"].get<double>(),
+                r["predicted_ms"].get<double>(), r["ratio"].get<double>());
+}
+
+uint64_t compressions(const AutoRun& r, size_t from, size_t to) {
+  uint64_t n = 0;
+  for (size_t i = from; i < to && i < r.iters.size(); ++i) n += r.iters[i].counters.compressions;
+  return n;
+}
+
+TEST(AutoReplayGuard, ACompressingPlanThatReplaysSlowGivesWayToOneThatDoesNot) {
+  constexpr int kIters = 7;
+  for (const std::string backend : {"sim", "cpu"}) {
+    SCOPED_TRACE(backend);
+    const std::string path = record_densities("resnet-tiny", "resnet-tiny-guard-densities.json");
+    const AutoRun base = train(config("resnet-tiny", "none", 0, kIters, backend == "sim" ? "p100-16g" : ""));
+    TrainConfig cfg = config("resnet-tiny", "auto", align_up(max_peak(base) / 2), kIters, backend == "sim" ? "p100-16g" : "");
+    bounded_search(cfg, 16);
+    cfg.densities_path = backend == "sim" ? path : "";
+    const AutoRun a = run_guarded(cfg, true, true);
+    const auto& g = a.report["replay_guard"];
+    print_runs(backend, g);
+    ASSERT_EQ(g["runs"][0]["kind"], "compress") << "the under-predicted compressing plan was not chosen: the check proves nothing\n" << g.dump();
+    ASSERT_TRUE(g["fell_back"].get<bool>()) << g.dump();
+    ASSERT_EQ(g["runs"].size(), 2u) << g.dump();
+    const auto& f = g["runs"][1];
+    EXPECT_NE(f["kind"], "compress") << g.dump();
+    EXPECT_EQ(f["from_iteration"].get<int>(), 3) << "measured iteration 0, guided 1 and 2 over the guard";
+    EXPECT_GT(compressions(a, 1, 3), 0u) << "the chosen plan compressed";
+    EXPECT_EQ(compressions(a, 3, kIters), 0u) << "the fallback compresses nothing";
+    if (backend == "sim") {  // its own prediction, from another start than its rehearsal's
+      EXPECT_NEAR(f["mean_ms"].get<double>(), f["predicted_ms"].get<double>(), 0.1 * f["predicted_ms"].get<double>()) << g.dump();
+      const AutoRun off = run_guarded(cfg, true, false);
+      EXPECT_FALSE(off.report["replay_guard"]["fell_back"].get<bool>());
+      EXPECT_GT(compressions(off, 3, kIters), 0u) << "without the guard the compressing plan runs on";
+      const AutoRun exact = run_guarded(cfg, false, true);
+      EXPECT_FALSE(exact.report["replay_guard"]["fell_back"].get<bool>()) << exact.report["replay_guard"].dump();
+    } else {
+      expect_bit_identical(base, a);
+    }
+  }
+}
+
+// Every plan predicted at 0.3 of its time: each runs over the guard, so the chosen plan gives way
+// to the fastest that relies on fewer modelled costs, and where that one measures slower than the
+// plan before it, the fastest measured runs again and the guard stops there (resnet-tiny at 70%
+// on sim: a swapping plan, then a recomputing one, then the swapping one back).
+TEST(AutoReplayGuard, AFallbackSlowerThanThePlanBeforeGivesItBack) {
+  constexpr int kIters = 9;
+  const AutoRun base = train(config("resnet-tiny", "none", 0, 2, "p100-16g"));
+  TrainConfig cfg = config("resnet-tiny", "auto", align_up(max_peak(base) * 7 / 10), kIters, "p100-16g");
+  bounded_search(cfg, 16);
+  const AutoRun a = run_guarded(cfg, true, true, true);
+  const auto& g = a.report["replay_guard"];
+  print_runs("sim, every plan at 0.3", g);
+  ASSERT_GE(g["runs"].size(), 2u) << g.dump();
+  const auto& runs = g["runs"];
+  const size_t last = runs.size() - 1;
+  for (size_t i = 1; i < last; ++i)  // each fallback relies on fewer modelled costs than the plan before
+    EXPECT_LT(kind_rank(runs[i]["kind"]), kind_rank(runs[i - 1]["kind"])) << g.dump();
+  ASSERT_EQ(g["note"], "the fastest plan measured runs again") << "no fallback measured slower: the check proves nothing\n" << g.dump();
+  EXPECT_TRUE(g["stopped"].get<bool>());
+  size_t fastest = 0;
+  for (size_t i = 1; i < last; ++i)
+    if (runs[i]["mean_ms"].get<double>() < runs[fastest]["mean_ms"].get<double>()) fastest = i;
+  EXPECT_EQ(runs[last]["policy"], runs[fastest]["policy"]) << g.dump();
+  EXPECT_EQ(runs[last]["pins"], runs[fastest]["pins"]) << g.dump();
+  EXPECT_EQ(runs[last]["from_iteration"].get<int>() + runs[last]["iterations"].get<int>(), kIters) << "it runs to the end";
+  // Planned from the same measured iteration, it replays as it ran before (within the start's effect).
+  EXPECT_NEAR(runs[last]["mean_ms"].get<double>(), runs[fastest]["mean_ms"].get<double>(), 0.1 * runs[fastest]["mean_ms"].get<double>());
+}
+
+
 // Without a rehearser (a policy built outside the Trainer) auto runs Capuchin's hybrid; a forced
 // candidate must be one auto knows.
 TEST(Auto, WithoutARehearserRunsCapuchinAndForcedNamesMustBeKnown) {

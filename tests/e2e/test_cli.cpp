@@ -114,6 +114,8 @@ TEST(Cli, BadArgumentsNameTheArgumentAndExitTwo) {
            {"train --model resnet-tiny --policy dtr --auto-clock rehearsals", "--auto-clock applies to --policy auto only"},
            {"train --model resnet-tiny --policy auto --auto-wall-cap -1", "--auto-wall-cap must be seconds in [0, 600]"},
            {"train --model resnet-tiny --policy lru --auto-wall-cap 5", "--auto-wall-cap applies to --policy auto only"},
+           {"train --model resnet-tiny --policy auto --auto-replay-guard maybe", "--auto-replay-guard must be on or off, got 'maybe'"},
+           {"train --model resnet-tiny --policy lru --auto-replay-guard off", "--auto-replay-guard applies to --policy auto only"},
            {"replay --trace dtr:unet --gpu p100-16g --policy dtr --auto-wall-cap 5", "--auto-wall-cap applies to --policy auto only"},
            {"sweep --model resnet-tiny --policies auto --auto-clock fast --out x.csv", "--auto-clock must be wall or rehearsals"},
            {"replay --trace dtr:lstm --gpu p100-16g --policy dtr --auto-clock wall", "--auto-clock applies to --policy auto only"},

@@ -139,6 +139,7 @@ void MemoryManager::begin_iteration(int iteration) {
     s.stat = {};
   }
   policy_->begin_iteration(iteration);
+  if (policy_->take_plan_change()) release_idle_buffers();
   allocator_->set_high_placement(policy_->high_placement_bytes());
   // A measured iteration's op times from the device where the backend has them (cuda): the
   // clock around an asynchronous launch is not the kernel's time.

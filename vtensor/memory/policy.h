@@ -164,6 +164,14 @@ class Policy {
   // The compute stream waited `waited_ms` for `id`'s swap-out to end (at its release point, or
   // for its block when an allocation needed it): a congested copy queue.
   virtual void on_swap_out_wait(TensorId id, double waited_ms) {}
+  // The iteration that just ended took `time_ms` on the backend's clock, its copies and codecs
+  // waited for (told after end_iteration and the device's synchronize): what a plan's
+  // prediction can be checked against as it runs (auto's replay guard).
+  virtual void on_iteration_time(int iteration, double time_ms) {}
+  // Asked after begin_iteration: true where the coming iteration runs another plan than the last
+  // (auto's replay guard), so the compression buffers the last one kept and holds nothing in now
+  // are freed instead of holding the new plan's room.
+  virtual bool take_plan_change() { return false; }
   // The smallest budget a static plan is known to need, for the OutOfMemoryError (nullopt: unknown).
   virtual std::optional<size_t> smallest_working_budget() const { return std::nullopt; }
   // Lossless policies must give bit-identical training to `none`.

@@ -528,7 +528,101 @@ void AutoPolicy::attach(const MemoryView& view) {
   measuring_->attach(view);
 }
 
-void AutoPolicy::begin_iteration(int iteration) { current().begin_iteration(iteration); }
+void AutoPolicy::begin_iteration(int iteration) {
+  if (pending_) {
+    install(pending_->first);
+    runs_.push_back({pending_->first, -1, {}, pending_->second});
+    pending_.reset();
+    plan_changed_ = true;
+  }
+  current().begin_iteration(iteration);
+}
+
+// ---------------------------------------------------------------- the replay guard
+
+double AutoPolicy::PlanRun::mean_ms() const {
+  double sum = 0;
+  for (double m : ms) sum += m;
+  return ms.empty() ? 0 : sum / static_cast<double>(ms.size());
+}
+
+AutoPolicy::PlanKind AutoPolicy::kind_of(const RehearsalResult& r) {
+  const bool compresses = is_compress_candidate(parse_name(r.policy).head) ||
+                          std::any_of(r.pins.begin(), r.pins.end(), [](const PlanPin& p) { return p.decision == CapuchinDecision::kCompress; });
+  if (compresses) return PlanKind::kCompress;
+  return r.swapped_out_bytes > 0 ? PlanKind::kSwap : PlanKind::kRecompute;
+}
+
+AutoPolicy::PlanSpec AutoPolicy::spec_of(const RehearsalResult& r) {
+  PlanSpec p;
+  p.policy = r.policy, p.pins = r.pins, p.compact_unfit = r.compact_unfit, p.min_wrap_bytes = r.min_wrap_bytes;
+  p.start_state = r.start_state, p.high_placement = r.high_placement_bytes, p.predicted_ms = r.time_ms, p.kind = kind_of(r);
+  return p;
+}
+
+std::optional<AutoPolicy::PlanSpec> AutoPolicy::replay_fallback(PlanKind kind) const {
+  const RehearsalResult* best = nullptr;
+  for (const auto* list : {&rehearsals_, &searched_, &lp_rehearsals_})
+    for (const RehearsalResult& r : *list) {
+      if (!r.trained || !(r.time_ms > 0) || kind_of(r) >= kind || !make_candidate(r.policy)) continue;
+      const bool ran = std::any_of(runs_.begin(), runs_.end(), [&](const PlanRun& x) { return x.plan.policy == r.policy && x.plan.pins == r.pins; });
+      if (!ran && (!best || r.time_ms < best->time_ms)) best = &r;
+    }
+  if (!best) return std::nullopt;
+  return spec_of(*best);
+}
+
+// The plan runs from the next iteration, made from the measured iteration as the chosen one was
+// (the arena as the last iteration's end left it; its persistent tensors on the host come back
+// when accessed).
+void AutoPolicy::install(const PlanSpec& p) {
+  compact_unfit_ = p.compact_unfit, min_wrap_bytes_ = p.min_wrap_bytes;
+  start_state_ = p.start_state, high_placement_ = p.high_placement;
+  fallback_ = dtr_fallback(p.policy) ? make_policy("dtr") : nullptr;
+  std::unique_ptr<Policy> next = make_candidate(p.policy);
+  if (!next) throw std::logic_error("auto: replay guard: '" + p.policy + "' is not a candidate");
+  if (auto* c = dynamic_cast<CapuchinPolicy*>(next.get()))
+    c->set_pins(p.pins), c->set_trigger_moves(p.trigger_moves), c->set_compact_unfit(p.compact_unfit), c->set_min_wrap_bytes(p.min_wrap_bytes);
+  next->attach(*view_);
+  if (auto* z = dynamic_cast<CompressPolicy*>(next.get())) z->set_measured_nonzeros(nonzeros_);
+  next->end_iteration(*measured_trace_);
+  active_ = std::move(next);
+}
+
+void AutoPolicy::on_iteration_time(int iteration, double time_ms) {
+  // Not the measured iteration (its time holds the planning), nor a rehearsal's forced plan.
+  if (!forced_.empty() || !active_ || measured_last_ || runs_.empty() || !measured_trace_) return;
+  PlanRun& run = runs_.back();
+  if (run.from_iteration < 0) run.from_iteration = iteration;
+  run.ms.push_back(time_ms);
+  if (!guard_.on || guard_stopped_ || pending_) return;
+  const int n = std::max(1, guard_.iterations);
+  // A plan the guard fell back to, slower than one before it: the fastest measured comes back.
+  if (runs_.size() > 1 && run.ms.size() >= static_cast<size_t>(n)) {
+    size_t fastest = runs_.size() - 1;
+    for (size_t i = 0; i + 1 < runs_.size(); ++i)
+      if (runs_[i].mean_ms() < runs_[fastest].mean_ms()) fastest = i;
+    if (fastest + 1 != runs_.size()) {
+      guard_stopped_ = true;
+      guard_note_ = "the fastest plan measured runs again";
+      pending_.emplace(runs_[fastest].plan, "it measured the fastest of the plans run");
+      return;
+    }
+  }
+  const double predicted = run.plan.predicted_ms;
+  const bool over = predicted > 0 && time_ms > guard_.ratio * predicted && time_ms - predicted > guard_.min_excess_ms;
+  over_ = over ? over_ + 1 : 0;
+  if (over_ < n) return;
+  over_ = 0;
+  if (auto next = replay_fallback(run.plan.kind)) {
+    char why[160];
+    std::snprintf(why, sizeof why, "%s ran %.1fx its prediction of %.2f ms", run.plan.policy.c_str(), time_ms / predicted, predicted);
+    pending_.emplace(std::move(*next), why);
+  } else {
+    guard_stopped_ = true;
+    guard_note_ = "no rehearsed plan relies on fewer modelled costs";
+  }
+}
 std::vector<ConvAlgo> AutoPolicy::conv_algorithms() const { return current().conv_algorithms(); }
 void AutoPolicy::check_deadline() const {
   if (has_deadline_ && std::chrono::steady_clock::now() > deadline_) throw RehearsalTimeout();
@@ -1210,6 +1304,15 @@ void AutoPolicy::choose(const AccessTrace& trace) {
     if (auto* z = dynamic_cast<CompressPolicy*>(active_.get())) z->set_measured_nonzeros(nonzeros_);
     active_->end_iteration(planned_from_ ? *planned_from_ : trace);  // a measuring planner plans from it; the others ignore it
   }
+  // The replay guard's first plan: the chosen one, as it runs.
+  runs_.clear(), pending_.reset(), over_ = 0, guard_stopped_ = false, guard_note_.clear();
+  if (forced_.empty() && chosen_result_.trained && chosen_result_.time_ms > 0) {
+    measured_trace_ = planned_from_ ? planned_from_ : std::make_shared<const AccessTrace>(trace);
+    PlanSpec p = spec_of(chosen_result_);
+    p.policy = chosen_, p.pins = pins_, p.trigger_moves = trigger_moves_, p.compact_unfit = compact_unfit_;
+    p.min_wrap_bytes = min_wrap_bytes_, p.start_state = start_state_, p.high_placement = high_placement_;
+    runs_.push_back({p, -1, {}, "chosen"});
+  }
   planning_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
@@ -1778,6 +1881,18 @@ nlohmann::json AutoPolicy::report() const {
   // What the plan was made from: the measured iteration as the clock recorded it (on sim the same
   // as the rehearsals'), or off sim as the rehearsals recorded it (choose).
   out["planned_from"] = planned_from_ ? "rehearsed measured iteration" : "measured iteration";
+  // The replay guard (on_iteration_time): each plan that ran, its prediction and what it measured.
+  json runs = json::array();
+  for (const PlanRun& r : runs_) {
+    const double mean = r.mean_ms();
+    runs.push_back({{"policy", r.plan.policy}, {"pins", r.plan.pins.size()}, {"kind", to_string(r.plan.kind)},
+                    {"why", r.why}, {"predicted_ms", r.plan.predicted_ms}, {"from_iteration", r.from_iteration},
+                    {"iterations", r.ms.size()}, {"mean_ms", r.ms.empty() ? json(nullptr) : json(mean)},
+                    {"ratio", r.ms.empty() || !(r.plan.predicted_ms > 0) ? json(nullptr) : json(mean / r.plan.predicted_ms)}});
+  }
+  out["replay_guard"] = {{"on", guard_.on}, {"ratio", guard_.ratio}, {"min_excess_ms", guard_.min_excess_ms},
+                         {"iterations", guard_.iterations}, {"fell_back", runs_.size() > 1}, {"runs", runs},
+                         {"stopped", guard_stopped_}, {"note", guard_note_}};
   // The fallback where a plan does not fit (CapuchinPolicy::set_compact_unfit): what runs, and
   // the starts the search climbed with compact_unfit.
   out["unfit_fallback"] = {{"mode", compact_unfit_ ? "compact" : "evict"}, {"compact_starts", compact_starts_}};
@@ -1909,9 +2024,25 @@ nlohmann::json AutoPolicy::report() const {
   return out;
 }
 
+const char* to_string(AutoPolicy::PlanKind k) {
+  switch (k) {
+    case AutoPolicy::PlanKind::kRecompute: return "recompute";
+    case AutoPolicy::PlanKind::kSwap: return "swap";
+    case AutoPolicy::PlanKind::kCompress: return "compress";
+  }
+  return "?";
+}
+
 std::string AutoPolicy::summary() const {
   std::string s = "auto: ";
   if (chosen_.empty()) return s + "measuring";
+  for (size_t i = 1; i < runs_.size(); ++i) {
+    char buf[320];
+    std::snprintf(buf, sizeof buf, "replay guard: %s from iteration %d (%s plan, %.2f ms predicted, %.2f ms measured) because %s; ",
+                  runs_[i].plan.policy.c_str(), runs_[i].from_iteration, to_string(runs_[i].plan.kind), runs_[i].plan.predicted_ms,
+                  runs_[i].mean_ms(), runs_[i].why.c_str());
+    s += buf;
+  }
   s += "chose " + chosen_;
   if (!rehearsals_.empty()) {
     s += " of";

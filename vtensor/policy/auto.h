@@ -63,6 +63,9 @@
 // plan for the H2D stream's issue order (",need", ",fifo"), and last with the device allocator
 // placing requests of 2, 5 or 10% of the budget or more high (DeviceAllocator::
 // set_high_placement), each kept where it is faster.
+// As it runs, a replay guard: where guided iterations run far over the plan's prediction (a cost
+// the rehearsal modelled was wrong on this device), the fastest rehearsed plan relying on fewer
+// modelled costs takes over (ReplayGuard).
 // Without a Rehearser (set by the Trainer) it runs Capuchin's hybrid.
 // Full notes: docs/design.md.
 #pragma once
@@ -224,6 +227,27 @@ class AutoPolicy final : public Policy {
   void end_iteration(const AccessTrace& trace) override;
   void on_restore(TensorId id, int op_index, Residency from, double waited_ms) override;
   void on_swap_out_wait(TensorId id, double waited_ms) override { current().on_swap_out_wait(id, waited_ms); }
+  // The replay guard: where `iterations` guided iterations in a row each run over `ratio` times
+  // the running plan's prediction and more than `min_excess_ms` above it (off sim, a cost the
+  // rehearsal models rather than measures was wrong: the H200's bitmask codec ran ~8 ms a call,
+  // 15x the plan), the next iteration runs the fastest rehearsed plan that relies on fewer
+  // modelled costs (PlanKind: a compressing plan gives way to one that only swaps and recomputes,
+  // a swapping one to one that only recomputes), planned from the same measured iteration. A plan
+  // it fell back to that runs `iterations` iterations slower than one before it gives way to the
+  // fastest measured, and the guard stops. Every plan is lossless: the math does not change.
+  struct ReplayGuard {
+    bool on = true;
+    double ratio = 2;            // as the CLI's warning (summary.replay_ratio)
+    double min_excess_ms = 10;   // above a tiny model's host overhead, which no plan changes
+    int iterations = 2;
+  };
+  void set_replay_guard(const ReplayGuard& g) { guard_ = g; }
+  void on_iteration_time(int iteration, double time_ms) override;
+  bool take_plan_change() override { return std::exchange(plan_changed_, false); }
+  // What a plan relies on beyond the measured kernels: its codecs' time is modelled from the
+  // element-wise rate (compress), its copies from the measured link (swap), its recomputations
+  // are measured kernels (recompute).
+  enum class PlanKind { kRecompute, kSwap, kCompress };
   std::vector<TensorId> on_host_at_start() const override { return current().on_host_at_start(); }
   // Every plan auto runs or rehearses starts its iterations from a packed arena.
   bool compact_at_iteration_end() const override { return true; }
@@ -500,6 +524,38 @@ class AutoPolicy final : public Policy {
   // Where the search stops: the candidates' limit and kSearchTimeMs, less that reserve.
   double search_limit_ms() const { return time_limit_ms_ + kSearchTimeMs - start_state_reserve_ms_; }
   std::unique_ptr<Policy> fallback_;   // "...,dtr": evicts in guided iterations instead of LRU swapping
+  // The replay guard's state: each plan run after the measured iteration, in order.
+  struct PlanSpec {
+    std::string policy;
+    std::vector<PlanPin> pins;
+    std::vector<TriggerMove> trigger_moves;
+    bool compact_unfit = false;
+    size_t min_wrap_bytes = 0;
+    StartState start_state = StartState::kPacked;
+    size_t high_placement = 0;
+    double predicted_ms = 0;  // its rehearsal's guided mean
+    PlanKind kind = PlanKind::kRecompute;
+  };
+  struct PlanRun {
+    PlanSpec plan;
+    int from_iteration = -1;
+    std::vector<double> ms;  // its iterations' times
+    std::string why;         // why it runs
+    double mean_ms() const;
+  };
+  ReplayGuard guard_;
+  std::shared_ptr<const AccessTrace> measured_trace_;  // what a fallback plans from
+  std::vector<PlanRun> runs_;
+  int over_ = 0;  // guided iterations in a row over the guard
+  std::optional<std::pair<PlanSpec, std::string>> pending_;  // runs from the next iteration
+  bool guard_stopped_ = false;
+  bool plan_changed_ = false;  // take_plan_change
+  std::string guard_note_;
+  static PlanKind kind_of(const RehearsalResult& r);
+  static PlanSpec spec_of(const RehearsalResult& r);
+  // The fastest rehearsed plan of a kind below `kind` not run yet.
+  std::optional<PlanSpec> replay_fallback(PlanKind kind) const;
+  void install(const PlanSpec& p);
   bool compact_unfit_ = false;
   int compact_starts_ = 0;  // the starts with compact_unfit the search climbed from
   size_t min_wrap_bytes_ = 0;
@@ -559,5 +615,7 @@ class AutoPolicy final : public Policy {
   static constexpr int kDefaultFirstRoundRehearsals = 32;
   static constexpr int kDefaultLpRehearsals = 3;
 };
+
+const char* to_string(AutoPolicy::PlanKind k);
 
 }  // namespace vtensor

@@ -63,6 +63,8 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
     throw std::invalid_argument("--auto-seconds must be seconds in (0, 600], got " + format_number(cfg_.auto_seconds));
   if (!cfg_.auto_placement.empty() && cfg_.auto_placement != "search" && cfg_.auto_placement != "low")
     throw std::invalid_argument("--auto-placement must be search or low, got '" + cfg_.auto_placement + "'");
+  if (!cfg_.auto_replay_guard.empty() && cfg_.auto_replay_guard != "on" && cfg_.auto_replay_guard != "off")
+    throw std::invalid_argument("--auto-replay-guard must be on or off, got '" + cfg_.auto_replay_guard + "'");
   if (cfg_.auto_wall_cap == -1) {  // the environment's default (bench/run.py sets 0 so that its tables reproduce)
     if (const char* v = std::getenv("VTENSOR_AUTO_WALL_CAP"); v && *v) {
       char* end = nullptr;
@@ -82,6 +84,11 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
   if (auto* a = dynamic_cast<AutoPolicy*>(policy.get())) {
     a->set_rehearser(rehearse);
     if (!cfg_.auto_placement.empty()) a->set_placement_search(cfg_.auto_placement == "search");
+    if (cfg_.auto_replay_guard == "off") {
+      AutoPolicy::ReplayGuard g;
+      g.on = false;
+      a->set_replay_guard(g);
+    }
     if (!cfg_.auto_clock.empty())
       a->set_planning_clock(cfg_.auto_clock == "rehearsals" ? AutoPolicy::PlanningClock::kRehearsals : AutoPolicy::PlanningClock::kWall);
     if (cfg_.auto_seconds > 0) a->set_time_limit_ms(cfg_.auto_seconds * 1e3);
