@@ -1883,6 +1883,50 @@ EXPERIMENTS["auto-wall-cap"] = {
                 ("overhead, no cap", _wall_cap_col("uncapped", "overhead"))]}
 
 
+# auto's codec rate on the cpu backend (--auto-codec-rate): a compressing plan (only the compression
+# candidates) planned with the codec timed on the backend, and with the model (the modelled GPU's
+# bandwidth in the rehearsals): its prediction against its run, and where the run's extra time went.
+
+def _codec_run(row, got, rate):
+    return train(row, "--policy", "auto", "--budget", fraction_of_peak(got["none"], row["fraction"], 512),
+                 "--auto-candidates", "compress+capuchin,compress+capuchin@0.94,compress+swap",
+                 "--auto-codec-rate", rate, "--auto-replay-guard", "off")
+
+
+def _codec_col(fn):
+    def col(c):
+        rep = c.rep["run"]
+        if rep is None:
+            return "OOM"
+        return fn(rep["policy_report"], rep["iterations"][2:])
+    return col
+
+
+EXPERIMENTS["auto-codec-cpu"] = {
+    "kind": "runs", "serial": True,  # its figures are timings
+    "about": "`vtensor train --model M --backend cpu --policy auto --budget B --iters 8 --auto-candidates "
+             "compress+capuchin,compress+capuchin@0.94,compress+swap --auto-codec-rate R --auto-replay-guard off`, "
+             "B the fraction of none's peak (rounded down to 512 B): the chosen plan's prediction and the median of "
+             "iterations 2-7; the codecs' time per iteration (the run's compress_ms + decompress_ms) and its stall "
+             "beside the prediction's. Timings on this 2-core machine; rerun, they move",
+    "defaults": {"backend": "cpu", "iters": 8},
+    "rows": [{"model": m, "fraction": f, "rate": r} for m in ("resnet-tiny",) for f in (0.5, 0.25)
+             for r in ("measured", "modelled")],
+    "runs": [("none", lambda r, got: train({**r, "iters": 2})),
+             ("run", lambda r, got: _codec_run(r, got, r["rate"]))],
+    "columns": [("model", lambda c: c.row["model"]), ("budget", lambda c: f"{c.row['fraction']} x peak"),
+                ("codec rate", lambda c: c.row["rate"]),
+                ("plan", _codec_col(lambda p, it: p["chosen"])),
+                ("codec ns/B", _codec_col(lambda p, it: "%.3f" % p["codec_rate"]["ns_per_byte"]
+                                          if p["codec_rate"]["ns_per_byte"] is not None else "(model)")),
+                ("predicted ms", _codec_col(lambda p, it: "%.2f" % p["predicted_time_ms"])),
+                ("ran ms", _codec_col(lambda p, it: "%.2f" % median(i["time_ms"] for i in it))),
+                ("ran / predicted", _codec_col(lambda p, it: "%.2f" % (median(i["time_ms"] for i in it) / p["predicted_time_ms"]))),
+                ("codec ms / iteration", _codec_col(lambda p, it: "%.2f" % median(i["compress_ms"] + i["decompress_ms"] for i in it))),
+                ("stall ms, ran / predicted", _codec_col(lambda p, it: "%.2f / %.2f" % (
+                    median(i["stall_ms"] for i in it), p["predicted_stall_ms"])))]}
+
+
 # Which LP auto's starts are rounded from (--auto-lp-model): the bound's and the one that also
 # compresses (compress, the default), the bound's alone, the one that holds a copy's bytes on the
 # device while in flight, or both of those. The logs have no densities: compress is bound there.

@@ -1,5 +1,6 @@
 // Swap bandwidth of the cuda backend against a plain cudaMemcpyAsync of pinned memory.
-// For each size: device-to-host, host-to-device, and both at once, timed on the host clock
+// For each size (64 KiB to 256 MiB: a copy's fixed cost shows at the small ones), device-to-host,
+// host-to-device, and both at once, timed on the host clock
 // around `reps` copies and a wait, best of three rounds:
 //   plain:   cudaMalloc + cudaHostAlloc buffers, cudaMemcpyAsync on two fresh streams;
 //   vtensor: the path a swap takes: HostPool pinned buffer (Backend::host_alloc), the arena,
@@ -172,8 +173,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "vtensor_swap_bandwidth: no CUDA device visible\n");
     return 1;
   }
-  const std::vector<size_t> sizes_mib = {1, 4, 16, 64, 256};
-  const size_t max_bytes = sizes_mib.back() << 20;
+  // From 64 KiB (a copy's fixed cost shows: the swaps of a tiny preset's tensors, and many of a
+  // paper model's) to 256 MiB (the link's rate).
+  const std::vector<size_t> sizes_kib = {64, 256, 1024, 4096, 16384, 65536, 262144};
+  const size_t max_bytes = sizes_kib.back() << 10;
   auto backend = make_backend("cuda", {.arena_bytes = 4 * max_bytes});
   char* arena = static_cast<char*>(backend->arena_base());
   void* vt_host_out = backend->host_alloc(max_bytes);
@@ -189,8 +192,8 @@ int main(int argc, char** argv) {
   VT_CHECK(cudaStreamCreateWithFlags(&h2d, cudaStreamNonBlocking));
 
   std::printf("size_mib,direction,plain_gbps,vtensor_gbps,ratio\n");
-  for (size_t mib : sizes_mib) {
-    const size_t bytes = mib << 20;
+  for (size_t kib : sizes_kib) {
+    const size_t bytes = kib << 10;
     for (const char* dir : {"d2h", "h2d", "both"}) {
       const bool out = dir[0] == 'd' || dir[0] == 'b', in = dir[0] == 'h' || dir[0] == 'b';
       const size_t moved = bytes * static_cast<size_t>(reps) * ((out && in) ? 2 : 1);
@@ -218,7 +221,7 @@ int main(int argc, char** argv) {
         }
         for (auto& e : events) e->wait();
       });
-      std::printf("%zu,%s,%.2f,%.2f,%.3f\n", mib, dir, plain, vt, vt / plain);
+      std::printf("%g,%s,%.2f,%.2f,%.3f\n", static_cast<double>(kib) / 1024, dir, plain, vt, vt / plain);
       std::fflush(stdout);
     }
   }

@@ -70,6 +70,12 @@ const char* const kAutoPlacementHelp =
 const char* const kAutoReplayGuardHelp =
     "policy auto: on (default): where two guided iterations in a row each run over 2x the plan's prediction and 10 ms above it, the fastest rehearsed plan that relies on fewer modelled costs runs instead (compress, then swap, then recompute only; the report's replay_guard); off: the chosen plan runs to the end";
 
+const char* const kAutoCodecRateHelp =
+    "policy auto, off sim: measured (default: the memory manager times the backend's bitmask codec before the first iteration, and the plan charges each codec call that latency and rate; the report's codec_rate) or modelled (the modelled GPU's memory bandwidth in the rehearsals, the measured ReLU ops' rate in the planners)";
+
+const char* const kAutoCandidatesHelp =
+    "policy auto: the candidates it rehearses, comma-separated (default: all; e.g. compress+capuchin,compress+swap; `vtensor policies` names the planners)";
+
 const char* const kAutoIlpHelp =
     "policy auto: seconds for its integer program over the LP's fractional gaps (COIN-OR Cbc), whose plan is one more start for its search (0: none; default 0)";
 
@@ -613,6 +619,8 @@ int vtensor::run_cli(int argc, char** argv, CliMode mode) {
   train->add_option("--auto-clock", cfg.auto_clock, kAutoClockHelp);
   train->add_option("--auto-wall-cap", cfg.auto_wall_cap, kAutoWallCapHelp);
   train->add_option("--auto-replay-guard", cfg.auto_replay_guard, kAutoReplayGuardHelp);
+  train->add_option("--auto-codec-rate", cfg.auto_codec_rate, kAutoCodecRateHelp);
+  train->add_option("--auto-candidates", cfg.auto_candidates, kAutoCandidatesHelp)->delimiter(',');
   train->add_flag("--inplace-relu-grad", cfg.inplace_relu_grad, "relu backward writes dx over dy where dy dies (cuDNN's in-place ReLU, as in vDNN)");
   train->add_flag("--step-in-backward", cfg.optimizer.in_backward, kStepInBackwardHelp);
   train->add_option("--weight-decay", cfg.optimizer.weight_decay, "weight decay (L2 for sgd and adam, decoupled for adamw)");
@@ -714,6 +722,9 @@ int vtensor::run_cli(int argc, char** argv, CliMode mode) {
       if (cfg.policy != "auto")
         throw std::invalid_argument("--auto-replay-guard applies to --policy auto only, got --policy " + cfg.policy);
     }
+    for (const char* o : {"--auto-codec-rate", "--auto-candidates"})
+      if (train->get_option(o)->count() > 0 && cfg.policy != "auto")
+        throw std::invalid_argument(std::string(o) + " applies to --policy auto only, got --policy " + cfg.policy);
     return cmd_train(cfg, budget_text, host_budget_arg, report, html, quiet, optimizer, lr->count() > 0);
   } catch (const OutOfMemoryError& e) {
     std::fprintf(stderr, "vtensor: %s\n", e.what());

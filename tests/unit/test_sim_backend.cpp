@@ -329,3 +329,32 @@ TEST(DeviceMoves, TheSimChargesCallsAndBytes) {
   EXPECT_DOUBLE_EQ(b.now_ms() - t, predict_staged_moves_ms(g, 64 * 4096));
   EXPECT_LT(b.now_ms() - t, 3 * predict_move_ms(g, 4096));
 }
+
+// A codec rate measured on a device (BackendOptions::codec_*, what auto rehearses with off sim)
+// replaces the GPU's bandwidth: each call costs its latency and its bytes read and written at
+// that rate, compression and decompression alike; without one, the cost model's.
+TEST(SimStreams, AMeasuredCodecRateReplacesTheModel) {
+  TensorInfo t;
+  t.id = 3;
+  t.name = "relu_out";
+  t.shape = Shape{1 << 20};
+  auto table = std::make_shared<DensityTable>();
+  table->tensors[density_key(t)] = {uint64_t{1} << 20, uint64_t{1} << 19};  // half non-zero
+  const size_t packed = codec_bytes(Codec::kBitmask, size_t{1} << 20, size_t{1} << 19);
+  for (const bool measured : {false, true}) {
+    SCOPED_TRACE(measured ? "measured" : "modelled");
+    BackendOptions o{.arena_bytes = 1 << 20, .gpu = "p100-16g"};
+    if (measured) o.codec_latency_ms = 0.02, o.codec_ms_per_byte = 1e-6;
+    SimBackend b(o);
+    b.set_densities(table);
+    CodecResult c, d;
+    b.compress_async(Stream::kCompress, Codec::kBitmask, t, nullptr, nullptr, packed, nullptr, 0, &c);
+    b.decompress_async(Stream::kCompress, Codec::kBitmask, t, nullptr, packed, nullptr, &d);
+    EXPECT_EQ(c.bytes, packed);
+    const double want = measured ? 0.02 + static_cast<double>(t.bytes() + packed) * 1e-6
+                                 : predict_codec_ms(b.gpu(), t.bytes(), packed);
+    EXPECT_DOUBLE_EQ(c.ms, want);
+    EXPECT_DOUBLE_EQ(d.ms, want);
+    EXPECT_DOUBLE_EQ(b.clock(Stream::kCompress), 2 * want);
+  }
+}

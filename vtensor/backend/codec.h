@@ -25,6 +25,15 @@
 
 namespace vtensor {
 
+// A backend's codec speed as the memory manager measured it (MemoryManager::measure_codec_rate):
+// a call's fixed cost, and its time per byte read and written (the bitmask codec, compression and
+// decompression averaged, as the planners charge both alike).
+struct CodecRate {
+  double latency_ms = 0;
+  double ms_per_byte = 0;
+  size_t probe_bytes = 0;  // the largest tensor it was timed on
+};
+
 enum class Codec { kNone, kBitmask, kSign, kBf16, kFp16, kInt8 };
 const char* to_string(Codec c);
 inline bool codec_lossless(Codec c) { return c == Codec::kBitmask || c == Codec::kSign || c == Codec::kNone; }

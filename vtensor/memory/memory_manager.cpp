@@ -1,6 +1,7 @@
 #include "vtensor/memory/memory_manager.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -120,6 +121,77 @@ void MemoryManager::init_persistent(uint64_t seed) {
     }
     backend_.init_tensor(t, p, seed);
   }
+  if (policy_->wants_codec_rate()) codec_rate_ = measure_codec_rate();
+}
+
+// A bitmask compression and decompression of a normally distributed tensor (every element
+// non-zero: the most a codec call writes per element) at two sizes, the best of three of each,
+// on the compression stream: the line through the two gives a call's latency and its time per
+// byte read and written. Before the first iteration, in blocks the caching allocator merges back
+// on free, so the arena every iteration starts from is as it would be without the probe.
+std::optional<CodecRate> MemoryManager::measure_codec_rate() {
+  if (!backend_.modelled_gpu().empty() || paged_ || !backend_.has_data()) return std::nullopt;
+  const auto& a = allocator_->stats();
+  size_t n = std::min(kCodecProbeElements, a.largest_free_block / 3 / sizeof(float)) / 1024 * 1024;
+  if (n < 8 * 1024) return std::nullopt;  // too little room to time a line
+  const size_t ws_bytes = codec_chunk_workspace(std::min(codec_chunk_elements(compression_.workspace_bytes), n));
+  TensorInfo t;
+  t.name = "codec probe";
+  t.init = Init::kHeNormal;
+  t.shape = Shape{static_cast<int64_t>(n)};
+  std::vector<size_t> blocks;
+  const auto block = [&](size_t bytes) {
+    const auto off = allocator_->allocate(bytes, -1);
+    if (off) blocks.push_back(*off);
+    return off;
+  };
+  const auto src = block(n * sizeof(float)), dst = block(codec_bound(Codec::kBitmask, n)), ws = block(ws_bytes);
+  std::optional<CodecRate> out;
+  if (src && dst && ws) {
+    backend_.init_tensor(t, arena_at(*src), 7);
+    backend_.synchronize();
+    // One size's best time per call and the bytes a call read and wrote: kCalls calls queued
+    // back to back on the stream, then one wait (as a plan queues them; a lone call's time would
+    // count the host's round trip, which the stream hides), compressions then decompressions.
+    constexpr int kCalls = 4;
+    const auto time = [&](size_t m) {
+      TensorInfo u = t;
+      u.shape = Shape{static_cast<int64_t>(m)};
+      double best = -1;
+      size_t moved = 0;
+      for (int round = 0; round < 3; ++round) {
+        std::array<CodecResult, kCalls> r{};
+        const double t0 = backend_.now_ms();
+        for (auto& x : r)
+          backend_.compress_async(Stream::kCompress, Codec::kBitmask, u, arena_at(*src), arena_at(*dst),
+                                  codec_bound(Codec::kBitmask, m), arena_at(*ws), ws_bytes, &x);
+        backend_.synchronize();
+        const auto packed = static_cast<size_t>(r[0].bytes);
+        for (auto& x : r)
+          backend_.decompress_async(Stream::kCompress, Codec::kBitmask, u, arena_at(*dst), packed, arena_at(*src), &x);
+        backend_.synchronize();
+        const double ms = (backend_.now_ms() - t0) / (2 * kCalls);
+        if (best < 0 || ms < best) best = ms;
+        moved = m * sizeof(float) + packed;
+      }
+      return std::make_pair(std::max(best, 0.0), moved);
+    };
+    const auto [small_ms, small_bytes] = time(n / 8);
+    const auto [big_ms, big_bytes] = time(n);
+    CodecRate c;
+    c.probe_bytes = n * sizeof(float);
+    // As the copies' calibration: under load the small call's best can exceed the large one's; the
+    // rate is then the large call's whole time per byte.
+    if (big_ms > small_ms && big_bytes > small_bytes) {
+      c.ms_per_byte = (big_ms - small_ms) / static_cast<double>(big_bytes - small_bytes);
+      c.latency_ms = std::max(0.0, small_ms - c.ms_per_byte * static_cast<double>(small_bytes));
+    } else {
+      c.ms_per_byte = big_ms / static_cast<double>(big_bytes);
+    }
+    if (c.ms_per_byte > 0) out = c;
+  }
+  for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) allocator_->free(*it);
+  return out;
 }
 
 void MemoryManager::begin_iteration(int iteration) {

@@ -32,7 +32,8 @@
 // action's release op once the codec has finished; a compressed size above the capacity (the
 // data grew denser than measured) keeps the tensor resident. A kPrefetch of a compressed tensor
 // decompresses it into a new block; an access to a compressed tensor decompresses it on demand
-// and counts the wait as stall.
+// and counts the wait as stall. Where the policy asks (Policy::wants_codec_rate), the codec is
+// timed once before the first iteration, in blocks freed again (measure_codec_rate).
 // Views (TensorInfo::view_of) have no block and no residency of their own: every function
 // here maps a view to its base, so accessing a view makes the base resident, and swap, drop
 // and recompute act on the base. A view is never a victim on its own; the executor keeps the
@@ -199,6 +200,9 @@ class MemoryManager final : public MemoryView {
   double copy_ms_per_byte() const override;
   double copy_latency_ms() const override;
   std::string modelled_gpu() const override { return backend_.modelled_gpu(); }
+  std::optional<CodecRate> codec_rate() const override { return codec_rate_; }
+  // The probe's largest tensor (elements), at most a third of the arena left free.
+  static constexpr size_t kCodecProbeElements = size_t{4} << 20;
   std::shared_ptr<const DensityTable> densities() const override { return backend_.densities(); }
   std::string allocator_name() const override { return allocator_->name(); }
   size_t host_budget() const override { return host_.budget() == HostPool::kUnlimited ? 0 : host_.budget(); }
@@ -329,6 +333,9 @@ class MemoryManager final : public MemoryView {
   char* arena() const { return paged_ ? paged_->base() : static_cast<char*>(backend_.arena_base()); }
   std::unique_ptr<PagedMemory> paged_;
   mutable double copy_ms_per_byte_ = -1, copy_latency_ms_ = -1;  // not measured yet
+  std::optional<CodecRate> codec_rate_;  // init_persistent, where the policy wants it
+  // The bitmask codec timed on the backend (off sim), in arena blocks freed again.
+  std::optional<CodecRate> measure_codec_rate();
 };
 
 }  // namespace vtensor

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "vtensor/backend/codec.h"
 #include "vtensor/core/graph.h"
 #include "vtensor/memory/access_tracker.h"
 #include "vtensor/memory/page_policy.h"
@@ -60,6 +61,10 @@ class MemoryView {
   // (issue to completion seen by the host) (0: unknown).
   virtual double copy_ms_per_byte() const { return 0.0; }
   virtual double copy_latency_ms() const { return 0.0; }
+  // The backend's codec speed, measured on synthetic data when the persistent tensors were
+  // placed, where the policy asked (Policy::wants_codec_rate); nullopt: not measured (sim: the
+  // cost model's is the run).
+  virtual std::optional<CodecRate> codec_rate() const { return std::nullopt; }
   // The sim backend's GPU name (a rehearsal on sim can model the same one); empty elsewhere.
   virtual std::string modelled_gpu() const { return {}; }
   // The device allocator's name ("caching", "planned") and the host pool's budget (0: unlimited),
@@ -164,6 +169,9 @@ class Policy {
   // The compute stream waited `waited_ms` for `id`'s swap-out to end (at its release point, or
   // for its block when an allocation needed it): a congested copy queue.
   virtual void on_swap_out_wait(TensorId id, double waited_ms) {}
+  // Whether the memory manager should time the backend's codec before the first iteration
+  // (MemoryView::codec_rate): a planner that may compress and plans from a measurement (auto).
+  virtual bool wants_codec_rate() const { return false; }
   // The iteration that just ended took `time_ms` on the backend's clock, its copies and codecs
   // waited for (told after end_iteration and the device's synchronize): what a plan's
   // prediction can be checked against as it runs (auto's replay guard).

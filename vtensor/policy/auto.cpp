@@ -507,18 +507,21 @@ const std::vector<std::string>& auto_candidates() {
   return names;
 }
 
+std::string unknown_candidate_message(const std::string& name) {
+  std::string accepted;
+  for (const auto& c : planner_names()) accepted += (accepted.empty() ? "" : ", ") + c;
+  for (const auto& c : compress_names()) accepted += ", " + c;
+  return "auto: unknown candidate '" + name + "'; accepted: " + accepted +
+         ", or a Capuchin mode or compress policy with @F, the fraction of the budget it plans for (0 < F <= 1)";
+}
+
+bool is_auto_candidate(const std::string& name) { return make_candidate(name) != nullptr; }
+
 AutoPolicy::AutoPolicy(std::string forced, std::vector<PlanPin> pins)
     : forced_(std::move(forced)), candidates_(auto_candidates()),
       measuring_(std::make_unique<CapuchinPolicy>(CapuchinMode::kHybrid)), pins_(std::move(pins)) {
   static_cast<CapuchinPolicy&>(*measuring_).set_feedback_iterations(kFeedbackIterations);
-  if (!forced_.empty() && !make_candidate(forced_)) {
-    std::string accepted;
-    for (const auto& c : planner_names()) accepted += (accepted.empty() ? "" : ", ") + c;
-    for (const auto& c : compress_names()) accepted += ", " + c;
-    throw std::invalid_argument("auto: unknown candidate '" + forced_ + "'; accepted: " + accepted +
-                                ", or a Capuchin mode or compress policy with @F, the fraction of the budget it plans for "
-                                "(0 < F <= 1)");
-  }
+  if (!forced_.empty() && !make_candidate(forced_)) throw std::invalid_argument(unknown_candidate_message(forced_));
 }
 
 AutoPolicy::~AutoPolicy() = default;
@@ -835,7 +838,15 @@ void AutoPolicy::choose(const AccessTrace& trace) {
     s.densities = densities_;
     std::vector<double> op_ns;
     for (double ms : trace.op_ms) op_ns.push_back(ms * 1e6);
-    element_ns_per_byte_ = element_ns_per_byte(view_->graph(), op_ns);
+    relu_ns_per_byte_ = element_ns_per_byte_ = element_ns_per_byte(view_->graph(), op_ns);
+    // Off sim the codec's own time where the memory manager measured it: the ReLU's rate and the
+    // modelled GPU's bandwidth both under-predicted it (the cpu's codec ran 2x the plan; the
+    // H200's single-block bitmask kernel 15x).
+    codec_rate_ = view_->modelled_gpu().empty() && densities_ ? view_->codec_rate() : std::nullopt;
+    if (codec_rate_) {
+      s.codec_latency_ms = codec_rate_->latency_ms, s.codec_ms_per_byte = codec_rate_->ms_per_byte;
+      element_ns_per_byte_ = codec_rate_->ms_per_byte * 1e6;
+    }
     {  // What no swap / recompute plan avoids, from the same measurement (the report's "bound").
       PlannerInput in = planner_input(view_->graph(), trace, s.budget);
       if (in.swap_ns_per_byte <= 0) in.swap_ns_per_byte = s.link_ms_per_byte * 1e6;
@@ -1881,6 +1892,14 @@ nlohmann::json AutoPolicy::report() const {
   // What the plan was made from: the measured iteration as the clock recorded it (on sim the same
   // as the rehearsals'), or off sim as the rehearsals recorded it (choose).
   out["planned_from"] = planned_from_ ? "rehearsed measured iteration" : "measured iteration";
+  // What a codec call was planned to cost: measured on the backend (off sim, where compression
+  // candidates run), else the modelled GPU's memory bandwidth in the rehearsals and the ReLU
+  // ops' rate in the planners.
+  out["codec_rate"] = {{"source", codec_rate_ ? "measured" : "modelled"},
+                       {"latency_ms", codec_rate_ ? json(codec_rate_->latency_ms) : json(nullptr)},
+                       {"ns_per_byte", codec_rate_ ? json(codec_rate_->ms_per_byte * 1e6) : json(nullptr)},
+                       {"probe_bytes", codec_rate_ ? json(codec_rate_->probe_bytes) : json(nullptr)},
+                       {"relu_ns_per_byte", relu_ns_per_byte_}};
   // The replay guard (on_iteration_time): each plan that ran, its prediction and what it measured.
   json runs = json::array();
   for (const PlanRun& r : runs_) {

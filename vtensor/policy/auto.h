@@ -125,6 +125,8 @@ struct RehearsalSetup {
   std::string gpu;                 // the GPU the sim models (the run's own on sim)
   std::vector<double> op_ms;       // per op, the measured kernel time (empty: the cost model's)
   double link_ms_per_byte = 0;     // measured host link (0: the GPU's)
+  // measured codec calls (MemoryView::codec_rate; ms_per_byte 0: the GPU's memory bandwidth)
+  double codec_latency_ms = 0, codec_ms_per_byte = 0;
   // per op, the device's scratch with the fast / lean convolution algorithm (empty: the op's own)
   std::vector<size_t> workspace, workspace_lean;
   std::string allocator = "caching";  // the run's device allocator (its default planner)
@@ -196,6 +198,10 @@ using Rehearser = std::function<RehearsalResult(const std::string& policy, const
 // the search's variants (NAME@F: planned for F of the budget; capuchin@F,wW: swap stall weighed W),
 // then the compression candidates (compress+capuchin, compress+swap; rehearsed only with densities).
 const std::vector<std::string>& auto_candidates();
+// Whether `name` is a candidate auto can rehearse (those above, and their suffixes); the message
+// for one that is not, naming what is accepted.
+bool is_auto_candidate(const std::string& name);
+std::string unknown_candidate_message(const std::string& name);
 
 class AutoPolicy final : public Policy {
  public:
@@ -244,6 +250,11 @@ class AutoPolicy final : public Policy {
   void set_replay_guard(const ReplayGuard& g) { guard_ = g; }
   void on_iteration_time(int iteration, double time_ms) override;
   bool take_plan_change() override { return std::exchange(plan_changed_, false); }
+  // Off sim, where a compressing candidate may run: its codec time is measured, not modelled.
+  bool wants_codec_rate() const override { return measure_codecs_ && forced_.empty() && counts_nonzeros(); }
+  // Off: the codecs' time modelled as before (the GPU's bandwidth in the rehearsals, the ReLU ops'
+  // rate in the planners), to compare (--auto-codec-rate modelled).
+  void set_measure_codecs(bool on) { measure_codecs_ = on; }
   // What a plan relies on beyond the measured kernels: its codecs' time is modelled from the
   // element-wise rate (compress), its copies from the measured link (swap), its recomputations
   // are measured kernels (recompute).
@@ -575,7 +586,10 @@ class AutoPolicy final : public Policy {
   std::vector<EdfStart> edf_starts_;  // the starts that were faster so
   std::vector<PlanPin> pins_;
   RehearsalResult chosen_result_;
-  double element_ns_per_byte_ = 0;  // the codecs' rate, from the measured ReLU ops
+  double element_ns_per_byte_ = 0;  // the codecs' rate: measured (codec_rate_), else the measured ReLU ops'
+  std::optional<CodecRate> codec_rate_;  // the backend's, as the memory manager measured it (off sim)
+  bool measure_codecs_ = true;
+  double relu_ns_per_byte_ = 0;          // the ReLU ops' rate (the report's, beside it)
   int search_rehearsals_ = kDefaultSearchRehearsals;
   int window_rehearsals_ = kDefaultWindowRehearsals;
   int room_rehearsals_ = kDefaultRoomRehearsals;

@@ -65,6 +65,10 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
     throw std::invalid_argument("--auto-placement must be search or low, got '" + cfg_.auto_placement + "'");
   if (!cfg_.auto_replay_guard.empty() && cfg_.auto_replay_guard != "on" && cfg_.auto_replay_guard != "off")
     throw std::invalid_argument("--auto-replay-guard must be on or off, got '" + cfg_.auto_replay_guard + "'");
+  if (!cfg_.auto_codec_rate.empty() && cfg_.auto_codec_rate != "measured" && cfg_.auto_codec_rate != "modelled")
+    throw std::invalid_argument("--auto-codec-rate must be measured or modelled, got '" + cfg_.auto_codec_rate + "'");
+  for (const std::string& c : cfg_.auto_candidates)
+    if (!is_auto_candidate(c)) throw std::invalid_argument("--auto-candidates: " + unknown_candidate_message(c));
   if (cfg_.auto_wall_cap == -1) {  // the environment's default (bench/run.py sets 0 so that its tables reproduce)
     if (const char* v = std::getenv("VTENSOR_AUTO_WALL_CAP"); v && *v) {
       char* end = nullptr;
@@ -84,6 +88,8 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
   if (auto* a = dynamic_cast<AutoPolicy*>(policy.get())) {
     a->set_rehearser(rehearse);
     if (!cfg_.auto_placement.empty()) a->set_placement_search(cfg_.auto_placement == "search");
+    if (cfg_.auto_codec_rate == "modelled") a->set_measure_codecs(false);
+    if (!cfg_.auto_candidates.empty()) a->set_candidates(cfg_.auto_candidates);
     if (cfg_.auto_replay_guard == "off") {
       AutoPolicy::ReplayGuard g;
       g.on = false;

@@ -30,6 +30,7 @@ SimBackend::SimBackend(const BackendOptions& opts) : next_host_(kFakeHostBase) {
   arena_bytes_ = opts.arena_bytes ? opts.arena_bytes : gpu_.memory_bytes;
   op_ms_ = opts.op_ms;
   link_ms_per_byte_ = opts.link_ms_per_byte;
+  codec_latency_ms_ = opts.codec_latency_ms, codec_ms_per_byte_ = opts.codec_ms_per_byte;
   op_workspace_ = opts.op_workspace;
   op_workspace_lean_ = opts.op_workspace_lean;
 }
@@ -172,6 +173,11 @@ void SimBackend::run_codec(Stream s, double ms) {
   ++counters_.kernels;
 }
 
+double SimBackend::codec_ms(size_t read, size_t written) const {
+  if (codec_ms_per_byte_ > 0) return codec_latency_ms_ + static_cast<double>(read + written) * codec_ms_per_byte_;
+  return predict_codec_ms(gpu_, read, written);
+}
+
 void SimBackend::compress_async(Stream s, Codec c, const TensorInfo& t, const void*, void*, size_t capacity, void*,
                                 size_t, CodecResult* result) {
   const auto n = static_cast<size_t>(t.shape.numel());
@@ -179,12 +185,12 @@ void SimBackend::compress_async(Stream s, Codec c, const TensorInfo& t, const vo
   if (c == Codec::kBitmask && !nnz)
     throw std::logic_error("sim: no recorded density for '" + t.name + "', which a policy compresses");
   result->bytes = codec_bytes(c, n, nnz.value_or(0));
-  result->ms = predict_codec_ms(gpu_, t.bytes(), std::min<size_t>(result->bytes, capacity));
+  result->ms = codec_ms(t.bytes(), std::min<size_t>(result->bytes, capacity));
   run_codec(s, result->ms);
 }
 
 void SimBackend::decompress_async(Stream s, Codec, const TensorInfo& t, const void*, size_t src_bytes, void*, CodecResult* result) {
-  result->ms = predict_codec_ms(gpu_, src_bytes, t.bytes());
+  result->ms = codec_ms(src_bytes, t.bytes());
   run_codec(s, result->ms);
 }
 
