@@ -16,7 +16,8 @@
 #      recompute_ms on the device's clock (the host's enqueueing otherwise).
 #  10. only when STEPS names it (auto-repeats): ResNet-50 under auto at 50% six times, each planning
 #      anew, their iteration times and codec calls; it fails where a run's summary.replay_ratio is over 2 (the plans that compressed ran 15x slower on the
-#      H200 on 2026-11-30, before the bitmask codec ran one block per tile).
+#      H200 on 2026-11-30, before the bitmask codec ran one block per tile); the guard off (it would
+#      switch plans), each run's measured codec rate printed (the report's codec_rate).
 # Step 2 also times the lossless codecs against a device copy (codecs.csv).
 # Results go to $OUT_DIR (default bench-out/): CSV and JSON, and the vtensor reports. Every step runs
 # even when one before it failed; the script exits non-zero if any did (bench-out/steps.txt lists them).
@@ -119,7 +120,7 @@ for i in range(1, 7):
     slow += ratio is None or ratio > 2
     print(f"run {i}: {r['policy_report']['chosen']}, predicted {r['policy_report']['predicted_time_ms']:.1f} ms, "
           f"iteration {med('time_ms'):.1f} ms, stall {med('stall_ms'):.1f} ms, compressions {med('compressions'):.0f}, "
-          f"replay ratio {ratio}")
+          f"replay ratio {ratio}, codec {r['policy_report']['codec_rate']}")
 print(f"{slow} of 6 runs over 2x their prediction")
 sys.exit(1 if slow else 0)  # the step fails where a plan does not replay
 PY

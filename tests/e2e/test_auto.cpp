@@ -1782,6 +1782,38 @@ TEST(AutoSearch, AClimbPausedByTheFirstRoundEndsWhereItWouldHaveEnded) {
   }
 }
 
+// A climb whose first round ends on the plan, and in the time, of a climb ahead of it (mostly a
+// restored start's twin) is not resumed: it would rehearse the same moves again. The report names
+// whose duplicate it is; it stopped where its first round did; the one it duplicates went on.
+TEST(AutoSearch, ADuplicateClimbIsNotResumed) {
+  int duplicates = 0;
+  for (const std::string model : {"gpt-tiny"}) {  // 5 of its 36 climbs (resnet-tiny: 1 of 33)
+    SCOPED_TRACE(model);
+    const AutoRun base = train(config(model, "none", 0, 2, "p100-16g"));
+    TrainConfig cfg = config(model, "auto", align_up(max_peak(base) / 4), 2, "p100-16g");
+    cfg.auto_search = 40, cfg.auto_window = 0, cfg.auto_room = 0;
+    Trainer t(cfg);
+    unlimited_planning(t);
+    const nlohmann::json r = t.run().policy_report;
+    const auto& climbs = r["search"]["climbs"];
+    int n = 0;
+    for (size_t i = 0; i < climbs.size(); ++i) {
+      const auto& c = climbs[i];
+      if (c["duplicate_of"].get<std::string>().empty()) continue;
+      ++n;
+      EXPECT_EQ(c["time_ms"], c["first_round_ms"]) << "a duplicate went on: " << c.dump();
+      bool found = false;  // an earlier climb with that label, the same plan and first round
+      for (size_t j = 0; j < climbs.size() && !found; ++j)
+        found = j != i && climbs[j]["start"] == c["duplicate_of"] && climbs[j]["policy"] == c["policy"] &&
+                climbs[j]["first_round_ms"] == c["first_round_ms"] && climbs[j]["duplicate_of"].get<std::string>().empty();
+      EXPECT_TRUE(found) << c.dump();
+    }
+    EXPECT_EQ(n, r["search"]["duplicate_climbs"].get<int>());
+    duplicates += n;
+  }
+  EXPECT_GT(duplicates, 0) << "no duplicate climb on these rows: the check proves nothing";
+}
+
 // --auto-ilp: the integer program over the LP's fractional gaps (lp.h, Cbc) runs after the LP.
 // The LP relaxes it, so its plan costs no less than the LP's optimum, and Cbc's bound lies
 // between them; where its plan differs from the LP's roundings it is rehearsed as more starts

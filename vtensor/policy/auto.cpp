@@ -1138,6 +1138,7 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       for (size_t i = 0; i < packed_starts; ++i) packed[i] = i;
       const std::vector<RehearsalResult> restored_rehearsals = rehearse_twins(packed, [](RehearsalSetup& x) { x.start_state = StartState::kRestored; });
       restored_starts_ = 0;
+      duplicate_climbs_ = 0;
       for (size_t i = 0, n = starts.size(); i < n; ++i) {
         const auto& x = restored_rehearsals[i];
         if (!x.trained || x.gaps.empty()) continue;
@@ -1227,7 +1228,19 @@ void AutoPolicy::choose(const AccessTrace& trace) {
           if (!climbs[i].ended && climbs[i].best.trained) open.push_back(i);
         }
         std::stable_sort(open.begin(), open.end(), [&](size_t a, size_t b) { return climbs[a].best.time_ms < climbs[b].best.time_ms; });
-        climb(open, limit, kResumedClimbs);
+        // A climb whose first round ended on the same plan in the same time as one ahead of it (a
+        // restored start's twin, mostly: the start state made no difference to that plan) would
+        // rehearse the same moves again: it does not go on.
+        std::vector<size_t> resumed;
+        for (size_t i : open) {
+          const Climb& c = climbs[i];
+          const auto same = std::find_if(resumed.begin(), resumed.end(), [&](size_t j) {
+            return climbs[j].best.time_ms == c.best.time_ms && climbs[j].best.policy == c.best.policy && climbs[j].best.pins == c.best.pins;
+          });
+          if (same == resumed.end()) resumed.push_back(i);
+          else climbs[i].duplicate_of = climbs[*same].label, ++duplicate_climbs_;
+        }
+        climb(resumed, limit, kResumedClimbs);
       }
       // The ends: the candidate as it is and each climb's, fastest first, distinct.
       struct End {
@@ -1255,7 +1268,7 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       climbs_ = nlohmann::json::array();
       for (const Climb& c : climbs)
         climbs_.push_back({{"start", c.label}, {"policy", c.start_policy}, {"start_ms", c.start_ms},
-                           {"first_round_ms", c.first_round_ms}, {"climbed_ms", c.climbed ? c.climbed_ms : c.best.time_ms}, {"time_ms", c.best.time_ms},
+                           {"first_round_ms", c.first_round_ms}, {"duplicate_of", c.duplicate_of}, {"climbed_ms", c.climbed ? c.climbed_ms : c.best.time_ms}, {"time_ms", c.best.time_ms},
                            {"rehearsals", c.done}, {"room_rehearsals", c.room_done}, {"window_rehearsals", c.window_done}, {"ended", c.ended}});
       search_until_ms_ = std::numeric_limits<double>::infinity();
       // Each end given its start state and warm start while the planning limit lasts (the first
@@ -1942,6 +1955,7 @@ nlohmann::json AutoPolicy::report() const {
     for (const auto& e : edf_starts_) edf.push_back({{"policy", e.policy}, {"time_ms", e.time_ms}, {"from_ms", e.start_ms}});
     out["search"]["edf_starts"] = edf;
     out["search"]["restored_starts"] = restored_starts_;  // starts also climbed restored
+    out["search"]["duplicate_climbs"] = duplicate_climbs_;  // climbs not resumed (Climb::duplicate_of)
     out["search"]["start_state"] = to_string(searched_state_);  // the start state the winning climb rehearsed
     out["search"]["climbs"] = climbs_;  // in the order they started, fastest start first
     json fin = json::array();  // the fastest ends, each with its start state and warm start (the fastest runs)

@@ -45,7 +45,8 @@
 //   Each start is also rehearsed with its D2H queue in deadline order (",edf": a swap-out may go
 //   ahead of queued ones prefetched later, PlannerInput::deadline_swap_outs); where that is
 //   faster it is one more start (neither order wins on every row). Each start climbs for 32
-//   rehearsals first; the two lowest then go on where they paused, then the rest. The 4 fastest
+//   rehearsals first; the two lowest then go on where they paused, then the rest (not those whose
+//   first round ended on a lower one's plan and time: duplicates). The 4 fastest
 //   ends are each given a start state and a warm start; the fastest then is the plan.
 // Deviations from the design: an LP relaxation rounded, then local and windowed
 // enumeration with the rehearsal as its cost model, not an ILP / DP (the cost of a gap's choice
@@ -413,12 +414,14 @@ class AutoPolicy final : public Policy {
     bool ended = false;  // nothing left to rehearse
     int pause_at = std::numeric_limits<int>::max();  // it pauses once it has rehearsed this many
     double first_round_ms = 0;  // its plan's time when the first round paused it
+    std::string duplicate_of;   // not resumed: its first round ended where this climb's did
     std::vector<std::vector<int>> accesses;  // each tensor's accesses (for the "make room" moves)
     int room_done = 0;  // the "make room" moves rehearsed
     bool roomed = false;  // they ended; the window search goes on
     int rehearsed() const { return done + room_done + window_done; }
   };
   nlohmann::json climbs_ = nlohmann::json::array();  // each start's climb, for the report
+  int duplicate_climbs_ = 0;  // climbs not resumed as another's duplicate (Climb::duplicate_of)
   void search(const RehearsalSetup& setup, Climb& c, std::chrono::steady_clock::time_point t0);
   using CompressMove = std::function<std::optional<PlanPin>(const RehearsedGap&)>;
   void window_search(const RehearsalSetup& setup, Climb& c, const CompressMove& compress,
