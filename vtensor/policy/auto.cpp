@@ -575,21 +575,26 @@ std::optional<AutoPolicy::PlanSpec> AutoPolicy::replay_fallback(PlanKind kind) c
   return spec_of(*best);
 }
 
-// The plan runs from the next iteration, made from the measured iteration as the chosen one was
-// (the arena as the last iteration's end left it; its persistent tensors on the host come back
-// when accessed).
+// A plan's policy, made from a measured iteration: the chosen one's (choose), or one the replay
+// guard runs from the next iteration (install: the arena as the last iteration's end left it; its
+// persistent tensors on the host come back when accessed).
+std::unique_ptr<Policy> AutoPolicy::planned_policy(const PlanSpec& p, const AccessTrace& measured) const {
+  std::unique_ptr<Policy> next = make_candidate(p.policy);
+  if (!next) throw std::logic_error("auto: '" + p.policy + "' is not a candidate");
+  if (auto* c = dynamic_cast<CapuchinPolicy*>(next.get()))
+    c->set_pins(p.pins), c->set_trigger_moves(p.trigger_moves), c->set_compact_unfit(p.compact_unfit), c->set_min_wrap_bytes(p.min_wrap_bytes);
+  next->attach(*view_);
+  // A compression plan needs the non-zero counts the measured iteration counted.
+  if (auto* z = dynamic_cast<CompressPolicy*>(next.get())) z->set_measured_nonzeros(nonzeros_);
+  next->end_iteration(measured);  // a measuring planner plans from it; the others ignore it
+  return next;
+}
+
 void AutoPolicy::install(const PlanSpec& p) {
   compact_unfit_ = p.compact_unfit, min_wrap_bytes_ = p.min_wrap_bytes;
   start_state_ = p.start_state, high_placement_ = p.high_placement;
   fallback_ = dtr_fallback(p.policy) ? make_policy("dtr") : nullptr;
-  std::unique_ptr<Policy> next = make_candidate(p.policy);
-  if (!next) throw std::logic_error("auto: replay guard: '" + p.policy + "' is not a candidate");
-  if (auto* c = dynamic_cast<CapuchinPolicy*>(next.get()))
-    c->set_pins(p.pins), c->set_trigger_moves(p.trigger_moves), c->set_compact_unfit(p.compact_unfit), c->set_min_wrap_bytes(p.min_wrap_bytes);
-  next->attach(*view_);
-  if (auto* z = dynamic_cast<CompressPolicy*>(next.get())) z->set_measured_nonzeros(nonzeros_);
-  next->end_iteration(*measured_trace_);
-  active_ = std::move(next);
+  active_ = planned_policy(p, *measured_trace_);
 }
 
 void AutoPolicy::on_iteration_time(int iteration, double time_ms) {
@@ -839,9 +844,9 @@ void AutoPolicy::choose(const AccessTrace& trace) {
     std::vector<double> op_ns;
     for (double ms : trace.op_ms) op_ns.push_back(ms * 1e6);
     relu_ns_per_byte_ = element_ns_per_byte_ = element_ns_per_byte(view_->graph(), op_ns);
-    // Off sim the codec's own time where the memory manager measured it: the ReLU's rate and the
-    // modelled GPU's bandwidth both under-predicted it (the cpu's codec ran 2x the plan; the
-    // H200's single-block bitmask kernel 15x).
+    // Off sim the codec's own time where the memory manager measured it, not a model of it (the
+    // modelled GPU's bandwidth charged the H200's single-block bitmask kernel, ~8 ms a call, as
+    // microseconds).
     codec_rate_ = view_->modelled_gpu().empty() && densities_ ? view_->codec_rate() : std::nullopt;
     if (codec_rate_) {
       s.codec_latency_ms = codec_rate_->latency_ms, s.codec_ms_per_byte = codec_rate_->ms_per_byte;
@@ -1319,23 +1324,16 @@ void AutoPolicy::choose(const AccessTrace& trace) {
     static_cast<CapuchinPolicy&>(*measuring_).set_min_wrap_bytes(min_wrap_bytes_);
     measuring_->end_iteration(planned_from_ ? *planned_from_ : trace);  // it measured this iteration: it plans from it
     active_ = std::move(measuring_);
-  } else {
-    active_ = make_candidate(chosen_);
-    if (auto* c = dynamic_cast<CapuchinPolicy*>(active_.get()))
-      c->set_pins(pins_), c->set_trigger_moves(trigger_moves_), c->set_compact_unfit(compact_unfit_), c->set_min_wrap_bytes(min_wrap_bytes_);
-    active_->attach(*view_);
-    // A compression plan needs the non-zero counts this iteration measured.
-    if (auto* z = dynamic_cast<CompressPolicy*>(active_.get())) z->set_measured_nonzeros(nonzeros_);
-    active_->end_iteration(planned_from_ ? *planned_from_ : trace);  // a measuring planner plans from it; the others ignore it
   }
-  // The replay guard's first plan: the chosen one, as it runs.
+  // The chosen plan as it runs: the replay guard's first.
+  PlanSpec chosen = spec_of(chosen_result_);
+  chosen.policy = chosen_, chosen.pins = pins_, chosen.trigger_moves = trigger_moves_, chosen.compact_unfit = compact_unfit_;
+  chosen.min_wrap_bytes = min_wrap_bytes_, chosen.start_state = start_state_, chosen.high_placement = high_placement_;
+  if (!active_) active_ = planned_policy(chosen, planned_from_ ? *planned_from_ : trace);
   runs_.clear(), pending_.reset(), over_ = 0, guard_stopped_ = false, guard_note_.clear();
   if (forced_.empty() && chosen_result_.trained && chosen_result_.time_ms > 0) {
     measured_trace_ = planned_from_ ? planned_from_ : std::make_shared<const AccessTrace>(trace);
-    PlanSpec p = spec_of(chosen_result_);
-    p.policy = chosen_, p.pins = pins_, p.trigger_moves = trigger_moves_, p.compact_unfit = compact_unfit_;
-    p.min_wrap_bytes = min_wrap_bytes_, p.start_state = start_state_, p.high_placement = high_placement_;
-    runs_.push_back({p, -1, {}, "chosen"});
+    runs_.push_back({chosen, -1, {}, "chosen"});
   }
   planning_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }

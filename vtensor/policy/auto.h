@@ -569,6 +569,7 @@ class AutoPolicy final : public Policy {
   static PlanSpec spec_of(const RehearsalResult& r);
   // The fastest rehearsed plan of a kind below `kind` not run yet.
   std::optional<PlanSpec> replay_fallback(PlanKind kind) const;
+  std::unique_ptr<Policy> planned_policy(const PlanSpec& p, const AccessTrace& measured) const;
   void install(const PlanSpec& p);
   bool compact_unfit_ = false;
   int compact_starts_ = 0;  // the starts with compact_unfit the search climbed from
