@@ -1,7 +1,7 @@
 #include "vtensor/policy/lp.h"
 
 #include <coin/Cbc_C_Interface.h>
-#include <coin/Clp_C_Interface.h>
+#include <coin/ClpSimplex.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -442,13 +442,15 @@ LpResult solve_lp(const PlannerInput& input, const LpOptions& opt) {
     index.push_back(e.row), value.push_back(e.v);
   }
   for (size_t c = 0; c < mx.obj.size(); ++c) start[c + 1] += start[c];
-  std::unique_ptr<Clp_Simplex, void (*)(Clp_Simplex*)> model(Clp_newModel(), Clp_deleteModel);
-  Clp_setLogLevel(model.get(), 0);
-  Clp_setMaximumSeconds(model.get(), opt.time_limit_s);
-  Clp_loadProblem(model.get(), out.columns, out.rows, start.data(), index.data(), value.data(), mx.col_lo.data(),
-                  mx.col_hi.data(), mx.obj.data(), mx.row_lo.data(), mx.row_hi.data());
-  Clp_initialSolve(model.get());  // Clp picks the method (primal on these: 2-3x the dual's speed)
-  const int status = Clp_status(model.get());
+  ClpSimplex model;
+  model.setLogLevel(0);
+  // Wall seconds: Clp's plain limit counts the process's CPU time, which the other LP solved
+  // beside this one (auto's second model) spends too, halving the limit.
+  model.setMaximumWallSeconds(opt.time_limit_s);
+  model.loadProblem(out.columns, out.rows, start.data(), index.data(), value.data(), mx.col_lo.data(),
+                    mx.col_hi.data(), mx.obj.data(), mx.row_lo.data(), mx.row_hi.data());
+  model.initialSolve();  // Clp picks the method (primal on these: 2-3x the dual's speed)
+  const int status = model.status();
   if (status == 1) {
     // No fractions cover an op: it needs more than the budget (with copies in flight on the
     // device, only that no plan of this model fits).
@@ -490,7 +492,7 @@ LpResult solve_lp(const PlannerInput& input, const LpOptions& opt) {
     }
     return v;
   };
-  const double* sol = Clp_primalColumnSolution(model.get());
+  const double* sol = model.primalColumnSolution();
   for (int e : extra) out.overhead_ms += sol[e];
   for (const Gap& g : gaps) {
     const double x = std::clamp(sol[g.x], 0.0, 1.0), y = std::clamp(sol[g.y], 0.0, 1.0);
@@ -554,6 +556,7 @@ LpResult solve_lp(const PlannerInput& input, const LpOptions& opt) {
     if (!start_cols.empty())
       Cbc_setMIPStartI(cbc.get(), static_cast<int>(start_cols.size()), start_cols.data(), start_vals.data());
     Cbc_setMaximumSeconds(cbc.get(), opt.integer_time_limit_s);
+    Cbc_setParameter(cbc.get(), "timeMode", "elapsed");  // wall seconds, as the LP's (not the process's CPU time)
     // Cbc 2.10's preprocessing (CglPreProcess) can crash in its postProcess when the time limit
     // stops the search at the wrong moment (a null read in 2 of 60 runs at random limits up to 0.8 s,
     // both near 0.25 s): off. Cli.CbcRunsWithoutPreprocessingAndLogsOnlyWhenAsked checks it stays so.

@@ -52,7 +52,7 @@ struct LpOptions {
   int max_rows = 384;        // ops over the budget constrained at most (most over first, then spread)
   long long max_memory_nonzeros = 300000;  // fewer constrained ops past this
   long long max_columns = 30000;           // fewer segments past this
-  double time_limit_s = 2;   // Clp's limit; past it there is no bound
+  double time_limit_s = 2;   // Clp's limit, wall seconds; past it there is no bound
   // Gaps of fewer bytes than this fraction of the budget leave the device at no cost (optimistic,
   // so the optimum still bounds; far fewer columns).
   double small_fraction = 1.0 / 1024;
