@@ -73,6 +73,9 @@ const char* const kAutoReplayGuardHelp =
 const char* const kAutoCodecRateHelp =
     "policy auto, off sim: measured (default: the memory manager times the backend's bitmask codec before the first iteration, and the plan charges each codec call that latency and rate; the report's codec_rate) or modelled (the modelled GPU's memory bandwidth in the rehearsals, the measured ReLU ops' rate in the planners)";
 
+const char* const kAutoCopyCostHelp =
+    "policy auto, off sim: queued (default: each copy in the rehearsals costs its bytes at the measured link rate plus what one more copy queued behind others added in the memory manager's calibration; the report's link) or bytes (its bytes alone)";
+
 const char* const kAutoCandidatesHelp =
     "policy auto: the candidates it rehearses, comma-separated (default: all; e.g. compress+capuchin,compress+swap; `vtensor policies` names the planners)";
 
@@ -620,6 +623,7 @@ int vtensor::run_cli(int argc, char** argv, CliMode mode) {
   train->add_option("--auto-wall-cap", cfg.auto_wall_cap, kAutoWallCapHelp);
   train->add_option("--auto-replay-guard", cfg.auto_replay_guard, kAutoReplayGuardHelp);
   train->add_option("--auto-codec-rate", cfg.auto_codec_rate, kAutoCodecRateHelp);
+  train->add_option("--auto-copy-cost", cfg.auto_copy_cost, kAutoCopyCostHelp);
   train->add_option("--auto-candidates", cfg.auto_candidates, kAutoCandidatesHelp)->delimiter(',');
   train->add_flag("--inplace-relu-grad", cfg.inplace_relu_grad, "relu backward writes dx over dy where dy dies (cuDNN's in-place ReLU, as in vDNN)");
   train->add_flag("--step-in-backward", cfg.optimizer.in_backward, kStepInBackwardHelp);
@@ -722,7 +726,7 @@ int vtensor::run_cli(int argc, char** argv, CliMode mode) {
       if (cfg.policy != "auto")
         throw std::invalid_argument("--auto-replay-guard applies to --policy auto only, got --policy " + cfg.policy);
     }
-    for (const char* o : {"--auto-codec-rate", "--auto-candidates"})
+    for (const char* o : {"--auto-codec-rate", "--auto-copy-cost", "--auto-candidates"})
       if (train->get_option(o)->count() > 0 && cfg.policy != "auto")
         throw std::invalid_argument(std::string(o) + " applies to --policy auto only, got --policy " + cfg.policy);
     return cmd_train(cfg, budget_text, host_budget_arg, report, html, quiet, optimizer, lr->count() > 0);

@@ -1175,6 +1175,36 @@ TEST(AutoCodecRate, MeasuredOnTheBackendWithoutMovingTheArena) {
   EXPECT_EQ(train(sim).report["codec_rate"]["source"], "modelled");
 }
 
+// Off sim the rehearsals charge each copy its bytes at the calibrated rate and what a copy queued
+// behind others added in the calibration (the report's link); with --auto-copy-cost bytes, its
+// bytes alone. Either way the plan's math is none's. On sim the run's own link model.
+TEST(AutoCopyCost, MeasuredOffSimAndItsBytesAloneWhenAsked) {
+  const AutoRun base = train(config("resnet-tiny", "none", 0, 3));
+  for (const std::string cost : {"queued", "bytes"}) {
+    TrainConfig cfg = config("resnet-tiny", "auto", align_up(max_peak(base) / 2), 3);
+    bounded_search(cfg, 4);
+    cfg.auto_candidates = {"capuchin", "capuchin-swap"};
+    cfg.auto_copy_cost = cost;
+    const AutoRun a = train(cfg);
+    const auto& l = a.report["link"];
+    SCOPED_TRACE(cost + ": " + l.dump());
+    EXPECT_EQ(l["source"], "measured");
+    EXPECT_GT(l["ns_per_byte"].get<double>(), 0.0);
+    EXPECT_EQ(l["queued_copies"].get<bool>(), cost == "queued");
+    const double q = l["queued_copy_ms"].get<double>();
+    EXPECT_GE(q, 0.0);
+    EXPECT_LE(q, l["lone_copy_ms"].get<double>()) << "a queued copy costs at most a lone one's round trip";
+    if (cost == "bytes") EXPECT_EQ(q, 0.0);
+    expect_bit_identical(base, a);
+  }
+  TrainConfig sim = config("resnet-tiny", "auto", align_up(max_peak(base) / 2), 2, "p100-16g");
+  bounded_search(sim, 4);
+  sim.auto_candidates = {"capuchin"};
+  const auto l = train(sim).report["link"];
+  EXPECT_EQ(l["source"], "modelled") << l.dump();
+  EXPECT_TRUE(l["queued_copy_ms"].is_null()) << l.dump();
+}
+
 // Every plan predicted at 0.3 of its time: each runs over the guard, so the chosen plan gives way
 // to the fastest that relies on fewer modelled costs, and where that one measures slower than the
 // plan before it, the fastest measured runs again and the guard stops there (resnet-tiny at 70%
@@ -1628,7 +1658,7 @@ TEST(AutoSearch, AMakeRoomPlanIsBitIdenticalToNone) {
   a->set_finished_plans(1);  // the search's fastest end runs
   a->set_rehearser([](const std::string& policy, const RehearsalSetup& s) {
     RehearsalSetup m = s;
-    m.gpu = "p100-16g", m.op_ms.clear(), m.link_ms_per_byte = 0, m.workspace.clear(), m.workspace_lean.clear();
+    m.gpu = "p100-16g", m.op_ms.clear(), m.link_ms_per_byte = 0, m.copy_queued_ms = 0, m.workspace.clear(), m.workspace_lean.clear();
     return rehearse(policy, m);
   });
   const AutoRun r = run(t, cfg);
@@ -1650,7 +1680,7 @@ TEST(AutoSearch, ACompactingFallbackWinsWhereThePlansDoNotFitAndIsBitIdenticalTo
   const AutoRun base = train(config("resnet-tiny", "none", 0, 4));
   auto rehearser = [](const std::string& policy, const RehearsalSetup& s) {
     RehearsalSetup m = s;
-    m.gpu = "p100-16g", m.op_ms.clear(), m.link_ms_per_byte = 0, m.workspace.clear(), m.workspace_lean.clear();
+    m.gpu = "p100-16g", m.op_ms.clear(), m.link_ms_per_byte = 0, m.copy_queued_ms = 0, m.workspace.clear(), m.workspace_lean.clear();
     return rehearse(policy, m);
   };
   TrainConfig cfg = config("resnet-tiny", "auto", align_up(static_cast<size_t>(static_cast<double>(max_peak(base)) * 0.35)), 4);
@@ -1701,7 +1731,7 @@ TEST(AutoSearch, ALargeWrapsStartWinsAndIsBitIdenticalToNone) {
     EXPECT_NE(a, nullptr);
     a->set_rehearser([](const std::string& policy, const RehearsalSetup& s) {
       RehearsalSetup m = s;
-      m.gpu = "p100-16g", m.op_ms.clear(), m.link_ms_per_byte = 0, m.workspace.clear(), m.workspace_lean.clear();
+      m.gpu = "p100-16g", m.op_ms.clear(), m.link_ms_per_byte = 0, m.copy_queued_ms = 0, m.workspace.clear(), m.workspace_lean.clear();
       return rehearse(policy, m);
     });
     a->set_min_wrap_fraction(1.0 / 256);

@@ -118,6 +118,8 @@ TEST(Cli, BadArgumentsNameTheArgumentAndExitTwo) {
            {"train --model resnet-tiny --policy lru --auto-replay-guard off", "--auto-replay-guard applies to --policy auto only"},
            {"train --model resnet-tiny --policy auto --auto-codec-rate guessed", "--auto-codec-rate must be measured or modelled, got 'guessed'"},
            {"train --model resnet-tiny --policy lru --auto-codec-rate modelled", "--auto-codec-rate applies to --policy auto only"},
+           {"train --model resnet-tiny --policy auto --auto-copy-cost free", "--auto-copy-cost must be queued or bytes, got 'free'"},
+           {"train --model resnet-tiny --policy lru --auto-copy-cost bytes", "--auto-copy-cost applies to --policy auto only"},
            {"train --model resnet-tiny --policy auto --auto-candidates capuchin,bogus", "--auto-candidates: auto: unknown candidate 'bogus'; accepted: capuchin"},
            {"train --model resnet-tiny --policy dtr --auto-candidates dtr", "--auto-candidates applies to --policy auto only"},
            {"replay --trace dtr:unet --gpu p100-16g --policy dtr --auto-wall-cap 5", "--auto-wall-cap applies to --policy auto only"},

@@ -1299,6 +1299,23 @@ class WaitCounting : public Policy {
   std::unique_ptr<Policy> inner_;
 };
 
+// The copy calibration (MemoryManager::calibrate_copies) on a sim backend whose copies each cost
+// a fixed amount beyond their bytes: a lone copy's latency and a queued copy's cost are both that
+// amount, and the rate per byte is the link's. Without it, a queued copy adds nothing.
+TEST(CopyCalibration, AQueuedCopysCostIsWhatEachAddsBehindOthers) {
+  Graph g = build_model(tiny("resnet-tiny", 2));
+  build_backward(g, OptimizerConfig{});
+  for (const double queued : {0.0, 0.003}) {
+    SCOPED_TRACE(queued);
+    auto backend = make_sim_backend({.arena_bytes = size_t{64} << 20, .gpu = "p100-16g", .link_ms_per_byte = 2e-7,
+                                     .copy_queued_ms = queued});
+    MemoryManager mm(*backend, g, make_allocator("caching", size_t{64} << 20), make_policy("lru"));
+    EXPECT_NEAR(mm.copy_ms_per_byte(), 2e-7, 1e-12);
+    EXPECT_NEAR(mm.copy_latency_ms(), queued + 2e-7 * kAllocAlignment, 1e-9);
+    EXPECT_NEAR(mm.copy_queued_ms(), queued, 1e-9);
+  }
+}
+
 // Each millisecond the compute stream waited is told to the policy once: a restore that had to
 // wait for another tensor's swap-out (to have its block) is told its own wait, and the swap-out
 // its. Charged to both, the search's per-gap costs (policy auto) counted that wait twice.

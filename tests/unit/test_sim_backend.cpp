@@ -330,6 +330,22 @@ TEST(DeviceMoves, TheSimChargesCallsAndBytes) {
   EXPECT_LT(b.now_ms() - t, 3 * predict_move_ms(g, 4096));
 }
 
+// A queued copy's cost measured on a device (BackendOptions::copy_queued_ms, what auto rehearses
+// with off sim) is added to each host<->device copy beside its bytes; the compute stream's device
+// moves are not charged it.
+TEST(SimStreams, AMeasuredQueuedCopyCostAddsToEachCopy) {
+  for (const double queued : {0.0, 0.004}) {
+    SCOPED_TRACE(queued);
+    SimBackend b({.arena_bytes = 1 << 20, .gpu = "p100-16g", .link_ms_per_byte = 1e-6, .copy_queued_ms = queued});
+    char host[64];
+    for (int i = 0; i < 3; ++i) b.copy_async(Stream::kD2H, host, b.arena_base(), 64);
+    b.copy_async(Stream::kH2D, b.arena_base(), host, 64);
+    EXPECT_DOUBLE_EQ(b.clock(Stream::kD2H), 3 * (64e-6 + queued));
+    EXPECT_DOUBLE_EQ(b.clock(Stream::kH2D), 64e-6 + queued);
+    EXPECT_DOUBLE_EQ(b.clock(Stream::kCompute), 0.0);
+  }
+}
+
 // A codec rate measured on a device (BackendOptions::codec_*, what auto rehearses with off sim)
 // replaces the GPU's bandwidth: each call costs its latency and its bytes read and written at
 // that rate, compression and decompression alike; without one, the cost model's.

@@ -67,6 +67,9 @@ struct BackendOptions {
   // sim only, likewise: a codec call's time as measured on the device (CodecRate) instead of the
   // GPU's memory bandwidth (codec_ms_per_byte 0: predict_codec_ms).
   double codec_latency_ms = 0, codec_ms_per_byte = 0;
+  // sim only, likewise: what each host<->device copy adds beyond its bytes when queued behind
+  // others, as measured on the device (MemoryView::copy_queued_ms; 0: nothing).
+  double copy_queued_ms = 0;
   // sim only, likewise: per op index, the scratch its kernel is given with the fast and the lean
   // convolution algorithm instead of the op's own figures (the device's: cuDNN's on cuda).
   std::vector<size_t> op_workspace, op_workspace_lean;

@@ -196,9 +196,11 @@ class MemoryManager final : public MemoryView {
   size_t allocated() const override { return allocator_->stats().allocated; }
   size_t host_room() const override { return host_.room(); }
   // Measured once with calibration copies (device to host): kCalibrationBytes for the
-  // bandwidth, one alignment unit for the latency.
+  // bandwidth, one alignment unit for the latency, and runs of such units queued back to back
+  // for a queued copy's cost.
   double copy_ms_per_byte() const override;
   double copy_latency_ms() const override;
+  double copy_queued_ms() const override;
   std::string modelled_gpu() const override { return backend_.modelled_gpu(); }
   std::optional<CodecRate> codec_rate() const override { return codec_rate_; }
   // The probe's largest tensor (elements), at most a third of the arena left free.
@@ -207,6 +209,7 @@ class MemoryManager final : public MemoryView {
   std::string allocator_name() const override { return allocator_->name(); }
   size_t host_budget() const override { return host_.budget() == HostPool::kUnlimited ? 0 : host_.budget(); }
   static constexpr size_t kCalibrationBytes = size_t{4} << 20;
+  static constexpr int kQueuedRun = 8;  // the shorter run of queued copies (copy_queued_ms)
 
   Residency residency(TensorId id) const { return st(storage_of(id)).residency; }
   // The tensor that owns id's storage: id itself, or the base of a view (chains resolved).
@@ -332,7 +335,7 @@ class MemoryManager final : public MemoryView {
   void init_paging(PagePolicy& pp);  // managed range, caching allocator over it
   char* arena() const { return paged_ ? paged_->base() : static_cast<char*>(backend_.arena_base()); }
   std::unique_ptr<PagedMemory> paged_;
-  mutable double copy_ms_per_byte_ = -1, copy_latency_ms_ = -1;  // not measured yet
+  mutable double copy_ms_per_byte_ = -1, copy_latency_ms_ = -1, copy_queued_ms_ = 0;  // not measured yet
   std::optional<CodecRate> codec_rate_;  // init_persistent, where the policy wants it
   // The bitmask codec timed on the backend (off sim), in arena blocks freed again.
   std::optional<CodecRate> measure_codec_rate();

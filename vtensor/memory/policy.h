@@ -61,6 +61,9 @@ class MemoryView {
   // (issue to completion seen by the host) (0: unknown).
   virtual double copy_ms_per_byte() const { return 0.0; }
   virtual double copy_latency_ms() const { return 0.0; }
+  // What one more copy adds when queued behind others (the host's call and the copy engine's
+  // start, without a lone copy's round trip): 0 where the link costs its bytes alone.
+  virtual double copy_queued_ms() const { return 0.0; }
   // The backend's codec speed, measured on synthetic data when the persistent tensors were
   // placed, where the policy asked (Policy::wants_codec_rate); nullopt: not measured (sim: the
   // cost model's is the run).

@@ -128,6 +128,7 @@ struct RehearsalSetup {
   double link_ms_per_byte = 0;     // measured host link (0: the GPU's)
   // measured codec calls (MemoryView::codec_rate; ms_per_byte 0: the GPU's memory bandwidth)
   double codec_latency_ms = 0, codec_ms_per_byte = 0;
+  double copy_queued_ms = 0;       // what each copy adds queued (MemoryView::copy_queued_ms; 0: its bytes alone)
   // per op, the device's scratch with the fast / lean convolution algorithm (empty: the op's own)
   std::vector<size_t> workspace, workspace_lean;
   std::string allocator = "caching";  // the run's device allocator (its default planner)
@@ -256,6 +257,10 @@ class AutoPolicy final : public Policy {
   // Off: the codecs' time modelled as before (the GPU's bandwidth in the rehearsals, the ReLU ops'
   // rate in the planners), to compare (--auto-codec-rate modelled).
   void set_measure_codecs(bool on) { measure_codecs_ = on; }
+  // Off sim each copy in the rehearsals also costs what one more queued copy added in the memory
+  // manager's calibration (MemoryView::copy_queued_ms); off: its bytes alone at the measured
+  // rate, to compare (--auto-copy-cost bytes).
+  void set_queued_copies(bool on) { queued_copies_ = on; }
   // What a plan relies on beyond the measured kernels: its codecs' time is modelled from the
   // element-wise rate (compress), its copies from the measured link (swap), its recomputations
   // are measured kernels (recompute).
@@ -593,6 +598,9 @@ class AutoPolicy final : public Policy {
   double element_ns_per_byte_ = 0;  // the codecs' rate: measured (codec_rate_), else the measured ReLU ops'
   std::optional<CodecRate> codec_rate_;  // the backend's, as the memory manager measured it (off sim)
   bool measure_codecs_ = true;
+  double link_ms_per_byte_ = 0, copy_queued_ms_ = 0;  // what the rehearsals charge a copy (off sim)
+  double copy_latency_ms_ = 0;  // a lone copy's round trip, for the report
+  bool queued_copies_ = true;
   double relu_ns_per_byte_ = 0;          // the ReLU ops' rate (the report's, beside it)
   int search_rehearsals_ = kDefaultSearchRehearsals;
   int window_rehearsals_ = kDefaultWindowRehearsals;

@@ -21,6 +21,7 @@ RehearsalResult rehearse(const std::string& candidate, const RehearsalSetup& set
     opts.op_ms = setup.op_ms;
     opts.link_ms_per_byte = setup.link_ms_per_byte;
     opts.codec_latency_ms = setup.codec_latency_ms, opts.codec_ms_per_byte = setup.codec_ms_per_byte;
+    opts.copy_queued_ms = setup.copy_queued_ms;
     opts.op_workspace = setup.workspace;
     opts.op_workspace_lean = setup.workspace_lean;
     auto backend = make_sim_backend(opts);

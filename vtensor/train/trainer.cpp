@@ -67,6 +67,8 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
     throw std::invalid_argument("--auto-replay-guard must be on or off, got '" + cfg_.auto_replay_guard + "'");
   if (!cfg_.auto_codec_rate.empty() && cfg_.auto_codec_rate != "measured" && cfg_.auto_codec_rate != "modelled")
     throw std::invalid_argument("--auto-codec-rate must be measured or modelled, got '" + cfg_.auto_codec_rate + "'");
+  if (!cfg_.auto_copy_cost.empty() && cfg_.auto_copy_cost != "queued" && cfg_.auto_copy_cost != "bytes")
+    throw std::invalid_argument("--auto-copy-cost must be queued or bytes, got '" + cfg_.auto_copy_cost + "'");
   for (const std::string& c : cfg_.auto_candidates)
     if (!is_auto_candidate(c)) throw std::invalid_argument("--auto-candidates: " + unknown_candidate_message(c));
   if (cfg_.auto_wall_cap == -1) {  // the environment's default (bench/run.py sets 0 so that its tables reproduce)
@@ -89,6 +91,7 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
     a->set_rehearser(rehearse);
     if (!cfg_.auto_placement.empty()) a->set_placement_search(cfg_.auto_placement == "search");
     if (cfg_.auto_codec_rate == "modelled") a->set_measure_codecs(false);
+    if (cfg_.auto_copy_cost == "bytes") a->set_queued_copies(false);
     if (!cfg_.auto_candidates.empty()) a->set_candidates(cfg_.auto_candidates);
     if (cfg_.auto_replay_guard == "off") {
       AutoPolicy::ReplayGuard g;

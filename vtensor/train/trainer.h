@@ -39,6 +39,7 @@ struct TrainConfig {
   double auto_wall_cap = -1;       // policy auto: its wall cap in seconds (0: none; -1: VTENSOR_AUTO_WALL_CAP, else its default; AutoPolicy::set_wall_cap_ms)
   std::string auto_replay_guard;   // policy auto: "on" (its default) or "off" (AutoPolicy::ReplayGuard)
   std::string auto_codec_rate;     // policy auto: "measured" (its default) or "modelled" (AutoPolicy::set_measure_codecs)
+  std::string auto_copy_cost;      // policy auto: "queued" (its default) or "bytes" (AutoPolicy::set_queued_copies)
   std::vector<std::string> auto_candidates;  // policy auto: the candidates it rehearses (empty: all; AutoPolicy::set_candidates)
   std::string auto_clock;          // policy auto: "rehearsals" (its default) or "wall": what its planning limits count (AutoPolicy::set_planning_clock)
   int auto_lp = -1;                // policy auto: rehearsals of the LP's rounded plan as search starts (0: none; -1: its default)

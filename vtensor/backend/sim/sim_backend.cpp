@@ -31,6 +31,7 @@ SimBackend::SimBackend(const BackendOptions& opts) : next_host_(kFakeHostBase) {
   op_ms_ = opts.op_ms;
   link_ms_per_byte_ = opts.link_ms_per_byte;
   codec_latency_ms_ = opts.codec_latency_ms, codec_ms_per_byte_ = opts.codec_ms_per_byte;
+  copy_queued_ms_ = opts.copy_queued_ms;
   op_workspace_ = opts.op_workspace;
   op_workspace_lean_ = opts.op_workspace_lean;
 }
@@ -60,8 +61,9 @@ void SimBackend::copy_async(Stream s, void* dst, const void* src, size_t bytes) 
     move_device(dst, src, bytes);
     return;
   }
-  const double d = link_ms_per_byte_ > 0 ? static_cast<double>(bytes) * link_ms_per_byte_
-                                         : predict_copy_ms(gpu_, bytes, s == Stream::kH2D);
+  const double d = (link_ms_per_byte_ > 0 ? static_cast<double>(bytes) * link_ms_per_byte_
+                                          : predict_copy_ms(gpu_, bytes, s == Stream::kH2D)) +
+                   copy_queued_ms_;
   // One copy at a time per direction, and never before the compute point it was issued at.
   const double start = std::max(clk(s), clk(Stream::kCompute));
   clk(s) = start + d;

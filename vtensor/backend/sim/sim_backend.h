@@ -89,6 +89,7 @@ class SimBackend final : public Backend {
   std::vector<size_t> op_workspace_, op_workspace_lean_;  // BackendOptions::op_workspace(_lean)
   double link_ms_per_byte_ = 0;   // BackendOptions::link_ms_per_byte
   double codec_latency_ms_ = 0, codec_ms_per_byte_ = 0;  // BackendOptions::codec_*
+  double copy_queued_ms_ = 0;  // BackendOptions::copy_queued_ms
   double codec_ms(size_t read, size_t written) const;
   std::array<double, kNumStreams> clock_{};
   uintptr_t next_host_;
