@@ -82,6 +82,7 @@ double MemoryManager::copy_latency_ms() const {
 
 double MemoryManager::copy_queued_ms() const {
   calibrate_copies();
+  if (copy_queued_ms_ < 0) calibrate_queued_copies();
   return copy_queued_ms_;
 }
 
@@ -104,6 +105,18 @@ void MemoryManager::calibrate_copies() const {
   };
   copy_latency_ms_ = time_copy(small);
   const double big_ms = time_copy(big);
+  backend_.host_free(host, big);
+  // Under load the small copy's best can exceed the large one's (preempted all five times): the
+  // rate is then the large copy's whole time per byte, its latency counted in, not 0 (a free link).
+  const double span = big_ms > copy_latency_ms_ ? big_ms - copy_latency_ms_ : big_ms;
+  copy_ms_per_byte_ = big > small ? span / static_cast<double>(big_ms > copy_latency_ms_ ? big - small : big) : 0.0;
+}
+
+// Only when asked (policy auto, off sim): its copies would move a sim's clock, and with it the
+// last bits of every later time.
+void MemoryManager::calibrate_queued_copies() const {
+  const size_t small = std::min(kAllocAlignment, backend_.arena_bytes());
+  void* host = backend_.host_alloc(small);
   // A copy queued behind others does not wait for its own round trip: kQueuedRun and 4x as
   // many small copies back to back, one wait each, the best of three; the difference over the
   // extra copies is what each adds (the host's call, the copy engine's start, its bytes).
@@ -119,11 +132,7 @@ void MemoryManager::calibrate_copies() const {
     return std::max(best, 0.0);
   };
   const double few = time_run(kQueuedRun), many = time_run(4 * kQueuedRun);
-  backend_.host_free(host, big);
-  // Under load the small copy's best can exceed the large one's (preempted all five times): the
-  // rate is then the large copy's whole time per byte, its latency counted in, not 0 (a free link).
-  const double span = big_ms > copy_latency_ms_ ? big_ms - copy_latency_ms_ : big_ms;
-  copy_ms_per_byte_ = big > small ? span / static_cast<double>(big_ms > copy_latency_ms_ ? big - small : big) : 0.0;
+  backend_.host_free(host, small);
   const double per = (many - few) / (3 * kQueuedRun) - static_cast<double>(small) * copy_ms_per_byte_;
   copy_queued_ms_ = per > 1e-9 ? std::min(per, copy_latency_ms_) : 0.0;  // at most a lone copy's
 }

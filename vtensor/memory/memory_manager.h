@@ -332,10 +332,11 @@ class MemoryManager final : public MemoryView {
   std::vector<ConvAlgo> conv_algos_;  // the policy's choice for this iteration
   bool device_op_timing_ = false;     // this iteration's ops are timed on the device (measuring policy)
   void calibrate_copies() const;
+  void calibrate_queued_copies() const;  // copy_queued_ms, measured when first asked
   void init_paging(PagePolicy& pp);  // managed range, caching allocator over it
   char* arena() const { return paged_ ? paged_->base() : static_cast<char*>(backend_.arena_base()); }
   std::unique_ptr<PagedMemory> paged_;
-  mutable double copy_ms_per_byte_ = -1, copy_latency_ms_ = -1, copy_queued_ms_ = 0;  // not measured yet
+  mutable double copy_ms_per_byte_ = -1, copy_latency_ms_ = -1, copy_queued_ms_ = -1;  // not measured yet
   std::optional<CodecRate> codec_rate_;  // init_persistent, where the policy wants it
   // The bitmask codec timed on the backend (off sim), in arena blocks freed again.
   std::optional<CodecRate> measure_codec_rate();
