@@ -1281,6 +1281,43 @@ TEST(Auto, PlanningTimeLimitKeepsThePlainPlanners) {
     EXPECT_NE(a->rehearsals()[i].error.find("time limit"), std::string::npos) << a->rehearsals()[i].policy;
 }
 
+// What auto prints at the end: the plan and its predicted time split, the candidates (how many,
+// the fastest few, not all of them), the search and its planning time, and the bounds, each on
+// a line of its own.
+TEST(Auto, TheSummaryNamesThePlanTheFastestCandidatesAndTheBounds) {
+  const AutoRun base = train(config("resnet-tiny", "none", 0, 2, "p100-16g"));
+  const TrainConfig cfg = config("resnet-tiny", "auto", align_up(max_peak(base) / 2), 3, "p100-16g");
+  Trainer t(cfg);
+  auto* a = dynamic_cast<AutoPolicy*>(&t.memory().policy());
+  ASSERT_NE(a, nullptr);
+  const TrainResult res = t.run();
+  const std::string s = a->summary();
+  SCOPED_TRACE(s);
+  char head[200];
+  std::snprintf(head, sizeof head, "auto: chose %s, %.2f ms predicted per iteration (stall ", a->chosen().c_str(),
+                res.policy_report["predicted_time_ms"].get<double>());
+  EXPECT_EQ(s.rfind(head, 0), 0u);
+  EXPECT_NE(s.find("\n  candidates: " + std::to_string(a->rehearsals().size()) + " rehearsed, "), std::string::npos);
+  const RehearsalResult* fastest = nullptr;
+  size_t trained = 0;
+  for (const auto& r : a->rehearsals())
+    if (r.trained && ++trained && (!fastest || r.time_ms < fastest->time_ms)) fastest = &r;
+  ASSERT_NE(fastest, nullptr);
+  EXPECT_NE(s.find("; fastest: " + fastest->policy + " "), std::string::npos);
+  ASSERT_GT(trained, 4u);
+  size_t named = 0;  // the four fastest, not every candidate
+  for (const auto& r : a->rehearsals()) named += r.trained && s.find(" " + r.policy + " ") != std::string::npos;
+  EXPECT_LT(named, trained);
+  EXPECT_NE(s.find("\n  per-gap search: "), std::string::npos);
+  EXPECT_NE(s.find(" planned in "), std::string::npos);
+  EXPECT_NE(s.find("\n  bound: no keep / swap / recompute plan below "), std::string::npos);
+  size_t from = 0;
+  for (size_t nl = s.find('\n'); from < s.size(); from = nl + 1, nl = s.find('\n', from)) {
+    EXPECT_LT((nl == std::string::npos ? s.size() : nl) - from, 400u) << "a line this long is not read";
+    if (nl == std::string::npos) break;
+  }
+}
+
 // The default planning clock (--auto-clock rehearsals): the limit counts rehearsed iterations (each
 // the model's ops x kClockNsPerOp, over kClockWorkers, and the work each did: deterministic), so what auto rehearses and chooses does not
 // depend on how fast the rehearsals run. The limit is set so the clock stops the candidates after the first

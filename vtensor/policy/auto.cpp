@@ -171,6 +171,8 @@ constexpr double kMinGain = 1e-5;
 // 50% on h100-80g, 0.1 on GPT-2 small at 50% on p100-16g); 0.2 on none.
 constexpr double kHighPlacementFractions[] = {0.02, 0.05, 0.1};
 constexpr double kMinCostMs = 1e-3;
+// The fastest candidates the summary names (the report has all).
+constexpr size_t kSummaryCandidates = 4;
 // The ",large-wraps" starts (AutoPolicy::plan): at most this many rehearsed (each leaves the
 // persistent tensors under a fraction of the budget to the device unless pinned:
 // AutoPolicy::set_min_wrap_fraction).
@@ -2079,58 +2081,74 @@ const char* to_string(AutoPolicy::PlanKind k) {
 std::string AutoPolicy::summary() const {
   std::string s = "auto: ";
   if (chosen_.empty()) return s + "measuring";
+  char buf[320];
+  s += "chose " + chosen_;
+  if (chosen_result_.trained && chosen_result_.time_ms > 0) {
+    std::snprintf(buf, sizeof buf, ", %.2f ms predicted per iteration (stall %.2f ms, recompute %.2f ms, compaction %.2f ms)",
+                  chosen_result_.time_ms, chosen_result_.stall_ms, chosen_result_.recompute_ms, chosen_result_.compact_ms);
+    s += buf;
+  }
+  // The replay guard's plans, each from the iteration it ran from.
   for (size_t i = 1; i < runs_.size(); ++i) {
-    char buf[320];
-    std::snprintf(buf, sizeof buf, "replay guard: %s from iteration %d (%s plan, %.2f ms predicted, %.2f ms measured) because %s; ",
+    std::snprintf(buf, sizeof buf, "\n  replay guard: %s from iteration %d (%s plan, %.2f ms predicted, %.2f ms measured) because %s",
                   runs_[i].plan.policy.c_str(), runs_[i].from_iteration, to_string(runs_[i].plan.kind), runs_[i].plan.predicted_ms,
                   runs_[i].mean_ms(), runs_[i].why.c_str());
     s += buf;
   }
-  s += "chose " + chosen_;
   if (!rehearsals_.empty()) {
-    s += " of";
+    // The candidates: how many trained, and the fastest few (all of them are in the report).
+    std::vector<const RehearsalResult*> trained;
+    size_t oom = 0, skipped = 0;
     for (const auto& r : rehearsals_) {
-      char buf[96];
-      if (r.trained)
-        std::snprintf(buf, sizeof buf, " %s %.2f ms;", r.policy.c_str(), r.time_ms);
-      else
-        std::snprintf(buf, sizeof buf, " %s %s;", r.policy.c_str(), r.error.rfind("not rehearsed", 0) == 0 ? "skipped" : "OOM");
+      if (r.trained) trained.push_back(&r);
+      else if (r.error.rfind("not rehearsed", 0) == 0) ++skipped;
+      else ++oom;
+    }
+    std::stable_sort(trained.begin(), trained.end(), [](const RehearsalResult* a, const RehearsalResult* b) { return a->time_ms < b->time_ms; });
+    std::snprintf(buf, sizeof buf, "\n  candidates: %zu rehearsed, %zu trained, %zu out of memory, %zu skipped at the time limit",
+                  rehearsals_.size(), trained.size(), oom, skipped);
+    s += buf;
+    for (size_t i = 0; i < trained.size() && i < kSummaryCandidates; ++i) {
+      std::snprintf(buf, sizeof buf, "%s %s %.2f ms", i == 0 ? "; fastest:" : ",", trained[i]->policy.c_str(), trained[i]->time_ms);
       s += buf;
     }
-    char buf[160];
-    if (!searched_.empty())
-      std::snprintf(buf, sizeof buf, "; per-gap search: %zu rehearsals, %zu decisions pinned, %.2f ms;", searched_.size(),
+    if (trained.size() > kSummaryCandidates) s += " (all: the report's policy_report.candidates)";
+    s += "\n  ";
+    if (!searched_.empty()) {
+      std::snprintf(buf, sizeof buf, "per-gap search: %zu rehearsals, %zu decisions pinned, %.2f ms; ", searched_.size(),
                     pins_.size(), chosen_result_.time_ms);
-    else
-      buf[0] = '\0';
-    s += buf;
-    if (compact_unfit_) s += " fallback where the plan does not fit: compact;";
-    if (min_wrap_bytes_ > 0) s += " wrap swaps of " + std::to_string(min_wrap_bytes_) + " B or more unless pinned;";
-    if (high_placement_ > 0) s += " blocks of " + format_bytes(high_placement_) + " or more placed high;";
-    std::snprintf(buf, sizeof buf, " planned in %.0f ms", planning_ms_);
+      s += buf;
+    }
+    if (compact_unfit_) s += "fallback where the plan does not fit: compact; ";
+    if (min_wrap_bytes_ > 0) s += "wrap swaps of " + std::to_string(min_wrap_bytes_) + " B or more unless pinned; ";
+    if (high_placement_ > 0) s += "blocks of " + format_bytes(high_placement_) + " or more placed high; ";
+    std::snprintf(buf, sizeof buf, "planned in %.1f s", planning_ms_ / 1e3);
     s += buf;
     if (wall_capped_)
       s += " (cut at the wall cap of " + format_number(wall_cap_ms() / 1e3) + " s: this plan depends on the machine's speed)";
+    std::string bounds;
     if (bound_.compute_ms > 0 && !bound_.feasible) {
-      s += "; bound: no keep / swap / recompute plan fits (working set)";
+      bounds = "bound: no keep / swap / recompute plan fits (working set)";
     } else if (bound_.compute_ms > 0) {
-      std::snprintf(buf, sizeof buf, "; bound: no keep / swap / recompute plan below %.2f ms (%.3fx the kernels; %s)",
+      std::snprintf(buf, sizeof buf, "bound: no keep / swap / recompute plan below %.2f ms (%.3fx the kernels; %s)",
                     bound_.compute_ms + bound_.overhead_ms, 1 + bound_.overhead_ms / bound_.compute_ms, bound_.binds.c_str());
-      s += buf;
+      bounds = buf;
     }
     if (lp_.bound && std::isfinite(lp_.overhead_ms) && lp_.compute_ms > 0) {
-      std::snprintf(buf, sizeof buf, "; LP bound %.2f ms (%.3fx)", lp_.compute_ms + lp_.overhead_ms,
+      std::snprintf(buf, sizeof buf, "%sLP bound %.2f ms (%.3fx)", bounds.empty() ? "" : "; ", lp_.compute_ms + lp_.overhead_ms,
                     1 + lp_.overhead_ms / lp_.compute_ms);
-      s += buf;
+      bounds += buf;
     }
     if (lp_.integer.status != "not run" && lp_.compute_ms > 0) {
       if (std::isfinite(lp_.integer.overhead_ms))
-        std::snprintf(buf, sizeof buf, "; integer program %.2f ms (%s, %.1f s)", lp_.compute_ms + lp_.integer.overhead_ms,
-                      lp_.integer.status.c_str(), lp_.integer.wall_ms * 1e-3);
+        std::snprintf(buf, sizeof buf, "%sinteger program %.2f ms (%s, %.1f s)", bounds.empty() ? "" : "; ",
+                      lp_.compute_ms + lp_.integer.overhead_ms, lp_.integer.status.c_str(), lp_.integer.wall_ms * 1e-3);
       else
-        std::snprintf(buf, sizeof buf, "; integer program: %s (%.1f s)", lp_.integer.status.c_str(), lp_.integer.wall_ms * 1e-3);
-      s += buf;
+        std::snprintf(buf, sizeof buf, "%sinteger program: %s (%.1f s)", bounds.empty() ? "" : "; ", lp_.integer.status.c_str(),
+                      lp_.integer.wall_ms * 1e-3);
+      bounds += buf;
     }
+    if (!bounds.empty()) s += "\n  " + bounds;
   }
   const std::string inner = current().summary();
   if (!inner.empty()) s += "\n  " + inner;
