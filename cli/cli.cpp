@@ -245,9 +245,18 @@ int cmd_train(const TrainConfig& base, const std::string& budget_text, const std
   const std::string losses = r.iterations.front().has_loss
                                  ? "loss " + loss_text(r.iterations.front()) + " -> " + loss_text(r.iterations.back())
                                  : "loss n/a (the " + c.backend + " backend holds no values)";
-  std::printf("done: %s, peak allocated %s, peak reserved %s (budget %s), mean iteration %.1f ms\n",
+  // The first iteration warms up, and under a planned policy it also measures and plans (auto for
+  // seconds): the mean after it is the steady time.
+  std::string after_first;
+  if (r.iterations.size() > 1) {
+    char b[96];
+    std::snprintf(b, sizeof b, " (%.1f ms after the first)",
+                  (ms - r.iterations.front().time_ms) / static_cast<double>(r.iterations.size() - 1));
+    after_first = b;
+  }
+  std::printf("done: %s, peak allocated %s, peak reserved %s (budget %s), mean iteration %.1f ms%s\n",
               losses.c_str(), format_bytes(peak_alloc).c_str(), format_bytes(peak_res).c_str(), format_bytes(c.budget).c_str(),
-              ms / static_cast<double>(r.iterations.size()));
+              ms / static_cast<double>(r.iterations.size()), after_first.c_str());
   if (c.host_budget || r.host_peak)
     std::printf("host: peak %s held for swaps (budget %s)\n", format_bytes(r.host_peak).c_str(),
                 c.host_budget ? format_bytes(c.host_budget).c_str() : "unlimited");

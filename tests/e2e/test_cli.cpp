@@ -31,6 +31,13 @@ TEST(Cli, TrainWritesAReport) {
   EXPECT_EQ(j["iterations"].size(), 3u);
   EXPECT_LE(j["summary"]["peak_allocated_bytes"].get<size_t>(), j["config"]["budget_bytes"].get<size_t>());
   EXPECT_GT(j["iterations"][0]["swapped_out_bytes"].get<size_t>(), 0u);
+  // The last line's means: over every iteration, and after the first (the steady time).
+  double all = 0;
+  for (const auto& it : j["iterations"]) all += it["time_ms"].get<double>();
+  const double first = j["iterations"][0]["time_ms"].get<double>();
+  char means[96];
+  std::snprintf(means, sizeof means, "mean iteration %.1f ms (%.1f ms after the first)\n", all / 3, (all - first) / 2);
+  EXPECT_NE(r.output.find(means), std::string::npos) << means << r.output;
   // The host's launch and end-of-iteration wait: parts of the iteration's wall time on cpu.
   for (const auto& it : j["iterations"]) {
     const double launch = it["host_launch_ms"].get<double>(), drain = it["host_drain_ms"].get<double>();

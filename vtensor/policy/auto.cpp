@@ -2087,6 +2087,10 @@ std::string AutoPolicy::summary() const {
     std::snprintf(buf, sizeof buf, ", %.2f ms predicted per iteration (stall %.2f ms, recompute %.2f ms, compaction %.2f ms)",
                   chosen_result_.time_ms, chosen_result_.stall_ms, chosen_result_.recompute_ms, chosen_result_.compact_ms);
     s += buf;
+    if (bound_.compute_ms > 0) {
+      std::snprintf(buf, sizeof buf, ", %.3fx the measured kernels' %.2f ms", chosen_result_.time_ms / bound_.compute_ms, bound_.compute_ms);
+      s += buf;
+    }
   }
   // The replay guard's plans, each from the iteration it ran from.
   for (size_t i = 1; i < runs_.size(); ++i) {
