@@ -3,6 +3,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -52,7 +53,30 @@ TEST(Cli, TrainWritesAReport) {
     EXPECT_GT(alloc, 0.0) << it.dump();
     EXPECT_GE(after, 0.0) << it.dump();
     EXPECT_LE(kernel + alloc + after, launch + 1e-3) << it.dump();
+    EXPECT_GE(it["host_end_ms"].get<double>(), 0.0) << it.dump();
+    EXPECT_LE(launch + drain + it["host_end_ms"].get<double>(), it["time_ms"].get<double>() + 1e-3) << it.dump();
   }
+  std::filesystem::remove(report);
+}
+
+// auto plans at the end of its measured iteration, seconds of host time in that iteration's time
+// on cpu: its line says so (and the report's host_end_ms); the next iteration's does not.
+TEST(Cli, AutosPlanningIsNamedOnTheIterationItTakes) {
+  const std::string report = temp_path("report_auto.json");
+  Result r = run("train --model resnet-tiny --iters 2 --budget 1MiB --policy auto --auto-seconds 0.2 --report " + report);
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::ifstream in(report);
+  auto j = nlohmann::json::parse(in);
+  const double first = j["iterations"][0]["host_end_ms"].get<double>(), second = j["iterations"][1]["host_end_ms"].get<double>();
+  EXPECT_GE(first, 100.0) << j["iterations"].dump();
+  EXPECT_LT(second, first) << j["iterations"].dump();
+  const size_t l1 = r.output.find("iter 1/2"), l2 = r.output.find("iter 2/2");
+  ASSERT_NE(l1, std::string::npos) << r.output;
+  ASSERT_NE(l2, std::string::npos) << r.output;
+  char planning[64];
+  std::snprintf(planning, sizeof planning, "  planning %.1f s (host)\n", first / 1e3);
+  EXPECT_EQ(r.output.find(planning, l1), r.output.find('\n', l1) - std::strlen(planning) + 1) << planning << r.output;
+  if (second < 100) EXPECT_EQ(r.output.substr(l2, r.output.find('\n', l2) - l2).find("planning"), std::string::npos) << r.output;
   std::filesystem::remove(report);
 }
 
@@ -65,7 +89,7 @@ TEST(Cli, SimReportsNoHostTimes) {  // its clock is the model's: a host time bes
   for (const auto& it : j["iterations"]) {
     EXPECT_TRUE(it["host_launch_ms"].is_null()) << it.dump();
     EXPECT_TRUE(it["host_drain_ms"].is_null()) << it.dump();
-    for (const char* k : {"host_kernel_ms", "host_alloc_ms", "host_after_op_ms"}) EXPECT_TRUE(it[k].is_null()) << k;
+    for (const char* k : {"host_kernel_ms", "host_alloc_ms", "host_after_op_ms", "host_end_ms"}) EXPECT_TRUE(it[k].is_null()) << k;
   }
   std::filesystem::remove(report);
 }

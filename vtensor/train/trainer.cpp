@@ -274,6 +274,9 @@ std::string format_paging(const PagingCounters& p) {
   return buf;
 }
 
+// The end of an iteration the iteration line names (a planned policy's planning).
+constexpr double kLongEndMs = 100;
+
 std::string format_iteration_line(const IterationStats& s, int total) {
   char buf[320], loss[32];
   const double mib = 1024.0 * 1024.0;
@@ -300,6 +303,12 @@ std::string format_iteration_line(const IterationStats& s, int total) {
     std::snprintf(buf, sizeof buf, "  host %8.2f MiB", static_cast<double>(s.peak_host) / mib);
     line += buf;
     if (s.counters.host_skipped_swaps > 0) line += " (" + std::to_string(s.counters.host_skipped_swaps) + " swaps skipped)";
+  }
+  // An end of iteration that took the host long (auto's planning after its measured iteration):
+  // on cpu / cuda it is in this iteration's time; on sim it is not (the model's clock).
+  if (s.host_end_ms >= kLongEndMs) {
+    std::snprintf(buf, sizeof buf, "  planning %.1f s (host)", s.host_end_ms / 1e3);
+    line += buf;
   }
   if (s.paged) line += "\n    " + format_paging(s.paging);
   return line;
@@ -358,6 +367,7 @@ std::string report_json(const TrainResult& r) {
                      {"host_kernel_ms", c.backend == "sim" ? json(nullptr) : json(s.host_kernel_ms)},
                      {"host_alloc_ms", c.backend == "sim" ? json(nullptr) : json(s.host_alloc_ms)},
                      {"host_after_op_ms", c.backend == "sim" ? json(nullptr) : json(s.host_after_op_ms)},
+                     {"host_end_ms", c.backend == "sim" ? json(nullptr) : json(s.host_end_ms)},
                      {"peak_allocated_bytes", s.peak_allocated},
                      {"peak_reserved_bytes", s.peak_reserved},
                      {"peak_host_bytes", s.peak_host},
