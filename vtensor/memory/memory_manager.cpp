@@ -1,5 +1,6 @@
 #include "vtensor/memory/memory_manager.h"
 
+#include <chrono>
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -266,7 +267,9 @@ void MemoryManager::end_iteration() {
     std::vector<double> ms = backend_.end_op_timing(graph_.num_ops());
     if (ms.size() == graph_.num_ops()) tracker_.set_device_op_times(std::move(ms));
   }
+  const auto p0 = std::chrono::steady_clock::now();
   policy_->end_iteration(tracker_.current());
+  policy_end_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - p0).count();
   // The plan's start state; the copies are waited for here, in this iteration's time (every
   // other swap-out has ended above).
   for (TensorId id : policy_->on_host_at_start()) {

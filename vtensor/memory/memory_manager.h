@@ -201,6 +201,9 @@ class MemoryManager final : public MemoryView {
   double copy_ms_per_byte() const override;
   double copy_latency_ms() const override;
   double copy_queued_ms() const override;
+  // Host wall time the policy's end of the last iteration took (where a planned policy plans:
+  // auto for seconds after its measured iteration).
+  double policy_end_ms() const { return policy_end_ms_; }
   std::string modelled_gpu() const override { return backend_.modelled_gpu(); }
   std::optional<CodecRate> codec_rate() const override { return codec_rate_; }
   // The probe's largest tensor (elements), at most a third of the arena left free.
@@ -336,6 +339,7 @@ class MemoryManager final : public MemoryView {
   void init_paging(PagePolicy& pp);  // managed range, caching allocator over it
   char* arena() const { return paged_ ? paged_->base() : static_cast<char*>(backend_.arena_base()); }
   std::unique_ptr<PagedMemory> paged_;
+  double policy_end_ms_ = 0;  // policy_end_ms
   mutable double copy_ms_per_byte_ = -1, copy_latency_ms_ = -1, copy_queued_ms_ = -1;  // not measured yet
   std::optional<CodecRate> codec_rate_;  // init_persistent, where the policy wants it
   // The bitmask codec timed on the backend (off sim), in arena blocks freed again.

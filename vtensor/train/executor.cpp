@@ -67,7 +67,7 @@ IterationStats Executor::run_iteration(int iteration) {
   IterationStats s;
   s.host_launch_ms = std::chrono::duration<double, std::milli>(h1 - h0).count();
   s.host_drain_ms = std::chrono::duration<double, std::milli>(h3 - h2).count();
-  s.host_end_ms = std::chrono::duration<double, std::milli>(h2 - h1).count();
+  s.host_plan_ms = mm_.policy_end_ms();
   s.host_kernel_ms = kernel_ms_;
   s.host_alloc_ms = alloc_ms_;
   s.host_after_op_ms = after_op_ms_;

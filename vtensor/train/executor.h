@@ -33,10 +33,9 @@ struct IterationStats {
   // in its after-op actions (the policy's swap-outs, prefetches, drops, and the swap-outs
   // completed). The rest is the accesses (waits, on-demand restores) and the releases.
   double host_kernel_ms = 0, host_alloc_ms = 0, host_after_op_ms = 0;
-  // Host wall time in the memory manager's end of the iteration, between the launch and the
-  // drain: the swap-outs still running, the policy's end of iteration (where a planned policy
-  // plans: auto for seconds after its measured iteration) and the arena's packing.
-  double host_end_ms = 0;
+  // Host wall time in the policy's end of the iteration (MemoryManager::policy_end_ms): where a
+  // planned policy plans, auto for seconds after its measured iteration.
+  double host_plan_ms = 0;
 };
 
 class Executor {

@@ -274,8 +274,8 @@ std::string format_paging(const PagingCounters& p) {
   return buf;
 }
 
-// The end of an iteration the iteration line names (a planned policy's planning).
-constexpr double kLongEndMs = 100;
+// The planning the iteration line names (a policy's end of iteration at least this long).
+constexpr double kLongPlanMs = 100;
 
 std::string format_iteration_line(const IterationStats& s, int total) {
   char buf[320], loss[32];
@@ -304,10 +304,10 @@ std::string format_iteration_line(const IterationStats& s, int total) {
     line += buf;
     if (s.counters.host_skipped_swaps > 0) line += " (" + std::to_string(s.counters.host_skipped_swaps) + " swaps skipped)";
   }
-  // An end of iteration that took the host long (auto's planning after its measured iteration):
-  // on cpu / cuda it is in this iteration's time; on sim it is not (the model's clock).
-  if (s.host_end_ms >= kLongEndMs) {
-    std::snprintf(buf, sizeof buf, "  planning %.1f s (host)", s.host_end_ms / 1e3);
+  // A policy's end of iteration that took the host long (auto's planning after its measured
+  // iteration): on cpu / cuda it is in this iteration's time; on sim it is not (the model's clock).
+  if (s.host_plan_ms >= kLongPlanMs) {
+    std::snprintf(buf, sizeof buf, "  planning %.1f s (host)", s.host_plan_ms / 1e3);
     line += buf;
   }
   if (s.paged) line += "\n    " + format_paging(s.paging);
@@ -367,7 +367,7 @@ std::string report_json(const TrainResult& r) {
                      {"host_kernel_ms", c.backend == "sim" ? json(nullptr) : json(s.host_kernel_ms)},
                      {"host_alloc_ms", c.backend == "sim" ? json(nullptr) : json(s.host_alloc_ms)},
                      {"host_after_op_ms", c.backend == "sim" ? json(nullptr) : json(s.host_after_op_ms)},
-                     {"host_end_ms", c.backend == "sim" ? json(nullptr) : json(s.host_end_ms)},
+                     {"host_plan_ms", c.backend == "sim" ? json(nullptr) : json(s.host_plan_ms)},
                      {"peak_allocated_bytes", s.peak_allocated},
                      {"peak_reserved_bytes", s.peak_reserved},
                      {"peak_host_bytes", s.peak_host},
