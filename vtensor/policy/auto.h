@@ -1,74 +1,26 @@
-// auto (ours): one policy that chooses keep / swap / recompute per access gap by each plan's
-// effect on the whole iteration, not by an isolated per-tensor figure.
+// auto (ours, issue 15): keep / swap / recompute / compress chosen per access gap, each choice
+// costed by its effect on the whole iteration (queues, compute stream, arena), not alone.
 //   Measured iteration: passive (LRU swap on OOM, parameters last), every access and kernel timed.
-//   Candidates: the Capuchin modes, checkpointing, DTR, lru-recompute, then variants (Capuchin
-//   planned for 97-85% of the budget, its swap stall weighed 0.25-16x, DTR's eviction as the
-//   guided fallback), then compress+capuchin / compress+swap where the measured iteration has
-//   the non-zero counts of the ReLU / max-pool outputs (counted on cpu / cuda, the run's
-//   --densities on sim); each rehearsed on the sim backend's model of the measured iteration: the
-//   same graph, memory manager, caching allocator (arena, fragmentation, compaction), copy queues
-//   and compute stream, with the measured kernel times and link (on sim the rehearsal is the run).
-//   Out of memory discards a candidate; the lowest mean guided time wins (limit 8 s). The 8
-//   fastest swapping Capuchin plans are rehearsed again with persistent tensors (weights,
-//   momentum) also swapped across the iteration boundary (",wrap"; Capuchin's own stay within one).
-//   Per-gap search: from the fastest plan without wrap swaps, then the fastest with them (and
-//   each of the two planned for +-0.01..0.03 of the budget more, or the hybrid's swap weight
-//   halved or doubled, where that rehearses faster),
-//   from each rehearsal (what each gap it swaps or recomputes cost),
-//   hill climbing over PlanPins (capuchin.h): a stalling swap prefetched earlier or recomputed, a
-//   recomputation swapped, kept, or run ahead of its access before a stall, a persistent tensor's
-//   gap over the iteration's end (a wrap swap, or the fallback's eviction) prefetched earlier,
-//   kept or swapped (the evicted ones also all at once); each neighbour is
-//   rehearsed with the greedy planning the rest, the fastest of each round of 4 kept if it wins;
-//   where no gap's move is left, the plan's fraction of the budget +-0.02 / 0.04 (3 times at most).
-//   At most 256 rehearsals; then, with densities, 128 more that may also compress a gap
-//   (FreeLunch's codec, a buffer for that gap only). Then "make room" moves (at most 144): a
-//   waiting swap's prefetch earlier, with a kept tensor alive over the new window recomputed or
-//   swapped. Each packed start also climbs with the fallback that compacts where the plan does
-//   not fit (CapuchinPolicy::set_compact_unfit) where that rehearses another time, and the 4
-//   fastest whose plans wrap-swap a persistent tensor under 1/65536 of the budget climb without
-//   such unpinned wrap swaps (",large-wraps", CapuchinPolicy::set_min_wrap_bytes) where that
-//   rehearses faster. Then a window search: every combination of
-//   2+ gaps' moves over the costliest gap and those overlapping it (exhaustive, at most 256).
-//   All within 1.3 s past the candidates' limit. The report adds a lower bound (bound.h).
-//   The limits count rehearsals by default (a fixed time per op, recomputation, compaction and
-//   eviction, fitted to this project's machines), so the plan does not depend on the machine's
-//   speed or load, unless planning reaches the wall cap (the limits + 0.2 s), where a slow machine
-//   stops early (--auto-wall-cap); --auto-clock wall counts this machine's seconds.
-//   A linear program over the whole iteration (lp.h, Clp) gives a tighter bound; its rounded
-//   optimum, pinned on the fastest Capuchin-based candidates, is rehearsed as more search starts,
-//   with Capuchin's prefetch triggers, with the LP's (no later than its copy back), with
-//   those moved earlier until the whole tensor's copy ends by its access (the LP may copy back
-//   a fraction of it), and so with only the swaps whose whole bytes the LP's own cover; and
-//   its recomputations alone, the swaps left to Capuchin's greedy ("lp-rec"). With densities,
-//   a second LP that may also keep ReLU / max-pool outputs compressed rounds as many more ("lpc").
-//   Each start is also rehearsed with its D2H queue in deadline order (",edf": a swap-out may go
-//   ahead of queued ones prefetched later, PlannerInput::deadline_swap_outs); where that is
-//   faster it is one more start (neither order wins on every row). Each start climbs for 32
-//   rehearsals first; the two lowest then go on where they paused, then the rest (not those whose
-//   first round ended on a lower one's plan and time: duplicates). The 4 fastest
-//   ends are each given a start state and a warm start; the fastest then is the plan.
-// Deviations from the issue's design: an LP relaxation rounded, then local and windowed
-// enumeration with the rehearsal as its cost model, not an ILP / DP (the cost of a gap's choice
-// depends on the queues and the arena the rest leaves); arena placement is one choice made last
-// (large blocks high, below), not a placement per block (the planned pool measured slower under it).
-// Every iteration it runs or rehearses ends with the arena compacted (compact_at_iteration_end).
-// Packing keeps the blocks' order, which tensors brought back into other holes can make drift
-// past the iterations the search rehearses: the chosen plan is rehearsed for 10 iterations
-// packed, reordered and restored (StartState), and the fastest start state runs. Where even it drifts
-// (slower than the search saw), the search's next-fastest plans are rehearsed so too, and the
-// fastest over the long run is the plan. Then the warm start: where it takes the measured and
-// guided iterations less time in all, the first guided iteration starts where that long
-// rehearsal settled (its layout, moved to at the measured iteration's end; the trigger moves
-// Capuchin's feedback made, replayed), not where the measured iteration left things. Then the
-// plan for the H2D stream's issue order (",need", ",fifo"), and last with the device allocator
-// placing requests of 2, 5 or 10% of the budget or more high (DeviceAllocator::
-// set_high_placement), each kept where it is faster.
-// As it runs, a replay guard: where guided iterations run far over the plan's prediction (a cost
-// the rehearsal modelled was wrong on this device), the fastest rehearsed plan relying on fewer
-// modelled costs takes over (ReplayGuard).
-// Without a Rehearser (set by the Trainer) it runs Capuchin's hybrid.
-// Full notes: docs/design.md.
+//   Candidates (auto_candidates()): the planners as they are (Capuchin's modes, checkpointing,
+//   DTR, lru-recompute), Capuchin for 85-97% of the budget, its swap stall weighed 0.25-16x or
+//   DTR's eviction as its fallback, FreeLunch's compress+capuchin / compress+swap where densities
+//   are known, and the fastest swapping plans with weights and momentum swapped across the
+//   iteration boundary (",wrap"). Each is rehearsed on the sim backend's model of the measured
+//   iteration (the run's memory manager, caching allocator, copy queues and compute stream, the
+//   measured kernel times and link); out of memory discards it.
+//   Search: from the fastest candidates and from the rounded optima of a linear program over the
+//   iteration (lp.h), hill climbing over PlanPins (capuchin.h), one gap's decision per move, each
+//   neighbour rehearsed with Capuchin's greedy planning the rest; then "make room" moves and an
+//   exhaustive window over the costliest gaps. The fastest ends are finished (start state, warm
+//   start, H2D issue order, large blocks placed high) and the fastest is the plan. The limits
+//   count rehearsals, so the plan does not depend on the machine (wall cap 9.5 s). The report
+//   adds two lower bounds (bound.h; the LP's optimum). A replay guard hands over to a plan that
+//   relies on fewer modelled costs where guided iterations run far over the prediction.
+// Deviations from the issue: an LP rounded, then local and windowed search with the rehearsal as
+// the cost model, not an ILP / DP (a gap's cost depends on the queues and arena the rest leaves;
+// the integer program is built but off: it bought under 1%); arena placement is one choice for
+// the run, not per block (the planned pool ran slower under it). Without a Rehearser (set by the
+// Trainer) it runs Capuchin's hybrid. Full notes: docs/design.md, "vtensor/policy/auto.h".
 #pragma once
 #include <array>
 #include <atomic>
