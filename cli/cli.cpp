@@ -67,6 +67,9 @@ const char* const kAutoClockHelp =
 const char* const kAutoPlacementHelp =
     "policy auto: the device allocator's placement, search (its finish also rehearses the plan with requests of 2, 5 or 10% of the budget or more placed high, and keeps the fastest; default) or low (never)";
 
+const char* const kAutoPlanHelp =
+    "policy auto: run the plan an earlier run made (its --report, which holds it as policy_report.saved_plan) after "
+    "the measured iteration, without the search; the graph and the budget must be those it was made for";
 const char* const kAutoReplayGuardHelp =
     "policy auto: on (default): where two guided iterations in a row each run over 2x the plan's prediction and 10 ms above it, the fastest rehearsed plan that relies on fewer modelled costs runs instead (compress, then swap, then recompute only; the report's replay_guard); off: the chosen plan runs to the end";
 
@@ -314,6 +317,7 @@ CLI::App* add_replay(CLI::App& app, ReplayArgs& a) {
   c->add_option("--auto-lp-model", a.cfg.auto_lp_model, kAutoLpModelHelp);
   c->add_option("--auto-clock", a.cfg.auto_clock, kAutoClockHelp);
   c->add_option("--auto-wall-cap", a.cfg.auto_wall_cap, kAutoWallCapHelp);
+  c->add_option("--auto-plan", a.cfg.auto_plan, kAutoPlanHelp);
   return c;
 }
 
@@ -326,6 +330,10 @@ int cmd_replay(ReplayArgs a) {
     throw std::invalid_argument("--auto-ilp applies to --policy auto only, got --policy " + a.cfg.policy);
   if (!a.cfg.auto_lp_model.empty() && a.cfg.policy != "auto")
     throw std::invalid_argument("--auto-lp-model applies to --policy auto only, got --policy " + a.cfg.policy);
+  if (!a.cfg.auto_plan.empty() && a.cfg.policy != "auto")
+    throw std::invalid_argument("--auto-plan applies to --policy auto only, got --policy " + a.cfg.policy);
+  if (!a.cfg.auto_plan.empty() && (a.cfg.auto_ilp != -1 || !a.cfg.auto_lp_model.empty() || !a.cfg.auto_clock.empty() || a.cfg.auto_wall_cap != -1))
+    throw std::invalid_argument("--auto-ilp, --auto-lp-model, --auto-clock and --auto-wall-cap set auto's search; --auto-plan runs a saved plan without one");
   if (!a.budget_text.empty()) a.cfg.budget = parse_bytes(a.budget_text, "--budget");
   a.cfg.host_budget = parse_host_budget(a.host_budget_text);
   check_output_path(a.report, "--report");
@@ -634,6 +642,7 @@ int vtensor::run_cli(int argc, char** argv, CliMode mode) {
   train->add_option("--auto-codec-rate", cfg.auto_codec_rate, kAutoCodecRateHelp);
   train->add_option("--auto-copy-cost", cfg.auto_copy_cost, kAutoCopyCostHelp);
   train->add_option("--auto-candidates", cfg.auto_candidates, kAutoCandidatesHelp)->delimiter(',');
+  train->add_option("--auto-plan", cfg.auto_plan, kAutoPlanHelp);
   train->add_flag("--inplace-relu-grad", cfg.inplace_relu_grad, "relu backward writes dx over dy where dy dies (cuDNN's in-place ReLU, as in vDNN)");
   train->add_flag("--step-in-backward", cfg.optimizer.in_backward, kStepInBackwardHelp);
   train->add_option("--weight-decay", cfg.optimizer.weight_decay, "weight decay (L2 for sgd and adam, decoupled for adamw)");
@@ -735,9 +744,15 @@ int vtensor::run_cli(int argc, char** argv, CliMode mode) {
       if (cfg.policy != "auto")
         throw std::invalid_argument("--auto-replay-guard applies to --policy auto only, got --policy " + cfg.policy);
     }
-    for (const char* o : {"--auto-codec-rate", "--auto-copy-cost", "--auto-candidates"})
+    for (const char* o : {"--auto-codec-rate", "--auto-copy-cost", "--auto-candidates", "--auto-plan"})
       if (train->get_option(o)->count() > 0 && cfg.policy != "auto")
         throw std::invalid_argument(std::string(o) + " applies to --policy auto only, got --policy " + cfg.policy);
+    if (!cfg.auto_plan.empty())  // what only the search reads
+      for (const char* o : {"--auto-search", "--auto-window", "--auto-room", "--auto-lp", "--auto-lp-model", "--auto-ilp",
+                            "--auto-seconds", "--auto-placement", "--auto-clock", "--auto-wall-cap", "--auto-candidates",
+                            "--auto-codec-rate", "--auto-copy-cost"})
+        if (train->get_option(o)->count() > 0)
+          throw std::invalid_argument(std::string(o) + " sets auto's search; --auto-plan runs a saved plan without one");
     return cmd_train(cfg, budget_text, host_budget_arg, report, html, quiet, optimizer, lr->count() > 0);
   } catch (const OutOfMemoryError& e) {
     std::fprintf(stderr, "vtensor: %s\n", e.what());

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -125,6 +126,16 @@ RehearsalResult rehearse_again(const Graph& g, const AutoPolicy& a, size_t budge
   s.min_wrap_bytes = a.min_wrap_bytes();
   s.high_placement_bytes = a.high_placement();
   return rehearse(a.chosen(), s);
+}
+
+// A rehearser that scales the times of the rehearsals that start from a layout (the warm start's)
+// by `factor`: below 1 the warm layout wins, above 1 it loses.
+void scale_warm_rehearsals(AutoPolicy& ap, double factor) {
+  ap.set_rehearser([factor](const std::string& policy, const RehearsalSetup& s) {
+    RehearsalResult r = rehearse(policy, s);
+    if (!s.start_layout.empty()) r.time_ms *= factor, r.measured_ms *= factor;
+    return r;
+  });
 }
 
 void expect_bit_identical(const AutoRun& a, const AutoRun& b) {
@@ -766,11 +777,7 @@ TEST(AutoRunLong, AWarmLayoutIsBitIdenticalToNone) {
       unlimited_planning(t);
       auto* ap = dynamic_cast<AutoPolicy*>(&t.memory().policy());
       ASSERT_NE(ap, nullptr);
-      ap->set_rehearser([&](const std::string& policy, const RehearsalSetup& s) {
-        RehearsalResult r = rehearse(policy, s);
-        if (!s.start_layout.empty()) r.time_ms *= warm ? 0.5 : 2, r.measured_ms *= warm ? 0.5 : 2;
-        return r;
-      });
+      scale_warm_rehearsals(*ap, warm ? 0.5 : 2);
       AutoRun r;
       r.iters.push_back(t.step());
       layouts[warm] = t.memory().live_device_blocks();
@@ -2057,4 +2064,136 @@ TEST(AutoSimRun, PredictionHoldsWithThePlannedPoolAndAHostBudget) {
   EXPECT_EQ(a.report["predicted_peak_bytes"].get<size_t>(), max_peak(a, 1));
   EXPECT_NEAR(a.report["predicted_time_ms"].get<double>(), mean_guided_ms(a), 1e-9 * mean_guided_ms(a));
   for (const auto& s : a.iters) EXPECT_LE(s.peak_host, cfg.host_budget);
+}
+
+// The plan as data (AutoPolicy::saved_plan, `--auto-plan`): a run from an earlier run's saved plan
+// skips the search and, on sim, repeats that run's iterations exactly, warm layout, pins and
+// placement included; on cpu it is bit-identical to `none`. The warm layout is made to win as in
+// AWarmLayoutIsBitIdenticalToNone, so that every field of the plan is exercised.
+TEST(AutoPlanFile, ASavedPlanRunsAgainWithoutTheSearch) {
+  const std::string model = "resnet-tiny";
+  const int iters = 4;
+  for (const std::string gpu : {"p100-16g", ""}) {
+    SCOPED_TRACE(gpu.empty() ? "cpu" : gpu);
+    const AutoRun base = train(config(model, "none", 0, iters, gpu));
+    TrainConfig cfg = config(model, "auto", align_up(max_peak(base) * 3 / 10), iters, gpu);
+    bounded_search(cfg);
+    AutoRun first;
+    {
+      Trainer t(cfg);
+      unlimited_planning(t);
+      auto* ap = dynamic_cast<AutoPolicy*>(&t.memory().policy());
+      ASSERT_NE(ap, nullptr);
+      scale_warm_rehearsals(*ap, 0.5);
+      first = run(t, cfg);
+    }
+    const nlohmann::json& plan = first.report["saved_plan"];
+    ASSERT_TRUE(plan.is_object()) << first.report.dump();
+    ASSERT_FALSE(plan["pins"].empty()) << plan.dump();
+    ASSERT_FALSE(plan["start_layout"].empty()) << "the warm layout did not win: the check proves less";
+    const std::string file = test::temp_path("auto_plan", "report.json");
+    {
+      std::ofstream out(file);
+      out << nlohmann::json{{"config", {{"policy", "auto"}}}, {"policy_report", first.report}}.dump();
+    }
+    TrainConfig again = cfg;
+    again.auto_plan = file;
+    const AutoRun second = train(again);
+    std::filesystem::remove(file);
+    EXPECT_EQ(second.report["planned_from"], "plan file");
+    EXPECT_TRUE(second.report["candidates"].empty()) << "a plan from a file rehearses nothing";
+    EXPECT_EQ(second.report["saved_plan"], plan);
+    ASSERT_EQ(second.iters.size(), first.iters.size());
+    if (gpu.empty()) {
+      expect_bit_identical(base, second);
+      continue;
+    }
+    for (size_t i = 0; i < first.iters.size(); ++i) {
+      EXPECT_EQ(second.iters[i].time_ms, first.iters[i].time_ms) << "iteration " << i;
+      EXPECT_EQ(second.iters[i].peak_allocated, first.iters[i].peak_allocated) << "iteration " << i;
+      EXPECT_EQ(second.iters[i].counters.swapped_out_bytes, first.iters[i].counters.swapped_out_bytes) << "iteration " << i;
+      EXPECT_EQ(second.iters[i].counters.recomputed_ops, first.iters[i].counters.recomputed_ops) << "iteration " << i;
+    }
+  }
+}
+
+// A saved plan names the graph and the budget it was made for; anything else, or a plan that is
+// malformed, is refused before the run with a message that names what does not match.
+TEST(AutoPlanFile, APlanForAnotherGraphOrBudgetOrMalformedIsRefused) {
+  const AutoRun base = train(config("resnet-tiny", "none", 0, 2, "p100-16g"));
+  TrainConfig cfg = config("resnet-tiny", "auto", align_up(max_peak(base) / 3), 2, "p100-16g");
+  bounded_search(cfg, 8);
+  const AutoRun made = train(cfg);
+  const nlohmann::json plan = made.report["saved_plan"];
+  ASSERT_TRUE(plan.is_object()) << made.report.dump();
+  ASSERT_FALSE(plan["pins"].empty()) << plan.dump();
+  const std::string file = test::temp_path("auto_plan", "plan.json");
+  auto refused = [&](const nlohmann::json& doc, TrainConfig c) {
+    {
+      std::ofstream out(file);
+      out << doc.dump();
+    }
+    c.auto_plan = file;
+    try {
+      Trainer t(c);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  TrainConfig other_budget = cfg;
+  other_budget.budget += size_t{1} << 20;
+  std::string m = refused(plan, other_budget);
+  EXPECT_NE(m.find("made for a budget of " + std::to_string(cfg.budget) + " bytes"), std::string::npos) << m;
+  EXPECT_NE(m.find("--budget " + std::to_string(cfg.budget) + "B"), std::string::npos) << m;
+  TrainConfig other_batch = cfg;
+  other_batch.model.batch = 16;
+  m = refused(plan, other_batch);
+  EXPECT_NE(m.find("made for another graph"), std::string::npos) << m;
+  nlohmann::json bad = plan;
+  bad["pins"][0]["id"] = 1 << 20;
+  m = refused(bad, cfg);
+  EXPECT_NE(m.find("pins: tensor id 1048576 is not one of the graph's"), std::string::npos) << m;
+  bad = plan;
+  bad["pins"][0]["tensor"] = "no.such.tensor";
+  m = refused(bad, cfg);
+  EXPECT_NE(m.find("the plan names 'no.such.tensor'"), std::string::npos) << m;
+  bad = plan;
+  bad["pins"][0]["decision"] = "drop";
+  m = refused(bad, cfg);
+  EXPECT_NE(m.find("decision 'drop' (accepted: keep, swap, recompute, compress)"), std::string::npos) << m;
+  bad = plan;
+  bad.erase("start_state");
+  m = refused(bad, cfg);
+  EXPECT_NE(m.find("malformed"), std::string::npos) << m;
+  bad = plan;
+  bad["pins"][0]["trigger_shift"] = 1 << 30;
+  m = refused(bad, cfg);
+  EXPECT_NE(m.find("pins: trigger_shift 1073741824 is not an op count"), std::string::npos) << m;
+  bad = plan;
+  bad["start_layout"] = {{{"id", plan["pins"][0]["id"]}, {"buffer", false}, {"offset", 0}, {"size", 512}},
+                         {{"id", plan["pins"][1]["id"]}, {"buffer", false}, {"offset", 256}, {"size", 256}}};
+  m = refused(bad, cfg);
+  EXPECT_NE(m.find("start_layout: the blocks at 0 and 256 overlap"), std::string::npos) << m;
+  bad["start_layout"][1]["offset"] = 700;
+  m = refused(bad, cfg);
+  EXPECT_NE(m.find("start_layout: a block at 700 of 256 bytes is not an aligned block"), std::string::npos) << m;
+  m = refused(nlohmann::json::object(), cfg);
+  EXPECT_NE(m.find("not a plan"), std::string::npos) << m;
+  m = refused({{"config", {{"policy", "dtr"}}}, {"policy_report", nullptr}}, cfg);
+  EXPECT_NE(m.find("a report without a plan (policy 'dtr'"), std::string::npos) << m;
+  TrainConfig not_auto = config("resnet-tiny", "capuchin", cfg.budget, 2, "p100-16g");
+  m = refused(plan, not_auto);
+  EXPECT_NE(m.find("--auto-plan applies to --policy auto only"), std::string::npos) << m;
+  std::filesystem::remove(file);
+  TrainConfig missing = cfg;
+  missing.auto_plan = file;
+  try {
+    Trainer t(missing);
+    ADD_FAILURE() << "a missing plan file was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("--auto-plan: cannot read '" + file + "'"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(refused(plan, cfg), "accepted");
+  std::filesystem::remove(file);
 }

@@ -81,6 +81,38 @@ TEST(Cli, AutosPlanningIsNamedOnTheIterationItTakes) {
   std::filesystem::remove(report);
 }
 
+// A report of auto holds its plan; --auto-plan runs it again without the search: the same
+// iterations on sim, a line that says so, and refusals that name the search options it ignores
+// and a file it cannot read.
+TEST(Cli, AutosPlanRunsAgainFromItsReport) {
+  const std::string report = temp_path("report_plan.json"), again = temp_path("report_plan_again.json");
+  const std::string args = "train --model resnet-tiny --iters 3 --backend sim --gpu p100-16g --budget 1MiB --policy auto --quiet";
+  Result first = run(args + " --auto-seconds 0.5 --report " + report);
+  ASSERT_EQ(first.code, 0) << first.output;
+  Result second = run(args + " --auto-plan " + report + " --report " + again);
+  ASSERT_EQ(second.code, 0) << second.output;
+  EXPECT_NE(second.output.find(", the plan in " + report + " ("), std::string::npos) << second.output;
+  EXPECT_NE(second.output.find("), no search"), std::string::npos) << second.output;
+  auto done = [](const std::string& out) { return out.substr(out.find("done:")); };
+  EXPECT_EQ(done(second.output).substr(0, done(second.output).find('\n')), done(first.output).substr(0, done(first.output).find('\n')));
+  std::ifstream a(report), b(again);
+  const auto ja = nlohmann::json::parse(a), jb = nlohmann::json::parse(b);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(ja["iterations"][i]["time_ms"], jb["iterations"][i]["time_ms"]) << i;
+  EXPECT_EQ(jb["policy_report"]["plan_file"]["path"], report);
+  Result search = run(args + " --auto-plan " + report + " --auto-seconds 2");
+  EXPECT_EQ(search.code, 2) << search.output;
+  EXPECT_NE(search.output.find("--auto-seconds sets auto's search; --auto-plan runs a saved plan without one"), std::string::npos)
+      << search.output;
+  Result other = run("train --model resnet-tiny --iters 2 --backend sim --gpu p100-16g --budget 2MiB --policy auto --auto-plan " + report);
+  EXPECT_EQ(other.code, 2) << other.output;
+  EXPECT_NE(other.output.find("the plan was made for a budget of 1048576 bytes"), std::string::npos) << other.output;
+  std::filesystem::remove(report);
+  std::filesystem::remove(again);
+  Result missing = run(args + " --auto-plan " + report);
+  EXPECT_EQ(missing.code, 2) << missing.output;
+  EXPECT_NE(missing.output.find("--auto-plan: cannot read '" + report + "'"), std::string::npos) << missing.output;
+}
+
 TEST(Cli, SimReportsNoHostTimes) {  // its clock is the model's: a host time beside it would mislead
   const std::string report = temp_path("report_sim.json");
   Result r = run("train --model resnet-tiny --iters 2 --backend sim --gpu p100-16g --policy none --report " + report);

@@ -9,7 +9,12 @@
 #include "vtensor/backend/sim/gpu_specs.h"
 #include "vtensor/core/errors.h"
 #include "vtensor/memory/page_policy.h"
+#include "vtensor/memory/allocator.h"
+#include "vtensor/memory/memory_manager.h"
 #include "vtensor/memory/trace_io.h"
+#include "vtensor/models/models.h"
+#include "vtensor/policy/auto.h"
+#include "vtensor/train/executor.h"
 #include "vtensor/train/experiments.h"
 
 namespace vtensor::fuzz {
@@ -106,9 +111,40 @@ void cli(const uint8_t* data, size_t size) {
   if (rc != 0 && rc != 2) throw std::logic_error("the parse ended with status " + std::to_string(rc));
 }
 
+// A plan load_plan accepts for resnet-tiny at 1 MiB must run: three iterations on sim end or run
+// out of memory (a plan that does not fit), nothing else. The seeds hold a plan an auto run saved.
+void plan(const uint8_t* data, size_t size) {
+  static const Graph g = [] {
+    ModelConfig m;
+    m.name = "resnet-tiny";
+    Graph x = build_model(resolve_model(m));
+    build_backward(x, {});
+    return x;
+  }();
+  constexpr size_t kBudget = size_t{1} << 20;
+  rejecting([&] {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(text_of(data, size));
+    } catch (const nlohmann::json::exception& e) {
+      throw std::invalid_argument(e.what());
+    }
+    auto policy = std::make_unique<AutoPolicy>();
+    policy->load_plan(j, g, kBudget, "fuzz");
+    auto backend = make_sim_backend({.arena_bytes = kBudget, .gpu = "p100-16g"});
+    MemoryManager mm(*backend, g, make_allocator("caching", backend->arena_bytes(), ""), std::move(policy));
+    Executor exec(g, *backend, mm);
+    mm.init_persistent(1);
+    try {
+      for (int i = 0; i < 3; ++i) exec.run_iteration(i);
+    } catch (const OutOfMemoryError&) {
+    }
+  });
+}
+
 const std::vector<Target>& targets() {
-  static const std::vector<Target> t{
-      {"trace", trace}, {"dtr_log", dtr_log}, {"gpu_file", gpu_file}, {"sizes", sizes}, {"cli", cli}};
+  static const std::vector<Target> t{{"trace", trace}, {"dtr_log", dtr_log}, {"gpu_file", gpu_file},
+                                     {"sizes", sizes},  {"cli", cli},         {"plan", plan}};
   return t;
 }
 

@@ -15,6 +15,7 @@ void dtr_log(const uint8_t* data, size_t size);   // DTR operator logs, read_dtr
 void gpu_file(const uint8_t* data, size_t size);  // --gpu-file JSON, read_gpu_specs
 void sizes(const uint8_t* data, size_t size);     // --budget / --budgets / --batches / ... strings
 void cli(const uint8_t* data, size_t size);       // argv, one argument a line, parsed as `vtensor` parses it
+void plan(const uint8_t* data, size_t size);      // --auto-plan JSON, AutoPolicy::load_plan, then run on sim
 
 struct Target {
   const char* name;  // also the seed directory, tests/fuzz/<name>

@@ -1,5 +1,7 @@
 #include "vtensor/core/graph.h"
 
+#include <cstdint>
+#include <cstdio>
 #include <stdexcept>
 
 namespace vtensor {
@@ -53,6 +55,36 @@ int Graph::add_op(Op op) {
 int Graph::add_layer(std::string name, LayerKind kind) {
   layers_.push_back({std::move(name), kind});
   return static_cast<int>(layers_.size()) - 1;
+}
+
+std::string fingerprint(const Graph& g) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&](uint64_t v) {
+    for (int i = 0; i < 8; ++i, v >>= 8) h = (h ^ (v & 0xff)) * 1099511628211ull;
+  };
+  auto text = [&](const std::string& s) {
+    mix(s.size());
+    for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  };
+  auto ids = [&](const std::vector<TensorId>& v) {
+    mix(v.size());
+    for (TensorId t : v) mix(static_cast<uint64_t>(t));
+  };
+  for (const TensorInfo& t : g.tensors()) {
+    text(t.name);
+    mix(static_cast<uint64_t>(t.kind)), mix(static_cast<uint64_t>(t.dtype)), mix(static_cast<uint64_t>(t.view_of));
+    mix(t.shape.rank());
+    for (int64_t d : t.shape.dims()) mix(static_cast<uint64_t>(d));
+  }
+  for (const Op& op : g.ops()) {
+    mix(static_cast<uint64_t>(op.kind));
+    text(op.name);
+    ids(op.inputs), ids(op.outputs), ids(op.inplace);
+    mix(op.workspace_bytes), mix(op.workspace_lean_bytes);
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
 }
 
 size_t Graph::persistent_bytes() const {

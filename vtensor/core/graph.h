@@ -78,6 +78,11 @@ class Graph {
   std::vector<Layer> layers_;
 };
 
+// 16 hex digits naming the graph's ops (kind, name, inputs, outputs, in-place inputs, workspace)
+// and tensors (name, kind, shape, dtype, view): a plan made for one graph (policy auto's saved
+// plan) runs only on a graph with the same fingerprint. FNV-1a.
+std::string fingerprint(const Graph& g);
+
 enum class OptimizerKind { kSgd, kAdam, kAdamW };
 // "sgd", "adam", "adamw"; throws std::invalid_argument naming the accepted values.
 OptimizerKind parse_optimizer(const std::string& name);

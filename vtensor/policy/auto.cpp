@@ -1342,6 +1342,7 @@ void AutoPolicy::choose(const AccessTrace& trace) {
     measured_trace_ = planned_from_ ? planned_from_ : std::make_shared<const AccessTrace>(trace);
     runs_.push_back({chosen, -1, {}, "chosen"});
   }
+  saved_layout_ = start_layout_;
   planning_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
@@ -1909,7 +1910,12 @@ nlohmann::json AutoPolicy::report() const {
                            {"wall_capped", wall_capped_.load()}};
   // What the plan was made from: the measured iteration as the clock recorded it (on sim the same
   // as the rehearsals'), or off sim as the rehearsals recorded it (choose).
-  out["planned_from"] = planned_from_ ? "rehearsed measured iteration" : "measured iteration";
+  out["planned_from"] = !loaded_from_.empty() ? "plan file" : planned_from_ ? "rehearsed measured iteration" : "measured iteration";
+  // The plan as data: `--auto-plan` runs it again without the search (load_plan).
+  out["saved_plan"] = saved_plan();
+  if (!loaded_from_.empty())
+    out["plan_file"] = {{"path", loaded_from_}, {"made_on", loaded_.value("made_on", json(nullptr))},
+                        {"predicted_ms", loaded_.value("predicted_ms", json(nullptr))}};
   // What a codec call was planned to cost: measured on the backend (off sim, where compression
   // candidates run), else the modelled GPU's memory bandwidth in the rehearsals and the ReLU
   // ops' rate in the planners.
@@ -2083,6 +2089,19 @@ std::string AutoPolicy::summary() const {
   if (chosen_.empty()) return s + "measuring";
   char buf[320];
   s += "chose " + chosen_;
+  if (!loaded_from_.empty()) {
+    const nlohmann::json predicted = loaded_.value("predicted_ms", nlohmann::json(nullptr));
+    s += ", the plan in " + loaded_from_ + " (" + std::to_string(pins_.size()) + " pins";
+    if (predicted.is_number()) {
+      const nlohmann::json made = loaded_.value("made_on", nlohmann::json(nullptr));
+      const std::string gpu = made.is_object() && made.value("gpu", nlohmann::json(nullptr)).is_string()
+                                  ? "on sim " + made["gpu"].get<std::string>()
+                                  : "off sim";
+      std::snprintf(buf, sizeof buf, "; %.2f ms predicted where it was made, %s", predicted.get<double>(), gpu.c_str());
+      s += buf;
+    }
+    s += "), no search";
+  }
   if (chosen_result_.trained && chosen_result_.time_ms > 0) {
     std::snprintf(buf, sizeof buf, ", %.2f ms predicted per iteration (stall %.2f ms, recompute %.2f ms, compaction %.2f ms)",
                   chosen_result_.time_ms, chosen_result_.stall_ms, chosen_result_.recompute_ms, chosen_result_.compact_ms);

@@ -262,6 +262,15 @@ class AutoPolicy final : public Policy {
   std::optional<size_t> smallest_working_budget() const override;
   nlohmann::json report() const override;
   std::string summary() const override;
+  // The chosen plan as data (the report's `saved_plan`): its candidate, pins, warm start, start
+  // state, placement and fallback, with the graph (fingerprint) and budget it was made for. Null
+  // before the plan is made.
+  nlohmann::json saved_plan() const;
+  // Runs `plan` (saved_plan's, or a report holding it) after the measured iteration instead of
+  // searching (`--auto-plan FILE`; `source` names it in messages and the report): on sim the
+  // iterations of the run that saved it. Throws std::invalid_argument naming what is malformed or
+  // does not match `graph` or `budget`.
+  void load_plan(const nlohmann::json& plan, const Graph& graph, size_t budget, const std::string& source);
 
   void set_rehearser(Rehearser r) { rehearser_ = std::move(r); }
   // A rehearsal's policy: past this point after_op and choose_victims throw RehearsalTimeout.
@@ -426,6 +435,9 @@ class AutoPolicy final : public Policy {
   StartState start_state_ = StartState::kPacked;  // what each iteration's end leaves
   std::vector<LayoutBlock> start_layout_;  // the measured iteration's end leaves it (the warm start)
   std::vector<TriggerMove> trigger_moves_;  // the plan's feedback moves, replayed (the warm start)
+  std::vector<LayoutBlock> saved_layout_;  // start_layout_ as the plan was made (saved_plan)
+  std::string loaded_from_;  // load_plan's source
+  nlohmann::json loaded_;    // load_plan's plan, as read
   std::vector<LayoutBlock> warm_layout_;  // start_layout_ as the warm start chose it (kept)
   static constexpr size_t kStartStates = 3;  // StartState's values, in its order
   using LongRun = std::array<double, kStartStates>;  // a plan over kLongRunIterations from each (0: OOM)

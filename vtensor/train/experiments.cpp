@@ -55,6 +55,7 @@ TrainResult replay_trace(const ReplayConfig& c, const std::function<void(const I
   cfg.auto_ilp = c.auto_ilp;
   cfg.auto_lp_model = c.auto_lp_model;
   cfg.auto_clock = c.auto_clock;
+  cfg.auto_plan = c.auto_plan;
   cfg.auto_wall_cap = c.auto_wall_cap;
   Trainer t(cfg);
   return t.run(on_iteration);

@@ -24,6 +24,7 @@ struct ReplayConfig {
   std::string auto_lp_model;  // policy auto: TrainConfig::auto_lp_model
   std::string auto_clock;     // policy auto: TrainConfig::auto_clock
   double auto_wall_cap = -1;  // policy auto: TrainConfig::auto_wall_cap
+  std::string auto_plan;      // policy auto: TrainConfig::auto_plan
 };
 TrainResult replay_trace(const ReplayConfig& c, const std::function<void(const IterationStats&)>& on_iteration = {});
 

@@ -17,6 +17,7 @@
 #include "vtensor/policy/compress.h"
 #include "vtensor/train/densities.h"
 #include "vtensor/train/rehearsal.h"
+#include "vtensor/train/report_html.h"
 
 namespace vtensor {
 namespace {
@@ -87,6 +88,16 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
   if (!cfg_.auto_lp_model.empty() && cfg_.auto_lp_model != "bound" && cfg_.auto_lp_model != "in-flight" && cfg_.auto_lp_model != "both" &&
       cfg_.auto_lp_model != "compress")
     throw std::invalid_argument("--auto-lp-model must be bound, in-flight, both or compress, got '" + cfg_.auto_lp_model + "'");
+  nlohmann::json saved_plan;
+  if (!cfg_.auto_plan.empty()) {
+    if (!dynamic_cast<AutoPolicy*>(policy.get()))
+      throw std::invalid_argument("--auto-plan applies to --policy auto only, got --policy " + cfg_.policy);
+    try {
+      saved_plan = read_json_file(cfg_.auto_plan);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(std::string("--auto-plan: ") + e.what());
+    }
+  }
   if (auto* a = dynamic_cast<AutoPolicy*>(policy.get())) {
     a->set_rehearser(rehearse);
     if (!cfg_.auto_placement.empty()) a->set_placement_search(cfg_.auto_placement == "search");
@@ -190,6 +201,7 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
     throw std::invalid_argument("--planner applies to --allocator planned only, got --allocator " + cfg_.allocator);
   backend_ = make_backend(cfg_.backend, {.arena_bytes = cfg_.budget, .gpu = cfg_.gpu, .deterministic = cfg_.deterministic});
   cfg_.budget = backend_->arena_bytes();
+  if (!saved_plan.is_null()) dynamic_cast<AutoPolicy&>(*policy).load_plan(saved_plan, graph_, cfg_.budget, cfg_.auto_plan);
   if (densities) backend_->set_densities(densities);
   auto allocator = make_allocator(cfg_.allocator, cfg_.budget, cfg_.planner);
   mm_ = std::make_unique<MemoryManager>(*backend_, graph_, std::move(allocator), std::move(policy));

@@ -44,6 +44,7 @@ struct TrainConfig {
   std::string auto_clock;          // policy auto: "rehearsals" (its default) or "wall": what its planning limits count (AutoPolicy::set_planning_clock)
   int auto_lp = -1;                // policy auto: rehearsals of the LP's rounded plan as search starts (0: none; -1: its default)
   std::string auto_lp_model;       // policy auto: "compress" (its default), "bound", "in-flight" or "both": the LPs its starts are rounded from (AutoPolicy::set_lp_model)
+  std::string auto_plan;           // policy auto: run this saved plan (a report, or its saved_plan) instead of searching (AutoPolicy::load_plan)
   int auto_search = -1;            // policy auto: the per-gap search's rehearsals (0: none; -1: its default); others ignore it
   size_t um_page_bytes = 0;  // policies um, um-prefetch: page size (0: kDefaultPageBytes)
   int um_lookahead = 0;      // policy um-prefetch: kernels prefetched ahead (0: kDefaultUmLookahead)

@@ -1,0 +1,182 @@
+// The plan as data (AutoPolicy::saved_plan, load_plan; `--auto-plan`): the chosen plan's fields
+// written into the report, and read back, checked against the graph and the budget, into an
+// AutoPolicy that runs them without the search, as a rehearsal does. Its own file so that the
+// fuzz build's coverage counters reach it (tests/fuzz, target `plan`) without slowing auto.
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "vtensor/memory/allocator.h"
+#include "vtensor/policy/auto.h"
+
+namespace vtensor {
+
+namespace {
+constexpr const char* kPlanFormat = "vtensor-auto-plan/1";
+
+std::string codec_name(Codec c) { return c == Codec::kNone ? "none" : to_string(c); }
+}  // namespace
+
+nlohmann::json AutoPolicy::saved_plan() const {
+  using nlohmann::json;
+  if (!view_ || chosen_.empty() || !active_) return nullptr;
+  const Graph& g = view_->graph();
+  json pins = json::array();
+  for (const PlanPin& p : pins_)
+    pins.push_back({{"tensor", g.tensor(p.id).name}, {"id", p.id}, {"back_op", p.back_op}, {"decision", to_string(p.decision)},
+                    {"trigger_shift", p.trigger_shift}, {"ahead_op", p.ahead_op}, {"trigger_op", p.trigger_op},
+                    {"codec", codec_name(p.codec)}, {"capacity", p.capacity}, {"codec_ns", p.codec_ns}});
+  json moves = json::array();
+  for (const TriggerMove& m : trigger_moves_)
+    moves.push_back({{"tensor", g.tensor(m.id).name}, {"id", m.id}, {"back_op", m.back_op}, {"ops", m.ops}});
+  json layout = json::array();
+  for (const LayoutBlock& b : saved_layout_)
+    layout.push_back({{"id", b.id}, {"buffer", b.buffer}, {"offset", b.offset}, {"size", b.size}});
+  const double predicted = chosen_result_.trained && chosen_result_.time_ms > 0 ? chosen_result_.time_ms
+                           : loaded_.is_object() ? loaded_.value("predicted_ms", 0.0) : 0.0;
+  return {{"format", kPlanFormat},
+          {"graph", {{"ops", g.num_ops()}, {"tensors", g.num_tensors()}, {"fingerprint", fingerprint(g)}}},
+          {"budget_bytes", view_->budget()},
+          {"made_on", loaded_.is_object() ? loaded_.value("made_on", json(nullptr))
+                                          : json{{"gpu", view_->modelled_gpu().empty() ? json(nullptr) : json(view_->modelled_gpu())},
+                                                 {"allocator", view_->allocator_name()}}},
+          {"policy", chosen_},
+          {"pins", pins},
+          {"trigger_moves", moves},
+          {"compact_unfit", compact_unfit_},
+          {"min_wrap_bytes", min_wrap_bytes_},
+          {"start_state", to_string(start_state_)},
+          {"high_placement_bytes", high_placement_},
+          {"start_layout", layout},
+          {"predicted_ms", predicted > 0 ? json(predicted) : json(nullptr)}};
+}
+
+void AutoPolicy::load_plan(const nlohmann::json& file, const Graph& g, size_t budget, const std::string& source) {
+  using nlohmann::json;
+  const std::string where = "--auto-plan '" + source + "'";
+  auto bad = [&](const std::string& what) {
+    return std::invalid_argument(where + ": " + what + "; accepted: the `saved_plan` of an auto run's report, or the report itself");
+  };
+  const json* plan = &file;
+  if (file.is_object() && file.contains("policy_report")) {  // a report: its plan
+    const json& pr = file["policy_report"];
+    if (!pr.is_object() || !pr.contains("saved_plan") || pr["saved_plan"].is_null())
+    {
+      const json::json_pointer at("/config/policy");
+      const std::string policy = file.contains(at) && file[at].is_string() ? file[at].get<std::string>() : "?";
+      throw bad("a report without a plan (policy '" + policy + "'; only auto's reports hold one)");
+    }
+    plan = &pr["saved_plan"];
+  }
+  if (!plan->is_object() || plan->value("format", std::string()) != kPlanFormat)
+    throw bad(std::string("not a plan (no \"format\": \"") + kPlanFormat + "\")");
+  const json& p = *plan;
+  try {
+    const json& pg = p.at("graph");
+    const size_t ops = pg.at("ops").get<size_t>(), tensors = pg.at("tensors").get<size_t>();
+    const std::string fp = pg.at("fingerprint").get<std::string>();
+    if (ops != g.num_ops() || tensors != g.num_tensors() || fp != fingerprint(g))
+      throw std::invalid_argument(where + ": the plan was made for another graph (" + std::to_string(ops) + " ops, " +
+                                  std::to_string(tensors) + " tensors, fingerprint " + fp + "), this run's has " +
+                                  std::to_string(g.num_ops()) + " ops, " + std::to_string(g.num_tensors()) +
+                                  " tensors, fingerprint " + fingerprint(g) +
+                                  "; accepted: a plan of the same model, batch, sizes and graph flags (--step-in-backward, "
+                                  "--inplace-relu-grad, --optimizer)");
+    const size_t made_for = p.at("budget_bytes").get<size_t>();
+    if (made_for != budget)
+      throw std::invalid_argument(where + ": the plan was made for a budget of " + std::to_string(made_for) +
+                                  " bytes, this run's is " + std::to_string(budget) + "; accepted: --budget " +
+                                  std::to_string(made_for) + "B");
+    const std::string policy = p.at("policy").get<std::string>();
+    if (!is_auto_candidate(policy)) throw bad("policy: " + unknown_candidate_message(policy));
+    auto tensor_id = [&](const json& e, const char* what) {
+      const long long id = e.at("id").get<long long>();
+      if (id < 0 || static_cast<size_t>(id) >= g.num_tensors())
+        throw bad(std::string(what) + ": tensor id " + std::to_string(id) + " is not one of the graph's 0.." + std::to_string(g.num_tensors() - 1));
+      if (e.contains("tensor") && e["tensor"].get<std::string>() != g.tensor(static_cast<TensorId>(id)).name)
+        throw bad(std::string(what) + ": tensor " + std::to_string(id) + " is '" + g.tensor(static_cast<TensorId>(id)).name +
+                  "', the plan names '" + e["tensor"].get<std::string>() + "'");
+      return static_cast<TensorId>(id);
+    };
+    auto op_at = [&](const json& e, const char* key, const char* what, bool optional) {
+      const long long op = e.at(key).get<long long>();
+      if ((op < 0 && !(optional && op == -1)) || op >= static_cast<long long>(g.num_ops()))
+        throw bad(std::string(what) + ": " + key + " " + std::to_string(op) + " is not one of the graph's ops 0.." +
+                  std::to_string(g.num_ops() - 1));
+      return static_cast<int>(op);
+    };
+    std::vector<PlanPin> pins;
+    for (const json& e : p.at("pins")) {
+      PlanPin pin;
+      pin.id = tensor_id(e, "pins");
+      pin.back_op = op_at(e, "back_op", "pins", false);
+      const std::string d = e.at("decision").get<std::string>();
+      if (d == "keep") pin.decision = CapuchinDecision::kKeep;
+      else if (d == "swap") pin.decision = CapuchinDecision::kSwap;
+      else if (d == "recompute") pin.decision = CapuchinDecision::kRecompute;
+      else if (d == "compress") pin.decision = CapuchinDecision::kCompress;
+      else throw bad("pins: decision '" + d + "' (accepted: keep, swap, recompute, compress)");
+      const long long shift = e.value("trigger_shift", 0LL);
+      if (shift < 0 || shift > static_cast<long long>(g.num_ops()))
+        throw bad("pins: trigger_shift " + std::to_string(shift) + " is not an op count in 0.." + std::to_string(g.num_ops()));
+      pin.trigger_shift = static_cast<int>(shift);
+      pin.ahead_op = e.contains("ahead_op") ? op_at(e, "ahead_op", "pins", true) : -1;
+      pin.trigger_op = e.contains("trigger_op") ? op_at(e, "trigger_op", "pins", true) : -1;
+      const std::string codec = e.value("codec", std::string("none"));
+      if (codec != "none" && codec != "bitmask" && codec != "sign") throw bad("pins: codec '" + codec + "' (accepted: none, bitmask, sign)");
+      pin.codec = codec == "none" ? Codec::kNone : parse_codec(codec);
+      if ((pin.decision == CapuchinDecision::kCompress) != (pin.codec != Codec::kNone))
+        throw bad("pins: a compress pin names its codec (bitmask or sign), the others none");
+      const double capacity = e.value("capacity", 0.0);
+      pin.codec_ns = e.value("codec_ns", 0.0);
+      if (!(capacity >= 0 && capacity <= static_cast<double>(budget)) || !(pin.codec_ns >= 0 && std::isfinite(pin.codec_ns)))
+        throw bad("pins: a compressed buffer's capacity must lie in 0..the budget and its codec_ns be a time >= 0");
+      pin.capacity = static_cast<size_t>(capacity);
+      pins.push_back(pin);
+    }
+    std::vector<TriggerMove> moves;
+    for (const json& e : p.at("trigger_moves")) {
+      const long long ops = e.at("ops").get<long long>();
+      if (ops < 0 || ops > static_cast<long long>(g.num_ops()))
+        throw bad("trigger_moves: ops " + std::to_string(ops) + " is not an op count in 0.." + std::to_string(g.num_ops()));
+      TriggerMove m{tensor_id(e, "trigger_moves"), op_at(e, "back_op", "trigger_moves", false), static_cast<int>(ops)};
+      moves.push_back(m);
+    }
+    std::vector<LayoutBlock> layout;
+    for (const json& e : p.at("start_layout")) {
+      const long long id = e.at("id").get<long long>();
+      LayoutBlock b{static_cast<TensorId>(id), e.at("buffer").get<bool>(), e.at("offset").get<size_t>(), e.at("size").get<size_t>()};
+      if (id != kNoTensor) tensor_id(e, "start_layout");
+      if (b.offset > budget || b.size > budget - b.offset || b.size == 0 || b.offset % kAllocAlignment != 0 ||
+          b.size % kAllocAlignment != 0)
+        throw bad("start_layout: a block at " + std::to_string(b.offset) + " of " + std::to_string(b.size) +
+                  " bytes is not an aligned block within the budget");
+      layout.push_back(b);
+    }
+    {  // blocks that overlap would be moved onto each other
+      std::vector<LayoutBlock> by_offset = layout;
+      std::sort(by_offset.begin(), by_offset.end(), [](const LayoutBlock& a, const LayoutBlock& b) { return a.offset < b.offset; });
+      for (size_t k = 1; k < by_offset.size(); ++k)
+        if (by_offset[k - 1].offset + by_offset[k - 1].size > by_offset[k].offset)
+          throw bad("start_layout: the blocks at " + std::to_string(by_offset[k - 1].offset) + " and " +
+                    std::to_string(by_offset[k].offset) + " overlap");
+    }
+    const std::string state = p.at("start_state").get<std::string>();
+    StartState s = StartState::kPacked;
+    if (state == "reordered") s = StartState::kReordered;
+    else if (state == "restored") s = StartState::kRestored;
+    else if (state != "packed") throw bad("start_state '" + state + "' (accepted: packed, reordered, restored)");
+    forced_ = policy, pins_ = std::move(pins), trigger_moves_ = std::move(moves), start_layout_ = std::move(layout);
+    start_state_ = s;
+    compact_unfit_ = p.at("compact_unfit").get<bool>();
+    min_wrap_bytes_ = p.at("min_wrap_bytes").get<size_t>();
+    high_placement_ = p.at("high_placement_bytes").get<size_t>();
+  } catch (const json::exception& e) {  // a field missing or of the wrong type
+    throw bad(std::string("malformed: ") + e.what());
+  }
+  loaded_from_ = source;
+  loaded_ = p;
+}
+
+}  // namespace vtensor
