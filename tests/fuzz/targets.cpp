@@ -139,6 +139,8 @@ void plan(const uint8_t* data, size_t size) {
       for (int i = 0; i < 3; ++i) exec.run_iteration(i);
     } catch (const OutOfMemoryError&) {
     }
+    mm.policy().report().dump();  // what the report and the summary repeat of the plan
+    mm.policy().summary();
   });
 }
 

@@ -4,6 +4,7 @@
 // fuzz build's coverage counters reach it (tests/fuzz, target `plan`) without slowing auto.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -33,8 +34,10 @@ nlohmann::json AutoPolicy::saved_plan() const {
   json layout = json::array();
   for (const LayoutBlock& b : saved_layout_)
     layout.push_back({{"id", b.id}, {"buffer", b.buffer}, {"offset", b.offset}, {"size", b.size}});
-  const double predicted = chosen_result_.trained && chosen_result_.time_ms > 0 ? chosen_result_.time_ms
-                           : loaded_.is_object() ? loaded_.value("predicted_ms", 0.0) : 0.0;
+  double predicted = 0;
+  if (chosen_result_.trained && chosen_result_.time_ms > 0) predicted = chosen_result_.time_ms;
+  else if (loaded_.is_object() && loaded_.contains("predicted_ms") && loaded_["predicted_ms"].is_number())
+    predicted = loaded_["predicted_ms"].get<double>();
   return {{"format", kPlanFormat},
           {"graph", {{"ops", g.num_ops()}, {"tensors", g.num_tensors()}, {"fingerprint", fingerprint(g)}}},
           {"budget_bytes", view_->budget()},
@@ -69,12 +72,21 @@ void AutoPolicy::load_plan(const nlohmann::json& file, const Graph& g, size_t bu
     }
     plan = &pr["saved_plan"];
   }
-  if (!plan->is_object() || plan->value("format", std::string()) != kPlanFormat)
+  if (!plan->is_object() || !plan->contains("format") || (*plan)["format"] != kPlanFormat)
     throw bad(std::string("not a plan (no \"format\": \"") + kPlanFormat + "\")");
   const json& p = *plan;
+  // A whole number (a JSON integer: a float such as 1e30 does not convert), at least 0 unless signed.
+  auto whole = [&](const json& v, const std::string& what, bool is_signed = false) {
+    if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)))
+      throw bad(what + " is not a whole number in range");
+    const long long x = v.get<long long>();
+    if (x < 0 && !is_signed) throw bad(what + " is negative");
+    return x;
+  };
   try {
     const json& pg = p.at("graph");
-    const size_t ops = pg.at("ops").get<size_t>(), tensors = pg.at("tensors").get<size_t>();
+    const size_t ops = static_cast<size_t>(whole(pg.at("ops"), "graph.ops")),
+                 tensors = static_cast<size_t>(whole(pg.at("tensors"), "graph.tensors"));
     const std::string fp = pg.at("fingerprint").get<std::string>();
     if (ops != g.num_ops() || tensors != g.num_tensors() || fp != fingerprint(g))
       throw std::invalid_argument(where + ": the plan was made for another graph (" + std::to_string(ops) + " ops, " +
@@ -83,7 +95,7 @@ void AutoPolicy::load_plan(const nlohmann::json& file, const Graph& g, size_t bu
                                   " tensors, fingerprint " + fingerprint(g) +
                                   "; accepted: a plan of the same model, batch, sizes and graph flags (--step-in-backward, "
                                   "--inplace-relu-grad, --optimizer)");
-    const size_t made_for = p.at("budget_bytes").get<size_t>();
+    const size_t made_for = static_cast<size_t>(whole(p.at("budget_bytes"), "budget_bytes"));
     if (made_for != budget)
       throw std::invalid_argument(where + ": the plan was made for a budget of " + std::to_string(made_for) +
                                   " bytes, this run's is " + std::to_string(budget) + "; accepted: --budget " +
@@ -91,7 +103,7 @@ void AutoPolicy::load_plan(const nlohmann::json& file, const Graph& g, size_t bu
     const std::string policy = p.at("policy").get<std::string>();
     if (!is_auto_candidate(policy)) throw bad("policy: " + unknown_candidate_message(policy));
     auto tensor_id = [&](const json& e, const char* what) {
-      const long long id = e.at("id").get<long long>();
+      const long long id = whole(e.at("id"), std::string(what) + ": id", true);
       if (id < 0 || static_cast<size_t>(id) >= g.num_tensors())
         throw bad(std::string(what) + ": tensor id " + std::to_string(id) + " is not one of the graph's 0.." + std::to_string(g.num_tensors() - 1));
       if (e.contains("tensor") && e["tensor"].get<std::string>() != g.tensor(static_cast<TensorId>(id)).name)
@@ -100,7 +112,7 @@ void AutoPolicy::load_plan(const nlohmann::json& file, const Graph& g, size_t bu
       return static_cast<TensorId>(id);
     };
     auto op_at = [&](const json& e, const char* key, const char* what, bool optional) {
-      const long long op = e.at(key).get<long long>();
+      const long long op = whole(e.at(key), std::string(what) + ": " + key, true);
       if ((op < 0 && !(optional && op == -1)) || op >= static_cast<long long>(g.num_ops()))
         throw bad(std::string(what) + ": " + key + " " + std::to_string(op) + " is not one of the graph's ops 0.." +
                   std::to_string(g.num_ops() - 1));
@@ -117,7 +129,7 @@ void AutoPolicy::load_plan(const nlohmann::json& file, const Graph& g, size_t bu
       else if (d == "recompute") pin.decision = CapuchinDecision::kRecompute;
       else if (d == "compress") pin.decision = CapuchinDecision::kCompress;
       else throw bad("pins: decision '" + d + "' (accepted: keep, swap, recompute, compress)");
-      const long long shift = e.value("trigger_shift", 0LL);
+      const long long shift = e.contains("trigger_shift") ? whole(e["trigger_shift"], "pins: trigger_shift", true) : 0;
       if (shift < 0 || shift > static_cast<long long>(g.num_ops()))
         throw bad("pins: trigger_shift " + std::to_string(shift) + " is not an op count in 0.." + std::to_string(g.num_ops()));
       pin.trigger_shift = static_cast<int>(shift);
@@ -137,7 +149,7 @@ void AutoPolicy::load_plan(const nlohmann::json& file, const Graph& g, size_t bu
     }
     std::vector<TriggerMove> moves;
     for (const json& e : p.at("trigger_moves")) {
-      const long long ops = e.at("ops").get<long long>();
+      const long long ops = whole(e.at("ops"), "trigger_moves: ops", true);
       if (ops < 0 || ops > static_cast<long long>(g.num_ops()))
         throw bad("trigger_moves: ops " + std::to_string(ops) + " is not an op count in 0.." + std::to_string(g.num_ops()));
       TriggerMove m{tensor_id(e, "trigger_moves"), op_at(e, "back_op", "trigger_moves", false), static_cast<int>(ops)};
@@ -145,8 +157,9 @@ void AutoPolicy::load_plan(const nlohmann::json& file, const Graph& g, size_t bu
     }
     std::vector<LayoutBlock> layout;
     for (const json& e : p.at("start_layout")) {
-      const long long id = e.at("id").get<long long>();
-      LayoutBlock b{static_cast<TensorId>(id), e.at("buffer").get<bool>(), e.at("offset").get<size_t>(), e.at("size").get<size_t>()};
+      const long long id = whole(e.at("id"), "start_layout: id", true);
+      LayoutBlock b{static_cast<TensorId>(id), e.at("buffer").get<bool>(), static_cast<size_t>(whole(e.at("offset"), "start_layout: offset")),
+                    static_cast<size_t>(whole(e.at("size"), "start_layout: size"))};
       if (id != kNoTensor) tensor_id(e, "start_layout");
       if (b.offset > budget || b.size > budget - b.offset || b.size == 0 || b.offset % kAllocAlignment != 0 ||
           b.size % kAllocAlignment != 0)
@@ -170,8 +183,13 @@ void AutoPolicy::load_plan(const nlohmann::json& file, const Graph& g, size_t bu
     forced_ = policy, pins_ = std::move(pins), trigger_moves_ = std::move(moves), start_layout_ = std::move(layout);
     start_state_ = s;
     compact_unfit_ = p.at("compact_unfit").get<bool>();
-    min_wrap_bytes_ = p.at("min_wrap_bytes").get<size_t>();
-    high_placement_ = p.at("high_placement_bytes").get<size_t>();
+    min_wrap_bytes_ = static_cast<size_t>(whole(p.at("min_wrap_bytes"), "min_wrap_bytes"));
+    high_placement_ = static_cast<size_t>(whole(p.at("high_placement_bytes"), "high_placement_bytes"));
+    // what the report and the summary repeat of it
+    if (p.contains("predicted_ms") && !p["predicted_ms"].is_null() && !p["predicted_ms"].is_number())
+      throw bad("predicted_ms is neither a time nor null");
+    if (p.contains("made_on") && !p["made_on"].is_null() && !p["made_on"].is_object())
+      throw bad("made_on is neither an object nor null");
   } catch (const json::exception& e) {  // a field missing or of the wrong type
     throw bad(std::string("malformed: ") + e.what());
   }
