@@ -4,6 +4,7 @@
 // build uses clang and the default build gcc, so a regression fails in one of them.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
 
 #include "vtensor/models/models.h"
@@ -40,6 +41,37 @@ TEST(ModelOrder, TransformerOpsComeInTheOrderTheDocsWereMeasuredIn) {
     EXPECT_GT(producer_of(g, scores->inputs[0]), producer_of(g, scores->inputs[1])) << "query heads before key heads";
     EXPECT_GT(producer_of(g, context->inputs[0]), producer_of(g, context->inputs[1])) << "value heads before the softmax";
   }
+}
+
+}  // namespace
+}  // namespace vtensor
+
+namespace vtensor {
+namespace {
+
+// Reports, timelines and a saved plan's pins name tensors: every tensor of every model, gradients
+// and optimizer state included, has a name of its own (a ResNet block's three convolution weights
+// were all `layer1.0.weight` before; now layer1.0.weight, layer1.0.weight_2, layer1.0.weight_3).
+TEST(ModelNames, EveryTensorOfEveryModelHasItsOwnName) {
+  for (const ModelInfo& m : model_registry()) {
+    SCOPED_TRACE(m.name);
+    ModelConfig cfg;
+    cfg.name = m.name;
+    cfg.batch = 2;
+    Graph g = build_model(resolve_model(cfg));
+    build_backward(g, {});
+    std::map<std::string, TensorId> seen;
+    for (const TensorInfo& t : g.tensors()) {
+      const auto [it, fresh] = seen.emplace(t.name, t.id);
+      EXPECT_TRUE(fresh) << "'" << t.name << "' names tensors " << it->second << " and " << t.id;
+    }
+  }
+  ModelConfig cfg;
+  cfg.name = "resnet-tiny";
+  const Graph g = build_model(resolve_model(cfg));
+  int weights = 0;
+  for (const TensorInfo& t : g.tensors()) weights += t.name.rfind("layer1.0.weight", 0) == 0;
+  EXPECT_EQ(weights, 2) << "resnet-tiny's first block: two convolutions, layer1.0.weight and layer1.0.weight_2";
 }
 
 }  // namespace

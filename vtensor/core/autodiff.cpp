@@ -76,7 +76,7 @@ class Autodiff {
 
   TensorId new_grad(TensorId like, const std::string& suffix = "") {
     const TensorInfo& t = g_.tensor(like);
-    return g_.add_tensor({.name = "grad." + t.name + suffix, .shape = t.shape, .kind = TensorKind::kGradient});
+    return g_.add_tensor({.name = grad_names_("grad." + t.name + suffix), .shape = t.shape, .kind = TensorKind::kGradient});
   }
 
   void accumulate(TensorId t, TensorId g, int layer) {
@@ -285,6 +285,7 @@ class Autodiff {
   Graph& g_;
   std::map<TensorId, TensorId> grad_;
   int sums_ = 0;
+  TensorNamer grad_names_;  // a tensor read twice gets two partial gradients
 };
 
 }  // namespace

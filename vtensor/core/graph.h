@@ -2,6 +2,7 @@
 // ops appended by autodiff. The executor runs the same op sequence every iteration, so a
 // TensorId (its index here) names the same tensor in every iteration.
 #pragma once
+#include <map>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,19 @@ class Graph {
   std::vector<TensorInfo> tensors_;
   std::vector<Op> ops_;
   std::vector<Layer> layers_;
+};
+
+// Unique names for a model's tensors: `base` the first time, then base_2, base_3, ... (a ResNet
+// block makes three convolution weights in one layer, a tensor read twice two partial gradients).
+class TensorNamer {
+ public:
+  std::string operator()(const std::string& base) {
+    const int k = ++uses_[base];
+    return k == 1 ? base : base + "_" + std::to_string(k);
+  }
+
+ private:
+  std::map<std::string, int> uses_;
 };
 
 // 16 hex digits naming the graph's ops (kind, name, inputs, outputs, in-place inputs, workspace)

@@ -14,7 +14,7 @@ std::string GraphBuilder::name(const std::string& what) const {
 }
 
 TensorId GraphBuilder::activation(const std::string& n, Shape shape, bool requires_grad) {
-  return g_.add_tensor({.name = name(n), .shape = std::move(shape), .kind = TensorKind::kActivation,
+  return g_.add_tensor({.name = tensor_name(n), .shape = std::move(shape), .kind = TensorKind::kActivation,
                         .requires_grad = requires_grad});
 }
 
@@ -38,7 +38,7 @@ std::pair<TensorId, TensorId> GraphBuilder::data(int n, int c, int h, int w, int
 }
 
 TensorId GraphBuilder::param(const std::string& n, Shape shape, Init init, TensorKind kind) {
-  TensorId id = g_.add_tensor({.name = name(n), .shape = std::move(shape), .kind = kind,
+  TensorId id = g_.add_tensor({.name = tensor_name(n), .shape = std::move(shape), .kind = kind,
                                .requires_grad = kind == TensorKind::kParam, .init = init});
   if (kind == TensorKind::kParam) g_.params.push_back(id);
   return id;
@@ -270,7 +270,7 @@ TensorId GraphBuilder::reshape(TensorId x, Shape shape) {
   const TensorInfo t = g_.tensor(x);
   if (shape.numel() != t.shape.numel())
     throw std::invalid_argument("reshape: " + t.shape.str() + " has a different size than " + shape.str());
-  TensorInfo v{.name = name("view"), .shape = std::move(shape), .kind = TensorKind::kActivation,
+  TensorInfo v{.name = tensor_name("view"), .shape = std::move(shape), .kind = TensorKind::kActivation,
                .requires_grad = t.requires_grad};
   v.view_of = x;
   TensorId y = g_.add_tensor(v);

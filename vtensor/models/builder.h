@@ -49,12 +49,16 @@ class GraphBuilder {
  private:
   TensorId activation(const std::string& name, Shape shape, bool requires_grad);
   std::string name(const std::string& what) const;
+  // A tensor's name: name(what), numbered from the second of that name on (a ResNet block or an
+  // attention layer makes several weights and outputs of one kind: layer1.0.weight, layer1.0.weight_2).
+  std::string tensor_name(const std::string& what) { return namer_(name(what)); }
   int emit(Op op);
 
   Graph& g_;
   uint64_t seed_;
   int layer_ = -1;
   int counter_ = 0;
+  TensorNamer namer_;
 };
 
 }  // namespace vtensor
