@@ -20,19 +20,21 @@
 #      switch plans), each run's measured codec rate printed (the report's codec_rate); runs 1-3
 #      charge each copy what a queued copy adds (--auto-copy-cost queued, the report's link), 4-6
 #      its bytes alone.
+#  11. only when STEPS names it (plan-replay): ResNet-50 under auto at 50% saves its plan, and a second
+#      run runs it with --auto-plan, without the search (plan_replay.txt).
 # Step 2 also times the lossless codecs against a device copy (codecs.csv).
 # Results go to $OUT_DIR (default bench-out/): CSV and JSON, and the vtensor reports. Every step runs
 # even when one before it failed; the script exits non-zero if any did (bench-out/steps.txt lists them).
 # VTENSOR_PREBUILT=1 skips the build and uses build/ as it is (built elsewhere with the same CUDA);
 # STEP_TIMEOUT=SECONDS stops a step that runs longer (exit 124 in steps.txt); STEPS=a,b runs only the
 # steps named (cuda-tests, swap-bandwidth, cuda-vs-pytorch, lru-identity, policies, sim-vs-device,
-# python-cuda, event-pool, sync-timing).
+# python-cuda, event-pool, sync-timing, auto-repeats, plan-replay).
 set -uo pipefail
 OUT_DIR=${OUT_DIR:-bench-out}
 ARCHS=${VTENSOR_CUDA_ARCHS:-90}
 ITERS=${ITERS:-10}
-ALL_STEPS=cuda-tests,swap-bandwidth,cuda-vs-pytorch,lru-identity,policies,sim-vs-device,python-cuda,event-pool,sync-timing,auto-repeats
-DEFAULT_STEPS=${ALL_STEPS%,auto-repeats}  # auto-repeats runs only when named
+ALL_STEPS=cuda-tests,swap-bandwidth,cuda-vs-pytorch,lru-identity,policies,sim-vs-device,python-cuda,event-pool,sync-timing,auto-repeats,plan-replay
+DEFAULT_STEPS=${ALL_STEPS%,auto-repeats,plan-replay}  # auto-repeats and plan-replay run only when named
 for s in ${STEPS:+${STEPS//,/ }}; do
   case ",$ALL_STEPS," in *",$s,"*) ;; *) echo "cuda_bench: STEPS: unknown step '$s'; accepted: $ALL_STEPS" >&2; exit 2 ;; esac
 done
@@ -133,5 +135,28 @@ PY
   return $rc
 }
 step auto-repeats bash -c "set -o pipefail; $(declare -f auto_repeats); OUT_DIR='$OUT_DIR' auto_repeats 2>&1 | tee '$OUT_DIR/auto_repeats.txt'"
+# A saved plan on the device (--auto-plan): ResNet-50 under auto at 50% plans and saves its plan in
+# its report, then a second run runs that plan without the search. Fails where the second run did
+# not run the file's plan or ran it over 1.5x the first's median iteration.
+plan_replay() {
+  local a="$OUT_DIR/plan_replay_search.json" b="$OUT_DIR/plan_replay_file.json"
+  local args=(train --model resnet50 --backend cuda --policy auto --iters 8 --quiet --budget 1483974400B --auto-replay-guard off)
+  ./build/vtensor "${args[@]}" --report "$a" || return 1
+  ./build/vtensor "${args[@]}" --auto-plan "$a" --report "$b" || return 1
+  python3 - "$a" "$b" <<'PY'
+import json, statistics, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+med = lambda r, k: statistics.median(x.get(k) or 0 for x in r["iterations"][2:])
+for name, r in (("searched", a), ("from the file", b)):
+    print(f"{name}: {r['policy_report']['chosen']}, planned from {r['policy_report']['planned_from']}, first iteration "
+          f"{r['iterations'][0]['time_ms']:.1f} ms (planning {r['iterations'][0].get('host_plan_ms') or 0:.0f} ms), "
+          f"then {med(r, 'time_ms'):.1f} ms, stall {med(r, 'stall_ms'):.1f} ms")
+same = a["policy_report"]["saved_plan"]["pins"] == b["policy_report"]["saved_plan"]["pins"]
+ok = b["policy_report"]["planned_from"] == "plan file" and same and med(b, "time_ms") <= 1.5 * med(a, "time_ms")
+print(f"same pins: {same}; ratio {med(b, 'time_ms') / med(a, 'time_ms'):.3f}; {'ok' if ok else 'FAILED'}")
+sys.exit(0 if ok else 1)
+PY
+}
+step plan-replay bash -c "set -o pipefail; $(declare -f plan_replay); OUT_DIR='$OUT_DIR' plan_replay 2>&1 | tee '$OUT_DIR/plan_replay.txt'"
 cat "$OUT_DIR/steps.txt"
 exit $failed
