@@ -2197,3 +2197,36 @@ TEST(AutoPlanFile, APlanForAnotherGraphOrBudgetOrMalformedIsRefused) {
   EXPECT_EQ(refused(plan, cfg), "accepted");
   std::filesystem::remove(file);
 }
+
+// A plan that compresses sizes its buffers on sim from the densities it was made with: without
+// them the same plan would compress nothing, so it is refused; with them it repeats the run.
+TEST(AutoPlanFile, ACompressingPlanOnSimNeedsItsDensities) {
+  const std::string densities = record_densities("resnet-tiny", "plan-densities.json");
+  TrainConfig cfg = config("resnet-tiny", "auto", size_t{1} << 20, 3, "p100-16g");
+  cfg.densities_path = densities;
+  cfg.auto_candidates = {"compress+capuchin"};
+  const AutoRun made = train(cfg);
+  ASSERT_EQ(made.report["saved_plan"]["policy"], "compress+capuchin") << made.report.dump();
+  const std::string file = test::temp_path("auto_plan", "compressing.json");
+  {
+    std::ofstream out(file);
+    out << made.report["saved_plan"].dump();
+  }
+  TrainConfig again = cfg;
+  again.auto_candidates.clear();
+  again.auto_plan = file;
+  again.densities_path.clear();
+  try {
+    Trainer t(again);
+    ADD_FAILURE() << "a compressing plan ran on sim without densities";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("the plan compresses (compress+capuchin), which on --backend sim needs --densities FILE"),
+              std::string::npos)
+        << e.what();
+  }
+  again.densities_path = densities;
+  const AutoRun replayed = train(again);
+  for (size_t i = 0; i < made.iters.size(); ++i) EXPECT_EQ(replayed.iters[i].time_ms, made.iters[i].time_ms) << "iteration " << i;
+  std::filesystem::remove(file);
+  std::filesystem::remove(densities);
+}

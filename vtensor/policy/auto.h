@@ -271,6 +271,10 @@ class AutoPolicy final : public Policy {
   // iterations of the run that saved it. Throws std::invalid_argument naming what is malformed or
   // does not match `graph` or `budget`.
   void load_plan(const nlohmann::json& plan, const Graph& graph, size_t budget, const std::string& source);
+  // Whether the loaded plan compresses (a compress candidate, or a compress pin): on sim it then
+  // needs the densities it was made with to size what it compresses.
+  bool loaded_plan_compresses() const;
+  const std::string& forced() const { return forced_; }  // the candidate run without rehearsing (empty: none)
 
   void set_rehearser(Rehearser r) { rehearser_ = std::move(r); }
   // A rehearsal's policy: past this point after_op and choose_victims throw RehearsalTimeout.

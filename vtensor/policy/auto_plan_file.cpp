@@ -55,6 +55,12 @@ nlohmann::json AutoPolicy::saved_plan() const {
           {"predicted_ms", predicted > 0 ? json(predicted) : json(nullptr)}};
 }
 
+bool AutoPolicy::loaded_plan_compresses() const {
+  if (loaded_from_.empty()) return false;
+  if (forced_.rfind("compress", 0) == 0) return true;
+  return std::any_of(pins_.begin(), pins_.end(), [](const PlanPin& p) { return p.decision == CapuchinDecision::kCompress; });
+}
+
 void AutoPolicy::load_plan(const nlohmann::json& file, const Graph& g, size_t budget, const std::string& source) {
   using nlohmann::json;
   const std::string where = "--auto-plan '" + source + "'";

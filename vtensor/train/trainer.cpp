@@ -201,7 +201,13 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
     throw std::invalid_argument("--planner applies to --allocator planned only, got --allocator " + cfg_.allocator);
   backend_ = make_backend(cfg_.backend, {.arena_bytes = cfg_.budget, .gpu = cfg_.gpu, .deterministic = cfg_.deterministic});
   cfg_.budget = backend_->arena_bytes();
-  if (!saved_plan.is_null()) dynamic_cast<AutoPolicy&>(*policy).load_plan(saved_plan, graph_, cfg_.budget, cfg_.auto_plan);
+  if (!saved_plan.is_null()) {
+    auto& a = dynamic_cast<AutoPolicy&>(*policy);
+    a.load_plan(saved_plan, graph_, cfg_.budget, cfg_.auto_plan);
+    if (a.loaded_plan_compresses() && cfg_.backend == "sim" && !densities)
+      throw std::invalid_argument("--auto-plan '" + cfg_.auto_plan + "': the plan compresses (" + a.forced() +
+                                  "), which on --backend sim needs --densities FILE, the non-zero counts it was made with");
+  }
   if (densities) backend_->set_densities(densities);
   auto allocator = make_allocator(cfg_.allocator, cfg_.budget, cfg_.planner);
   mm_ = std::make_unique<MemoryManager>(*backend_, graph_, std::move(allocator), std::move(policy));
