@@ -2178,6 +2178,8 @@ TEST(AutoPlanFile, APlanForAnotherGraphOrBudgetOrMalformedIsRefused) {
   bad["start_layout"][1]["offset"] = 700;
   m = refused(bad, cfg);
   EXPECT_NE(m.find("start_layout: a block at 700 of 256 bytes is not an aligned block"), std::string::npos) << m;
+  m = refused(nullptr, cfg);
+  EXPECT_NE(m.find("not a plan"), std::string::npos) << m;
   m = refused(nlohmann::json::object(), cfg);
   EXPECT_NE(m.find("not a plan"), std::string::npos) << m;
   m = refused({{"config", {{"policy", "dtr"}}}, {"policy_report", nullptr}}, cfg);

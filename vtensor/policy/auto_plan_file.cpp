@@ -70,8 +70,7 @@ void AutoPolicy::load_plan(const nlohmann::json& file, const Graph& g, size_t bu
   const json* plan = &file;
   if (file.is_object() && file.contains("policy_report")) {  // a report: its plan
     const json& pr = file["policy_report"];
-    if (!pr.is_object() || !pr.contains("saved_plan") || pr["saved_plan"].is_null())
-    {
+    if (!pr.is_object() || !pr.contains("saved_plan") || pr["saved_plan"].is_null()) {
       const json::json_pointer at("/config/policy");
       const std::string policy = file.contains(at) && file[at].is_string() ? file[at].get<std::string>() : "?";
       throw bad("a report without a plan (policy '" + policy + "'; only auto's reports hold one)");

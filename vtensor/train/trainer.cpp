@@ -201,7 +201,7 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
     throw std::invalid_argument("--planner applies to --allocator planned only, got --allocator " + cfg_.allocator);
   backend_ = make_backend(cfg_.backend, {.arena_bytes = cfg_.budget, .gpu = cfg_.gpu, .deterministic = cfg_.deterministic});
   cfg_.budget = backend_->arena_bytes();
-  if (!saved_plan.is_null()) {
+  if (!cfg_.auto_plan.empty()) {  // a file holding JSON null is no plan either: load_plan says so
     auto& a = dynamic_cast<AutoPolicy&>(*policy);
     a.load_plan(saved_plan, graph_, cfg_.budget, cfg_.auto_plan);
     if (a.loaded_plan_compresses() && cfg_.backend == "sim" && !densities)
