@@ -277,6 +277,10 @@ int cmd_train(const TrainConfig& base, const std::string& budget_text, const std
   if (!report.empty()) {
     write_report(r, report);
     std::printf("report written to %s\n", report.c_str());
+    if (c.auto_plan.empty() && r.policy_report.is_object() && r.policy_report.contains("saved_plan") &&
+        r.policy_report["saved_plan"].is_object())
+      std::printf("auto's plan is in it (policy_report.saved_plan): --auto-plan %s runs it again without the search\n",
+                  report.c_str());
   }
   if (!html.empty()) write_html(r, html);
   return 0;

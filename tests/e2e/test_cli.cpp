@@ -89,10 +89,15 @@ TEST(Cli, AutosPlanRunsAgainFromItsReport) {
   const std::string args = "train --model resnet-tiny --iters 3 --backend sim --gpu p100-16g --budget 1MiB --policy auto --quiet";
   Result first = run(args + " --auto-seconds 0.5 --report " + report);
   ASSERT_EQ(first.code, 0) << first.output;
+  EXPECT_NE(first.output.find("auto's plan is in it (policy_report.saved_plan): --auto-plan " + report +
+                              " runs it again without the search\n"),
+            std::string::npos)
+      << first.output;
   Result second = run(args + " --auto-plan " + report + " --report " + again);
   ASSERT_EQ(second.code, 0) << second.output;
   EXPECT_NE(second.output.find(", the plan in " + report + " ("), std::string::npos) << second.output;
   EXPECT_NE(second.output.find("), no search"), std::string::npos) << second.output;
+  EXPECT_EQ(second.output.find("auto's plan is in it"), std::string::npos) << "a replayed plan's run need not say so";
   auto done = [](const std::string& out) { return out.substr(out.find("done:")); };
   EXPECT_EQ(done(second.output).substr(0, done(second.output).find('\n')), done(first.output).substr(0, done(first.output).find('\n')));
   std::ifstream a(report), b(again);
