@@ -2209,6 +2209,7 @@ TEST(AutoPlanFile, ACompressingPlanOnSimNeedsItsDensities) {
   cfg.auto_candidates = {"compress+capuchin"};
   const AutoRun made = train(cfg);
   ASSERT_EQ(made.report["saved_plan"]["policy"], "compress+capuchin") << made.report.dump();
+  ASSERT_GT(made.iters.back().counters.compressions, 0u) << "the plan compresses nothing: the check proves nothing";
   const std::string file = test::temp_path("auto_plan", "compressing.json");
   {
     std::ofstream out(file);
@@ -2228,7 +2229,10 @@ TEST(AutoPlanFile, ACompressingPlanOnSimNeedsItsDensities) {
   }
   again.densities_path = densities;
   const AutoRun replayed = train(again);
-  for (size_t i = 0; i < made.iters.size(); ++i) EXPECT_EQ(replayed.iters[i].time_ms, made.iters[i].time_ms) << "iteration " << i;
+  for (size_t i = 0; i < made.iters.size(); ++i) {
+    EXPECT_EQ(replayed.iters[i].time_ms, made.iters[i].time_ms) << "iteration " << i;
+    EXPECT_EQ(replayed.iters[i].counters.compressions, made.iters[i].counters.compressions) << "iteration " << i;
+  }
   std::filesystem::remove(file);
   std::filesystem::remove(densities);
 }

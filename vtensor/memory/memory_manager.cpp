@@ -1,8 +1,8 @@
 #include "vtensor/memory/memory_manager.h"
 
-#include <chrono>
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
