@@ -114,14 +114,8 @@ void cli(const uint8_t* data, size_t size) {
 // A plan load_plan accepts for resnet-tiny at 1 MiB must run: three iterations on sim end or run
 // out of memory (a plan that does not fit), nothing else. The seeds hold a plan an auto run saved.
 void plan(const uint8_t* data, size_t size) {
-  static const Graph g = [] {
-    ModelConfig m;
-    m.name = "resnet-tiny";
-    Graph x = build_model(resolve_model(m));
-    build_backward(x, {});
-    return x;
-  }();
-  constexpr size_t kBudget = size_t{1} << 20;
+  const Graph& g = plan_graph();
+  constexpr size_t kBudget = kPlanBudget;
   rejecting([&] {
     nlohmann::json j;
     try {
@@ -142,6 +136,17 @@ void plan(const uint8_t* data, size_t size) {
     mm.policy().report().dump();  // what the report and the summary repeat of the plan
     mm.policy().summary();
   });
+}
+
+const Graph& plan_graph() {
+  static const Graph g = [] {
+    ModelConfig m;
+    m.name = "resnet-tiny";
+    Graph x = build_model(resolve_model(m));
+    build_backward(x, {});
+    return x;
+  }();
+  return g;
 }
 
 const std::vector<Target>& targets() {

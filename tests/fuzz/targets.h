@@ -8,6 +8,10 @@
 #include <cstdint>
 #include <vector>
 
+namespace vtensor {
+class Graph;
+}
+
 namespace vtensor::fuzz {
 
 void trace(const uint8_t* data, size_t size);     // vtensor access traces (JSON lines), read_vtensor_trace
@@ -16,6 +20,10 @@ void gpu_file(const uint8_t* data, size_t size);  // --gpu-file JSON, read_gpu_s
 void sizes(const uint8_t* data, size_t size);     // --budget / --budgets / --batches / ... strings
 void cli(const uint8_t* data, size_t size);       // argv, one argument a line, parsed as `vtensor` parses it
 void plan(const uint8_t* data, size_t size);      // --auto-plan JSON, AutoPolicy::load_plan, then run on sim
+// What `plan` loads its input against (resnet-tiny with its backward, at 1 MiB): a seed for
+// another graph is refused at its fingerprint and fuzzes nothing past it.
+const Graph& plan_graph();
+constexpr size_t kPlanBudget = size_t{1} << 20;
 
 struct Target {
   const char* name;  // also the seed directory, tests/fuzz/<name>

@@ -9,7 +9,11 @@
 #include <iterator>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "tests/fuzz/targets.h"
+#include "vtensor/core/graph.h"
+#include "vtensor/policy/auto.h"
 
 namespace fs = std::filesystem;
 
@@ -31,4 +35,17 @@ TEST(FuzzCorpus, EveryTargetAcceptsOrRejectsEverySeedAndPastFinding) {
     inputs += here;
   }
   RecordProperty("inputs", static_cast<int>(inputs));
+}
+
+// The plan target's seeds are plans for its graph: a change to the models (an op renamed) changes
+// the fingerprint, and seeds left with the old one would all stop at it.
+TEST(FuzzCorpus, ThePlanSeedsAreForThePlanTargetsGraph) {
+  for (const char* seed : {"resnet-tiny-1MiB.json", "three-pins.json"}) {
+    SCOPED_TRACE(seed);
+    std::ifstream in(fs::path(VTENSOR_SOURCE_DIR) / "tests" / "fuzz" / "plan" / seed);
+    ASSERT_TRUE(in.good());
+    const auto j = nlohmann::json::parse(in);
+    vtensor::AutoPolicy policy;
+    EXPECT_NO_THROW(policy.load_plan(j, vtensor::fuzz::plan_graph(), vtensor::fuzz::kPlanBudget, seed));
+  }
 }

@@ -52,7 +52,7 @@ namespace {
 // Reports, timelines and a saved plan's pins name tensors: every tensor of every model, gradients
 // and optimizer state included, has a name of its own (a ResNet block's three convolution weights
 // were all `layer1.0.weight` before; now layer1.0.weight, layer1.0.weight_2, layer1.0.weight_3).
-TEST(ModelNames, EveryTensorOfEveryModelHasItsOwnName) {
+TEST(ModelNames, EveryTensorAndOpOfEveryModelHasItsOwnName) {
   for (const ModelInfo& m : model_registry()) {
     SCOPED_TRACE(m.name);
     ModelConfig cfg;
@@ -65,6 +65,11 @@ TEST(ModelNames, EveryTensorOfEveryModelHasItsOwnName) {
       const auto [it, fresh] = seen.emplace(t.name, t.id);
       EXPECT_TRUE(fresh) << "'" << t.name << "' names tensors " << it->second << " and " << t.id;
     }
+    std::map<std::string, int> ops;
+    for (const Op& op : g.ops()) {
+      const auto [it, fresh] = ops.emplace(op.name, op.index);
+      EXPECT_TRUE(fresh) << "'" << op.name << "' names ops " << it->second << " and " << op.index;
+    }
   }
   ModelConfig cfg;
   cfg.name = "resnet-tiny";
@@ -72,6 +77,9 @@ TEST(ModelNames, EveryTensorOfEveryModelHasItsOwnName) {
   int weights = 0;
   for (const TensorInfo& t : g.tensors()) weights += t.name.rfind("layer1.0.weight", 0) == 0;
   EXPECT_EQ(weights, 2) << "resnet-tiny's first block: two convolutions, layer1.0.weight and layer1.0.weight_2";
+  int convs = 0;
+  for (const Op& op : g.ops()) convs += op.name.rfind("layer1.0.conv2d", 0) == 0;
+  EXPECT_EQ(convs, 2) << "layer1.0.conv2d and layer1.0.conv2d_2";
 }
 
 }  // namespace

@@ -88,7 +88,7 @@ class Autodiff {
     }
     TensorId sum = new_grad(t, ".sum" + std::to_string(sums_++));
     const double n = static_cast<double>(g_.tensor(t).shape.numel());
-    g_.add_op({.kind = OpKind::kAdd, .name = "grad_sum." + g_.tensor(t).name, .layer = layer, .backward = true,
+    g_.add_op({.kind = OpKind::kAdd, .name = op_names_("grad_sum." + g_.tensor(t).name), .layer = layer, .backward = true,
                .inputs = {it->second, g}, .outputs = {sum}, .flops = n});
     it->second = sum;
   }
@@ -285,7 +285,8 @@ class Autodiff {
   Graph& g_;
   std::map<TensorId, TensorId> grad_;
   int sums_ = 0;
-  TensorNamer grad_names_;  // a tensor read twice gets two partial gradients
+  UniqueNamer grad_names_;  // a tensor read twice gets two partial gradients
+  UniqueNamer op_names_;    // and read three times, two sums of them
 };
 
 }  // namespace

@@ -79,9 +79,10 @@ class Graph {
   std::vector<Layer> layers_;
 };
 
-// Unique names for a model's tensors: `base` the first time, then base_2, base_3, ... (a ResNet
-// block makes three convolution weights in one layer, a tensor read twice two partial gradients).
-class TensorNamer {
+// Unique names for a model's tensors and ops: `base` the first time, then base_2, base_3, ... (a
+// ResNet block makes three convolutions and their weights in one layer, a tensor read twice two
+// partial gradients and a sum of them).
+class UniqueNamer {
  public:
   std::string operator()(const std::string& base) {
     const int k = ++uses_[base];

@@ -20,7 +20,7 @@ TensorId GraphBuilder::activation(const std::string& n, Shape shape, bool requir
 
 int GraphBuilder::emit(Op op) {
   op.layer = layer_;
-  if (op.name.empty()) op.name = name(to_string(op.kind));
+  op.name = op_namer_(op.name.empty() ? name(to_string(op.kind)) : op.name);
   return g_.add_op(std::move(op));
 }
 

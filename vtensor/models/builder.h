@@ -52,13 +52,13 @@ class GraphBuilder {
   // A tensor's name: name(what), numbered from the second of that name on (a ResNet block or an
   // attention layer makes several weights and outputs of one kind: layer1.0.weight, layer1.0.weight_2).
   std::string tensor_name(const std::string& what) { return namer_(name(what)); }
-  int emit(Op op);
+  int emit(Op op);  // named name(kind) unless named, numbered as tensors are (layer1.0.conv2d_2)
 
   Graph& g_;
   uint64_t seed_;
   int layer_ = -1;
   int counter_ = 0;
-  TensorNamer namer_;
+  UniqueNamer namer_, op_namer_;
 };
 
 }  // namespace vtensor
