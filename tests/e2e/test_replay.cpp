@@ -157,6 +157,15 @@ TEST(DtrLogs, AllImportAndReplayToTheSumOfTheirOpTimes) {
   }
 }
 
+// A replayed op is counted under the kind its trace recorded: a vtensor trace's bracketed kind,
+// a DTR log's op name; a model's op under its OpKind.
+TEST(Replay, ARecomputedOpIsCountedUnderItsRecordedKind) {
+  EXPECT_EQ(recompute_kind(Op{.kind = OpKind::kReplay, .name = "layer1.0.conv2d_2 [conv2d]"}), "conv2d");
+  EXPECT_EQ(recompute_kind(Op{.kind = OpKind::kReplay, .name = "cudnn_convolution"}), "cudnn_convolution");
+  EXPECT_EQ(recompute_kind(Op{.kind = OpKind::kReplay, .name = "odd []"}), "odd []");
+  EXPECT_EQ(recompute_kind(Op{.kind = OpKind::kBatchNorm, .name = "layer1.0.batchnorm"}), "batchnorm");
+}
+
 // Deep lineages with shared ancestors (a transformer's residual and attention fan-in): dropping
 // and recomputing under half the unmanaged peak must take well under a second, not minutes.
 TEST(DtrLogs, TransformerRecomputesUnderHalfItsPeak) {
@@ -169,6 +178,9 @@ TEST(DtrLogs, TransformerRecomputesUnderHalfItsPeak) {
     EXPECT_GT(it.counters.recomputed_ops, 0u);
     EXPECT_GT(it.time_ms, full.iterations[0].time_ms);  // recomputation costs time
   }
+  // What was re-run is counted under the log's own op names, not as 'replay'.
+  ASSERT_FALSE(r.iterations.back().recompute_by_kind.empty());
+  for (const auto& k : r.iterations.back().recompute_by_kind) EXPECT_NE(k.kind, "replay");
 }
 
 // t = g(a) is released after u = h(t) reads it; u is read again at op 5. An in-place write to a

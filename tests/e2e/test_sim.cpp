@@ -2,6 +2,9 @@
 // budget and policy (no values, a virtual clock), and paper-scale graphs in seconds.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
 #include "vtensor/backend/sim/cost_model.h"
 #include "vtensor/core/errors.h"
 #include "vtensor/memory/allocator.h"
@@ -110,6 +113,8 @@ TEST(Sim, AnUnconstrainedIterationIsTheSumOfItsOpPredictions) {
   double sum = 0;
   for (const Op& op : t.graph().ops()) sum += predict_op(find_gpu("titan-x-12g"), t.graph(), op).total_ms;
   for (const auto& s : r.iterations) EXPECT_NEAR(s.time_ms, sum, sum * 1e-9);
+  EXPECT_TRUE(r.iterations.back().recompute_by_kind.empty());  // nothing re-run: no kinds, and no line
+  EXPECT_EQ(format_recompute_line(r.iterations.back()), "");
 }
 
 // Paper scale: ResNet-50 at batch 1000 on a 16 GiB P100 (Capuchin's setting) runs in seconds.
@@ -131,6 +136,28 @@ TEST(Sim, ResNet50AtBatch1000FitsOnP100WithRecomputation) {
     EXPECT_GT(s.counters.recomputed_ops, 0u);
     EXPECT_GT(s.time_ms, 1000.0);  // hundreds of GFLOP per iteration at 9.3 TFLOP/s
   }
+  // The recomputations by op kind add up to the counters, and an op counts once before its
+  // repeats: no kind re-ran more distinct ops than the graph has of it.
+  const IterationStats& last = r.iterations.back();
+  ASSERT_FALSE(last.recompute_by_kind.empty());
+  uint64_t ops = 0;
+  double ms = 0;
+  for (size_t i = 0; i < last.recompute_by_kind.size(); ++i) {
+    const RecomputeByKind& k = last.recompute_by_kind[i];
+    if (i) EXPECT_LE(k.ms, last.recompute_by_kind[i - 1].ms);
+    const auto of_kind =
+        std::count_if(t.graph().ops().begin(), t.graph().ops().end(), [&](const Op& op) { return recompute_kind(op) == k.kind; });
+    EXPECT_LE(k.count - k.repeats, static_cast<uint64_t>(of_kind)) << k.kind;
+    EXPECT_GT(k.restored_bytes, 0u);
+    EXPECT_LE(k.repeat_ms, k.ms);
+    ops += k.count, ms += k.ms;
+  }
+  EXPECT_EQ(ops, last.counters.recomputed_ops);
+  EXPECT_NEAR(ms, last.counters.recompute_ms, 1e-9 * ms);
+  const auto rep = nlohmann::json::parse(report_json(r))["iterations"].back()["recompute_by_kind"];
+  ASSERT_EQ(rep.size(), last.recompute_by_kind.size());
+  EXPECT_EQ(rep[0]["kind"], last.recompute_by_kind[0].kind);
+  EXPECT_NE(format_recompute_line(last).find(last.recompute_by_kind[0].kind), std::string::npos);
 }
 
 }  // namespace

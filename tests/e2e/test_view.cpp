@@ -160,6 +160,25 @@ TEST(CliView, TimelinePageHasOneBarPerOpAndTheBudgetAtItsHeight) {
     EXPECT_NEAR(sum, h * bytes / ymax, 0.05) << "op " << (*it)[1];
   }
   EXPECT_EQ(i, points.size());
+  EXPECT_EQ(page.find("id=\"recomputed\""), std::string::npos);  // lru swaps only
+  std::filesystem::remove(html);
+  std::filesystem::remove(report);
+}
+
+// The page says what the last iteration re-ran, by op kind, as the report's recompute_by_kind.
+TEST(CliView, TheRecomputationsByKindAreOnThePage) {
+  const std::string html = temp("rec.html"), report = temp("rec.json");
+  auto r = run_cli("train --model resnet-tiny --policy lru-recompute --budget 1.2MiB --iters 2 --quiet --html " + html +
+                   " --report " + report);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const json kinds = json::parse(slurp(report))["iterations"].back()["recompute_by_kind"];
+  ASSERT_FALSE(kinds.empty());
+  const std::string page = slurp(html);
+  const size_t at = page.find("id=\"recomputed\"");
+  ASSERT_NE(at, std::string::npos);
+  for (const json& k : kinds)
+    EXPECT_NE(page.find(k["kind"].get<std::string>() + " " + std::to_string(k["ops"].get<int>()) + " (", at), std::string::npos);
+  EXPECT_NE(r.output.find("recompute, last iteration: "), std::string::npos);
   std::filesystem::remove(html);
   std::filesystem::remove(report);
 }
@@ -202,12 +221,19 @@ TEST(CliView, SweepPageDrawsOneLinePerPolicy) {
 
 TEST(CliView, BadInputExitsTwoAndWritesNothing) {
   const std::string out = temp("never.html");
-  const std::string no_timeline = temp("plain.json"), not_json = temp("bad.json");
+  const std::string no_timeline = temp("plain.json"), not_json = temp("bad.json"), wrong_type = temp("wrong.json");
   ASSERT_EQ(run_cli("train --model mlp-tiny --iters 1 --quiet --report " + no_timeline).code, 0);
   std::ofstream(not_json) << "{ not json";
+  ASSERT_EQ(run_cli("train --model mlp-tiny --iters 1 --quiet --timeline --report " + wrong_type).code, 0);
+  {  // a field of the wrong type, as a hand-edited report has
+    json rep = json::parse(slurp(wrong_type));
+    rep["summary"]["peak_allocated_bytes"] = "a lot";
+    std::ofstream(wrong_type) << rep.dump();
+  }
   const std::pair<std::string, std::string> cases[] = {
       {"view " + temp("missing.json") + " -o " + out, "cannot read"},
       {"view " + not_json + " -o " + out, "is not JSON"},
+      {"view " + wrong_type + " -o " + out, "is malformed"},
       {"view " + no_timeline + " -o " + out, "--timeline"},
       {"view " + no_timeline + " -o /no/such/dir/x.html", "does not exist"},
       {"view " + no_timeline, "--out"},
@@ -220,6 +246,7 @@ TEST(CliView, BadInputExitsTwoAndWritesNothing) {
   }
   std::filesystem::remove(no_timeline);
   std::filesystem::remove(not_json);
+  std::filesystem::remove(wrong_type);
 }
 
 // Paper scale: ResNet-50 at batch 32 under capuchin at half its unmanaged peak (sim), opened in

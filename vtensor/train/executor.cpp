@@ -1,5 +1,6 @@
 #include "vtensor/train/executor.h"
 
+#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 
@@ -56,6 +57,7 @@ IterationStats Executor::run_iteration(int iteration) {
   mm_.begin_iteration(iteration);
   const double t0 = backend_.now_ms();
   kernel_ms_ = alloc_ms_ = after_op_ms_ = 0;
+  recomputations_.clear();
   const auto h0 = Clock::now();
   for (const Op& op : g_.ops()) run_op(op.index);
   const auto h1 = Clock::now();
@@ -84,6 +86,7 @@ IterationStats Executor::run_iteration(int iteration) {
   s.host_limited = mm_.host_pool().limited();
   s.counters = mm_.counters();
   s.op_times_on_device = mm_.tracker().current().op_ms_on_device;
+  s.recompute_by_kind = recompute_by_kind();
   if (const PagedMemory* pm = mm_.paged()) {
     s.paged = true;
     s.paging = pm->counters();
@@ -187,13 +190,42 @@ void Executor::recompute(TensorId id) {
     HostTimer h(kernel_ms_, time_host_);
     backend_.launch(g_, op, args);
   }
-  mm_.note_recompute(backend_.now_ms() - t0);
+  const double ms = backend_.now_ms() - t0;
+  mm_.note_recompute(ms);
+  uint64_t restored_bytes = 0;
+  for (TensorId out : restored) restored_bytes += g_.tensor(out).bytes();
+  recomputations_.push_back({op.index, ms, restored_bytes});
   if (args.workspace) mm_.free_scratch(args.workspace);
   for (void* p : scratch)
     if (p) mm_.free_scratch(p);
   for (TensorId in : op.inputs) mm_.unlock(in);
   for (TensorId out : restored) mm_.unlock(out);
   for (TensorId out : restored) mm_.recomputed(out);
+}
+
+std::string recompute_kind(const Op& op) {
+  if (op.kind != OpKind::kReplay) return to_string(op.kind);
+  const size_t open = op.name.rfind(" [");
+  if (open != std::string::npos && op.name.size() > open + 3 && op.name.back() == ']')
+    return op.name.substr(open + 2, op.name.size() - open - 3);
+  return op.name;
+}
+
+std::vector<RecomputeByKind> Executor::recompute_by_kind() const {
+  std::vector<RecomputeByKind> kinds;
+  std::vector<bool> seen(recomputations_.empty() ? 0 : g_.num_ops(), false);
+  for (const Recomputation& r : recomputations_) {
+    const std::string kind = recompute_kind(g_.op(r.op));
+    auto it = std::find_if(kinds.begin(), kinds.end(), [&](const RecomputeByKind& k) { return k.kind == kind; });
+    if (it == kinds.end()) it = kinds.insert(kinds.end(), RecomputeByKind{.kind = kind});
+    ++it->count;
+    it->ms += r.ms;
+    it->restored_bytes += r.restored_bytes;
+    if (seen[static_cast<size_t>(r.op)]) ++it->repeats, it->repeat_ms += r.ms;
+    seen[static_cast<size_t>(r.op)] = true;
+  }
+  std::stable_sort(kinds.begin(), kinds.end(), [](const RecomputeByKind& a, const RecomputeByKind& b) { return a.ms > b.ms; });
+  return kinds;
 }
 
 }  // namespace vtensor

@@ -3,12 +3,23 @@
 // releases tensors whose last use has passed, and lets the manager carry out policy actions.
 // It also re-runs producers when the manager recomputes a dropped tensor.
 #pragma once
+#include <string>
 #include <vector>
 
 #include "vtensor/backend/backend.h"
 #include "vtensor/memory/memory_manager.h"
 
 namespace vtensor {
+
+// One op kind's recomputations in an iteration: how many ops re-ran, their time (the memory
+// manager's recompute_ms, split), the bytes they restored, and of them the repeats: an op re-run
+// once more in the same iteration (its tensor dropped again after it was restored, or re-run
+// for another chain). A replayed op's kind is the one its trace recorded (recompute_kind).
+struct RecomputeByKind {
+  std::string kind;
+  uint64_t count = 0, repeats = 0, restored_bytes = 0;
+  double ms = 0, repeat_ms = 0;
+};
 
 struct IterationStats {
   int iteration = 0;
@@ -36,7 +47,12 @@ struct IterationStats {
   // Host wall time in the policy's end of the iteration (MemoryManager::policy_end_ms): where a
   // planned policy plans, auto for seconds after its measured iteration.
   double host_plan_ms = 0;
+  std::vector<RecomputeByKind> recompute_by_kind;  // the most time first
 };
+
+// The kind an op is counted under: its OpKind, or for a replayed op the kind its trace recorded
+// (a DTR log's op name, `cudnn_convolution`; a vtensor trace's bracketed kind, `conv2d`).
+std::string recompute_kind(const Op& op);
 
 class Executor {
  public:
@@ -54,6 +70,13 @@ class Executor {
   Backend& backend_;
   MemoryManager& mm_;
   std::vector<std::vector<TensorId>> release_after_;  // per op: tensors whose last use it is
+  struct Recomputation {
+    int op;
+    double ms;
+    uint64_t restored_bytes;
+  };
+  std::vector<Recomputation> recomputations_;  // this iteration's, in order
+  std::vector<RecomputeByKind> recompute_by_kind() const;
   uint64_t iteration_ = 0;
   float loss_ = 0.f;
   double kernel_ms_ = 0, alloc_ms_ = 0, after_op_ms_ = 0;  // this iteration's, host clock

@@ -226,12 +226,26 @@ std::string timeline_html(const json& report) {
          "; peak allocated " + format_bytes(sum.value("peak_allocated_bytes", size_t{0})) + ", peak reserved " +
          format_bytes(sum.value("peak_reserved_bytes", size_t{0})) + "; memory after each op of the last iteration, "
          "stacked by what holds it; the workspace is the op's own scratch, freed after it";
+  // What the last iteration re-ran, by op kind (the report's recompute_by_kind).
+  std::string recomputed;
+  if (const json& its = report.value("iterations", json::array()); its.is_array() && !its.empty()) {
+    const json& kinds = its.back().value("recompute_by_kind", json::array());
+    char b[96];
+    for (const json& k : kinds) {
+      if (!k.is_object()) continue;
+      std::snprintf(b, sizeof b, " %llu (%.2f ms)", static_cast<unsigned long long>(k.value("ops", uint64_t{0})),
+                    k.value("ms", 0.0));
+      recomputed += (recomputed.empty() ? "" : ", ") + k.value("kind", std::string("?")) + b;
+    }
+    if (!recomputed.empty())
+      recomputed = "<div class=\"sub\" id=\"recomputed\">re-run in the last iteration, by op kind: " + esc(recomputed) + "</div>\n";
+  }
   const std::string js =
       "<script>\nconst d=document.getElementById('details');\n"
       "for(const g of document.querySelectorAll('g.op')){g.addEventListener('mouseenter',()=>{"
       "d.textContent=g.querySelector('title').textContent;});}\n</script>\n";
   return page(title, "<h1>" + esc(title) + "</h1><div class=\"sub\">" + esc(sub) + "</div>" + legend + svg.str() +
-                         "<div id=\"details\">hover an op</div>\n" + js);
+                         "<div id=\"details\">hover an op</div>\n" + recomputed + js);
 }
 
 std::string sweep_html(const json& rows) {
@@ -299,12 +313,17 @@ std::string sweep_html(const json& rows) {
 }
 
 std::string view_html(const json& doc, const std::string& source) {
-  if (doc.is_object() && doc.contains("memory_timeline")) return timeline_html(doc);
-  if (doc.is_object() && doc.contains("config") && doc.contains("iterations"))
-    throw std::invalid_argument("'" + source + "' is a report without a memory timeline: rerun train or replay with "
-                                "--timeline (or --html)");
-  if (doc.is_array() && !doc.empty() && doc[0].is_object() && doc[0].contains("policy") && doc[0].contains("budget_bytes"))
-    return sweep_html(doc);
+  try {  // a field of the wrong type (a hand-edited or foreign file) is bad input, not a crash
+    if (doc.is_object() && doc.contains("memory_timeline")) return timeline_html(doc);
+    if (doc.is_object() && doc.contains("config") && doc.contains("iterations"))
+      throw std::invalid_argument("'" + source + "' is a report without a memory timeline: rerun train or replay with "
+                                  "--timeline (or --html)");
+    if (doc.is_array() && !doc.empty() && doc[0].is_object() && doc[0].contains("policy") && doc[0].contains("budget_bytes"))
+      return sweep_html(doc);
+  } catch (const json::exception& e) {
+    throw std::invalid_argument("'" + source + "' is malformed: " + e.what() +
+                                "; accepted: the JSON of train / replay --report with --timeline, or of sweep --out X.json");
+  }
   throw std::invalid_argument("'" + source + "' is neither a report with a memory timeline nor a sweep; accepted: the "
                               "JSON of train / replay --report with --timeline, or of sweep --out X.json");
 }

@@ -292,6 +292,37 @@ std::string format_paging(const PagingCounters& p) {
   return buf;
 }
 
+static nlohmann::json recompute_json(const IterationStats& s) {
+  using nlohmann::json;
+  json kinds = json::array();
+  for (const RecomputeByKind& k : s.recompute_by_kind)
+    kinds.push_back({{"kind", k.kind}, {"ops", k.count}, {"ms", k.ms}, {"restored_bytes", k.restored_bytes},
+                     {"repeats", k.repeats}, {"repeat_ms", k.repeat_ms}});
+  return kinds;
+}
+
+std::string format_recompute_line(const IterationStats& s) {
+  if (s.recompute_by_kind.empty()) return "";
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "recompute, last iteration: %llu ops re-run in %.2f ms:",
+                static_cast<unsigned long long>(s.counters.recomputed_ops), s.counters.recompute_ms);
+  std::string line = buf;
+  uint64_t repeats = 0;
+  double repeat_ms = 0;
+  for (size_t i = 0; i < s.recompute_by_kind.size(); ++i) {
+    const RecomputeByKind& k = s.recompute_by_kind[i];
+    std::snprintf(buf, sizeof buf, " %llu (%.2f ms)", static_cast<unsigned long long>(k.count), k.ms);
+    line += (i ? ", " : " ") + k.kind + buf;
+    repeats += k.repeats, repeat_ms += k.repeat_ms;
+  }
+  if (repeats) {
+    std::snprintf(buf, sizeof buf, "; %llu of them an op already re-run this iteration (%.2f ms)",
+                  static_cast<unsigned long long>(repeats), repeat_ms);
+    line += buf;
+  }
+  return line;
+}
+
 // The planning the iteration line names (a policy's end of iteration at least this long).
 constexpr double kLongPlanMs = 100;
 
@@ -399,6 +430,7 @@ std::string report_json(const TrainResult& r) {
                      {"dropped", s.counters.dropped},
                      {"recomputed_ops", s.counters.recomputed_ops},
                      {"recompute_ms", s.counters.recompute_ms},
+                     {"recompute_by_kind", recompute_json(s)},
                      {"stall_ms", s.counters.stall_ms},
                      {"evictions", s.counters.evictions},
                      {"compactions", s.counters.compactions},

@@ -114,6 +114,9 @@ constexpr double kReplayWarnRatio = 2.0;
 // Writes atomically: a failed run leaves no half-written report.
 void write_report(const TrainResult& r, const std::string& path);
 std::string format_iteration_line(const IterationStats& s, int total);
+// What the iteration recomputed, by op kind (time first), and how much re-ran an op already
+// re-run in it; "" where nothing was recomputed.
+std::string format_recompute_line(const IterationStats& s);
 // Unified memory (policies um, um-prefetch): the report's object and the console line.
 nlohmann::json paging_json(const PagingCounters& p);
 std::string format_paging(const PagingCounters& p);
