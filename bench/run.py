@@ -1733,6 +1733,51 @@ def auto_search(rows, what):
                     ("LP bound (× unmanaged; solve)", _auto_col("lp"))]}
 
 
+def _recompute(c):
+    """What auto's guided iteration recomputed (by op kind) and swapped, beside what the LP's
+    optimum recomputes and swaps."""
+    rep = c.rep.get("auto")
+    if not rep:
+        return None
+    it, r = rep["iterations"][-1], rep["policy_report"]
+    unmanaged = float(c.rep["budgets"][0]["unmanaged_ms"])
+    kinds = it.get("recompute_by_kind") or []
+    repeats = sum(k["repeats"] for k in kinds)
+    repeat_ms = sum(k["repeat_ms"] for k in kinds)
+    lp = r.get("lp") or {}
+    has_lp = lp.get("time_ms") is not None
+    return {"time": f"{r['predicted_time_ms'] / unmanaged:.3f}×",
+            "re-run": f"{it['recomputed_ops']} in {it['recompute_ms']:.2f} ms" + (f" ({repeats} repeats, {repeat_ms:.2f} ms)" if repeats else ""),
+            "kinds": ", ".join(f"{k['kind']} {k['ops']} ({k['ms']:.2f})" for k in kinds[:3]) or "none",
+            "restored": f"{sum(k['restored_bytes'] for k in kinds) / 2**30:.2f}",
+            "swapped": f"{it['swapped_out_bytes'] / 2**30:.2f}",
+            "lp": f"{lp['recompute_ms']:.2f} ms, {lp['recomputed_bytes'] / 2**30:.2f} / {lp['swapped_bytes'] / 2**30:.2f}"
+                  if has_lp else ""}
+
+
+def _recompute_col(key):
+    return lambda c: (_recompute(c) or {}).get(key, "OOM" if key == "time" else "")
+
+
+EXPERIMENTS["auto-recompute"] = {
+    "kind": "runs", "serial": True,
+    "about": "the paper models: per row `vtensor train ... --policy auto --budget B --iters 2 --report R` on sim "
+             "(B from a sweep of none); from the report, the plan's predicted time over the unmanaged iteration "
+             "(as in auto-vs-best), and from its guided iteration the "
+             "ops it re-ran and their time (of them the repeats: an op re-run again in the same iteration), the "
+             "three op kinds that took most of it (ops, ms), the GiB those recomputations restored (transient "
+             "intermediates of a chain included) and the GiB swapped out; beside them the linear program's "
+             "optimum (lp.h, the report's lp): its recomputation time, GiB recomputed / GiB swapped",
+    "rows": None,  # set below: the rows of auto-search-models
+    "runs": [("budgets", _none_sweep), ("auto", _auto_run)],
+    "columns": [("row", lambda c: c.row["name"]), ("GPU", lambda c: c.row["gpu"]),
+                ("budget", lambda c: c.row["budget"]), ("auto's plan (× unmanaged)", _recompute_col("time")),
+                ("ops re-run (repeats)", _recompute_col("re-run")), ("most time (ops, ms)", _recompute_col("kinds")),
+                ("GiB restored by recomputation", _recompute_col("restored")),
+                ("GiB swapped out", _recompute_col("swapped")),
+                ("LP: recompute, GiB recomputed / swapped", _recompute_col("lp"))]}
+
+
 EXPERIMENTS["auto-search-models"] = auto_search(
     [{"cmd": "train", "name": m["model"], "budget": b, "gpu": g,
       "args": ["--batch", str(m["batch"]), *(["--seq", str(m["seq"])] if "seq" in m else [])]}
@@ -1798,6 +1843,7 @@ def auto_repeat(rows, what, repeats):
                     ("planning (s)", _repeat_col("planning", repeats))]}
 
 
+EXPERIMENTS["auto-recompute"]["rows"] = EXPERIMENTS["auto-search-models"]["rows"]
 EXPERIMENTS["auto-repeat"] = auto_repeat(EXPERIMENTS["auto-search-models"]["rows"], "the paper rows", 5)
 EXPERIMENTS["auto-repeat-logs"] = auto_repeat(EXPERIMENTS["auto-search-logs"]["rows"], "the DTR logs", 3)
 

@@ -142,6 +142,31 @@ class Runner(unittest.TestCase):
         self.assertEqual(cell("candidate,large-wraps"), "capuchin@1,w4,dtr [large wraps] 254.2 ms")
         self.assertEqual(cell("candidate"), "capuchin@1,w4,dtr 300.0 ms")  # the candidate as rehearsed
 
+    def test_auto_recompute_sums_the_kinds_and_sets_the_lp_beside(self):
+        """auto-recompute's cells: the guided iteration's re-runs with their repeats summed over the
+        kinds, the three kinds that took most time, and the LP's figures where it was solved."""
+        sys.path.insert(0, os.path.join(ROOT, "bench"))
+        import run
+        import types
+        kinds = [{"kind": "conv2d", "ops": 30, "ms": 3.04, "restored_bytes": 2**30, "repeats": 5, "repeat_ms": 0.37},
+                 {"kind": "batchnorm", "ops": 60, "ms": 1.86, "restored_bytes": 2**30, "repeats": 15, "repeat_ms": 0.46},
+                 {"kind": "relu", "ops": 53, "ms": 1.23, "restored_bytes": 2**29, "repeats": 0, "repeat_ms": 0.0},
+                 {"kind": "add", "ops": 19, "ms": 0.87, "restored_bytes": 2**29, "repeats": 0, "repeat_ms": 0.0}]
+        it = {"time_ms": 42.93, "recomputed_ops": 162, "recompute_ms": 7.0, "swapped_out_bytes": 2**30,
+              "recompute_by_kind": kinds}
+
+        def cells(lp):
+            r = {"lp": lp, "predicted_time_ms": 42.93}
+            return run._recompute(types.SimpleNamespace(rep={"auto": {"iterations": [it], "policy_report": r},
+                                                             "budgets": [{"unmanaged_ms": 31.24}]}))
+        c = cells({"time_ms": 33.6, "recompute_ms": 2.37, "recomputed_bytes": 1.5 * 2**30, "swapped_bytes": 0.75 * 2**30})
+        self.assertEqual(c["time"], "1.374×")
+        self.assertEqual(c["re-run"], "162 in 7.00 ms (20 repeats, 0.83 ms)")
+        self.assertEqual(c["kinds"], "conv2d 30 (3.04), batchnorm 60 (1.86), relu 53 (1.23)")
+        self.assertEqual(c["restored"], "3.00")
+        self.assertEqual(c["lp"], "2.37 ms, 1.50 / 0.75")
+        self.assertEqual(cells({"time_ms": None, "status": "time limit"})["lp"], "")
+
     def test_auto_lp_model_cells_compare_each_model_with_the_default(self):
         """The auto-lp-model tables: each model's mean iteration after the measured one over none's,
         the others against the default's run (compress on the paper rows, bound on the logs), the
