@@ -264,6 +264,7 @@ int cmd_train(const TrainConfig& base, const std::string& budget_text, const std
     std::printf("host: peak %s held for swaps (budget %s)\n", format_bytes(r.host_peak).c_str(),
                 c.host_budget ? format_bytes(c.host_budget).c_str() : "unlimited");
   if (const std::string rec = format_recompute_line(r.iterations.back()); !rec.empty()) std::printf("%s\n", rec.c_str());
+  if (const std::string ch = format_chain_line(r.iterations.back()); !ch.empty()) std::printf("%s\n", ch.c_str());
   if (!r.policy_summary.empty()) std::printf("policy %s: %s\n", c.policy.c_str(), r.policy_summary.c_str());
   if (const auto ratio = replay_ratio(r); ratio && *ratio > kReplayWarnRatio)
     std::fprintf(stderr,
@@ -357,6 +358,7 @@ int cmd_replay(ReplayArgs a) {
               r.num_ops, r.num_tensors, format_bytes(r.config.budget).c_str(), format_bytes(s.peak_allocated).c_str(),
               format_bytes(s.peak_reserved).c_str(), s.iteration_ms, recorded_total_ms(*r.config.graph));
   if (const std::string rec = format_recompute_line(r.iterations.back()); !rec.empty()) std::printf("%s\n", rec.c_str());
+  if (const std::string ch = format_chain_line(r.iterations.back()); !ch.empty()) std::printf("%s\n", ch.c_str());
   if (!a.report.empty()) {
     write_report(r, a.report);
     std::printf("report written to %s\n", a.report.c_str());

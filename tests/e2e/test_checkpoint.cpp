@@ -6,6 +6,8 @@
 #include <cmath>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "vtensor/core/errors.h"
 #include "vtensor/memory/allocator.h"
 #include "vtensor/models/models.h"
@@ -63,6 +65,33 @@ TEST_P(CheckpointTiny, MatchesNoneBitForBitBelowItsPeak) {
   }
   EXPECT_GT(rep["recompute_ms"].get<double>(), 0.0);
   EXPECT_EQ(rep["planned_peak_bytes"].get<size_t>(), r.peak) << "the planned peak replays the executor exactly";
+
+  // The restores by recomputation (recompute_chains): each names the backward op that needed it
+  // and the tensor, and together they are the iteration's recomputations. A segment's tensor
+  // needed first re-runs the segment's ops before it: one chain of several ops (not on vgg-tiny,
+  // whose segments drop one convolution's output at a time, its source a checkpoint).
+  const IterationStats& last = r.iters.back();
+  uint64_t ops = 0, restored = 0;
+  double ms = 0;
+  for (const RecomputeChain& c : last.recompute_chains) {
+    ASSERT_GE(c.op, 0);
+    EXPECT_GE(c.ops, 1u);
+    EXPECT_FALSE(c.tensor.empty());
+    EXPECT_NE(c.op_name.find(".bwd"), std::string::npos) << c.op_name << ": checkpointing restores in the backward";
+    ops += c.ops, ms += c.ms, restored += c.restored_bytes;
+  }
+  EXPECT_EQ(ops, last.counters.recomputed_ops);
+  EXPECT_NEAR(ms, last.counters.recompute_ms, 1e-9 * ms);
+  uint64_t by_kind = 0;
+  for (const RecomputeByKind& k : last.recompute_by_kind) by_kind += k.restored_bytes;
+  EXPECT_EQ(restored, by_kind);
+  const auto json_chains = nlohmann::json::parse(report_json(r.result))["iterations"].back()["recompute_chains"];
+  ASSERT_EQ(json_chains.size(), last.recompute_chains.size());
+  if (GetParam() != "vgg-tiny") {
+    EXPECT_LT(last.recompute_chains.size(), last.counters.recomputed_ops) << "no chain re-ran a source";
+    const std::string line = format_chain_line(last);
+    EXPECT_EQ(line.rfind("longest recompute chain: ", 0), 0u) << line;
+  }
 }
 
 // Below what the plan needs, the usual OutOfMemoryError (nothing evicted on demand), naming the

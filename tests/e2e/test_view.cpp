@@ -179,6 +179,14 @@ TEST(CliView, TheRecomputationsByKindAreOnThePage) {
   for (const json& k : kinds)
     EXPECT_NE(page.find(k["kind"].get<std::string>() + " " + std::to_string(k["ops"].get<int>()) + " (", at), std::string::npos);
   EXPECT_NE(r.output.find("recompute, last iteration: "), std::string::npos);
+  // and the longest chain, named as the console names it
+  const std::string chain_run = "train --model resnet-tiny --policy checkpoint --iters 2 --quiet --html " + html;
+  r = run_cli(chain_run);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const size_t named = r.output.find("longest recompute chain: ");
+  ASSERT_NE(named, std::string::npos) << r.output;
+  const std::string ops = r.output.substr(named + 25, r.output.find(" ops", named) - named - 25);
+  EXPECT_NE(slurp(html).find("; longest chain " + ops + " ops ("), std::string::npos) << ops;
   std::filesystem::remove(html);
   std::filesystem::remove(report);
 }

@@ -58,6 +58,8 @@ IterationStats Executor::run_iteration(int iteration) {
   const double t0 = backend_.now_ms();
   kernel_ms_ = alloc_ms_ = after_op_ms_ = 0;
   recomputations_.clear();
+  chains_.clear();
+  chain_tensor_.clear();
   const auto h0 = Clock::now();
   for (const Op& op : g_.ops()) run_op(op.index);
   const auto h1 = Clock::now();
@@ -87,6 +89,12 @@ IterationStats Executor::run_iteration(int iteration) {
   s.counters = mm_.counters();
   s.op_times_on_device = mm_.tracker().current().op_ms_on_device;
   s.recompute_by_kind = recompute_by_kind();
+  for (size_t i = 0; i < chains_.size(); ++i) {
+    chains_[i].op_name = chains_[i].op >= 0 ? g_.op(chains_[i].op).name : "";
+    chains_[i].tensor = g_.tensor(chain_tensor_[i]).name;
+  }
+  s.recompute_chains = std::move(chains_);
+  chains_.clear();
   if (const PagedMemory* pm = mm_.paged()) {
     s.paged = true;
     s.paging = pm->counters();
@@ -112,6 +120,7 @@ void* Executor::allocate_workspace(const Op& op, ConvAlgo& algo, size_t& bytes) 
 
 void Executor::run_op(int op_index) {
   const Op& op = g_.op(op_index);
+  current_op_ = op_index;
   KernelArgs args;
   args.iteration = iteration_;
   auto is_inplace = [&](TensorId t) {
@@ -159,6 +168,14 @@ void Executor::run_op(int op_index) {
 
 void Executor::recompute(TensorId id) {
   const Op& op = g_.op(g_.tensor(id).producer);
+  if (chain_depth_ == 0) {  // a chain's top: the access that needed `id`; the calls below are its sources
+    chains_.push_back({.op = current_op_});
+    chain_tensor_.push_back(id);
+  }
+  struct Depth {
+    int& d;
+    ~Depth() { --d; }
+  } depth{++chain_depth_};
   KernelArgs args;
   args.iteration = iteration_;
   args.recompute = true;
@@ -195,6 +212,10 @@ void Executor::recompute(TensorId id) {
   uint64_t restored_bytes = 0;
   for (TensorId out : restored) restored_bytes += g_.tensor(out).bytes();
   recomputations_.push_back({op.index, ms, restored_bytes});
+  RecomputeChain& chain = chains_.back();
+  ++chain.ops;
+  chain.ms += ms;
+  chain.restored_bytes += restored_bytes;
   if (args.workspace) mm_.free_scratch(args.workspace);
   for (void* p : scratch)
     if (p) mm_.free_scratch(p);

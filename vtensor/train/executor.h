@@ -21,6 +21,16 @@ struct RecomputeByKind {
   double ms = 0, repeat_ms = 0;
 };
 
+// One restore by recomputation: the ops re-run to bring back one dropped tensor that an op (or a
+// policy's action after it) needed, its chain of dropped or released ancestors included. A deep
+// chain (a dropped tensor whose sources were dropped too) re-runs many ops at one access.
+struct RecomputeChain {
+  int op = -1;  // the op that needed it
+  std::string op_name, tensor;
+  uint64_t ops = 0, restored_bytes = 0;
+  double ms = 0;
+};
+
 struct IterationStats {
   int iteration = 0;
   float loss = 0.f;
@@ -48,6 +58,7 @@ struct IterationStats {
   // planned policy plans, auto for seconds after its measured iteration.
   double host_plan_ms = 0;
   std::vector<RecomputeByKind> recompute_by_kind;  // the most time first
+  std::vector<RecomputeChain> recompute_chains;    // in the order they ran
 };
 
 // The kind an op is counted under: its OpKind, or for a replayed op the kind its trace recorded
@@ -76,6 +87,10 @@ class Executor {
     uint64_t restored_bytes;
   };
   std::vector<Recomputation> recomputations_;  // this iteration's, in order
+  std::vector<RecomputeChain> chains_;         // this iteration's, in order (names filled at its end)
+  std::vector<TensorId> chain_tensor_;         // per chain: the tensor it restored
+  int current_op_ = -1;                        // the op run_op is running
+  int chain_depth_ = 0;                        // recompute() calls open: 1 at a chain's top
   std::vector<RecomputeByKind> recompute_by_kind() const;
   uint64_t iteration_ = 0;
   float loss_ = 0.f;

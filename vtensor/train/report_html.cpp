@@ -237,6 +237,16 @@ std::string timeline_html(const json& report) {
                     k.value("ms", 0.0));
       recomputed += (recomputed.empty() ? "" : ", ") + k.value("kind", std::string("?")) + b;
     }
+    // and its longest chain: the most ops re-run for one restore
+    const json& chains = its.back().value("recompute_chains", json::array());
+    const json* longest = nullptr;
+    for (const json& c : chains)
+      if (c.is_object() && (!longest || c.value("ops", uint64_t{0}) > longest->value("ops", uint64_t{0}))) longest = &c;
+    if (longest && longest->value("ops", uint64_t{0}) > 1) {
+      std::snprintf(b, sizeof b, "; longest chain %llu ops (%.2f ms) at ",
+                    static_cast<unsigned long long>(longest->value("ops", uint64_t{0})), longest->value("ms", 0.0));
+      recomputed += b + longest->value("op_name", std::string("?")) + " for " + longest->value("tensor", std::string("?"));
+    }
     if (!recomputed.empty())
       recomputed = "<div class=\"sub\" id=\"recomputed\">re-run in the last iteration, by op kind: " + esc(recomputed) + "</div>\n";
   }

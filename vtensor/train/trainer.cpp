@@ -301,6 +301,26 @@ static nlohmann::json recompute_json(const IterationStats& s) {
   return kinds;
 }
 
+static nlohmann::json chains_json(const IterationStats& s) {
+  nlohmann::json chains = nlohmann::json::array();
+  for (const RecomputeChain& c : s.recompute_chains)
+    chains.push_back({{"op", c.op}, {"op_name", c.op_name}, {"tensor", c.tensor}, {"ops", c.ops}, {"ms", c.ms},
+                      {"restored_bytes", c.restored_bytes}});
+  return chains;
+}
+
+std::string format_chain_line(const IterationStats& s) {
+  const RecomputeChain* longest = nullptr;
+  for (const RecomputeChain& c : s.recompute_chains)
+    if (!longest || c.ops > longest->ops || (c.ops == longest->ops && c.ms > longest->ms)) longest = &c;
+  if (!longest || longest->ops < 2) return "";
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "longest recompute chain: %llu ops in %.2f ms (%s restored) at ",
+                static_cast<unsigned long long>(longest->ops), longest->ms, format_bytes(longest->restored_bytes).c_str());
+  return buf + longest->op_name + " for " + longest->tensor + "; " + std::to_string(s.recompute_chains.size()) +
+         " chains in all";
+}
+
 std::string format_recompute_line(const IterationStats& s) {
   if (s.recompute_by_kind.empty()) return "";
   char buf[160];
@@ -431,6 +451,7 @@ std::string report_json(const TrainResult& r) {
                      {"recomputed_ops", s.counters.recomputed_ops},
                      {"recompute_ms", s.counters.recompute_ms},
                      {"recompute_by_kind", recompute_json(s)},
+                     {"recompute_chains", chains_json(s)},
                      {"stall_ms", s.counters.stall_ms},
                      {"evictions", s.counters.evictions},
                      {"compactions", s.counters.compactions},

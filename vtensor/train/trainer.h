@@ -117,6 +117,9 @@ std::string format_iteration_line(const IterationStats& s, int total);
 // What the iteration recomputed, by op kind (time first), and how much re-ran an op already
 // re-run in it; "" where nothing was recomputed.
 std::string format_recompute_line(const IterationStats& s);
+// The iteration's longest recomputation chain (most ops re-run for one restore), where it ran and
+// for which tensor; "" where no chain re-ran more than one op.
+std::string format_chain_line(const IterationStats& s);
 // Unified memory (policies um, um-prefetch): the report's object and the console line.
 nlohmann::json paging_json(const PagingCounters& p);
 std::string format_paging(const PagingCounters& p);
