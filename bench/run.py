@@ -1751,8 +1751,17 @@ def _recompute(c):
             "kinds": ", ".join(f"{k['kind']} {k['ops']} ({k['ms']:.2f})" for k in kinds[:3]) or "none",
             "restored": f"{sum(k['restored_bytes'] for k in kinds) / 2**30:.2f}",
             "swapped": f"{it['swapped_out_bytes'] / 2**30:.2f}",
+            "chain": _longest_chain(it.get("recompute_chains") or []),
             "lp": f"{lp['recompute_ms']:.2f} ms, {lp['recomputed_bytes'] / 2**30:.2f} / {lp['swapped_bytes'] / 2**30:.2f}"
                   if has_lp else ""}
+
+
+def _longest_chain(chains):
+    """The restore that re-ran most ops: ops, ms and GiB restored, and the op that needed it."""
+    if not chains:
+        return ""
+    c = max(chains, key=lambda c: (c["ops"], c["ms"]))
+    return f"{c['ops']} op{'s' if c['ops'] != 1 else ''}, {c['ms']:.2f} ms, {c['restored_bytes'] / 2**30:.2f} GiB at {c['op_name']}"
 
 
 def _recompute_col(key):
@@ -1766,7 +1775,8 @@ EXPERIMENTS["auto-recompute"] = {
              "(as in auto-vs-best), and from its guided iteration the "
              "ops it re-ran and their time (of them the repeats: an op re-run again in the same iteration), the "
              "three op kinds that took most of it (ops, ms), the GiB those recomputations restored (transient "
-             "intermediates of a chain included) and the GiB swapped out; beside them the linear program's "
+             "intermediates of a chain included), the longest chain (the restore that re-ran most ops with its "
+             "dropped sources: ops, ms, GiB restored, and the op that needed it) and the GiB swapped out; beside them the linear program's "
              "optimum (lp.h, the report's lp): its recomputation time, GiB recomputed / GiB swapped",
     "rows": None,  # set below: the rows of auto-search-models
     "runs": [("budgets", _none_sweep), ("auto", _auto_run)],
@@ -1774,6 +1784,7 @@ EXPERIMENTS["auto-recompute"] = {
                 ("budget", lambda c: c.row["budget"]), ("auto's plan (× unmanaged)", _recompute_col("time")),
                 ("ops re-run (repeats)", _recompute_col("re-run")), ("most time (ops, ms)", _recompute_col("kinds")),
                 ("GiB restored by recomputation", _recompute_col("restored")),
+                ("longest chain", _recompute_col("chain")),
                 ("GiB swapped out", _recompute_col("swapped")),
                 ("LP: recompute, GiB recomputed / swapped", _recompute_col("lp"))]}
 

@@ -152,8 +152,12 @@ class Runner(unittest.TestCase):
                  {"kind": "batchnorm", "ops": 60, "ms": 1.86, "restored_bytes": 2**30, "repeats": 15, "repeat_ms": 0.46},
                  {"kind": "relu", "ops": 53, "ms": 1.23, "restored_bytes": 2**29, "repeats": 0, "repeat_ms": 0.0},
                  {"kind": "add", "ops": 19, "ms": 0.87, "restored_bytes": 2**29, "repeats": 0, "repeat_ms": 0.0}]
+        chains = [{"op": 212, "op_name": "layer4.0.conv2d_3.bwd_filter", "tensor": "t", "ops": 6, "ms": 0.29,
+                   "restored_bytes": 2**27},
+                  {"op": 364, "op_name": "layer1.2.conv2d_2.bwd_filter", "tensor": "u", "ops": 25, "ms": 1.84,
+                   "restored_bytes": 1.5 * 2**30}]
         it = {"time_ms": 42.93, "recomputed_ops": 162, "recompute_ms": 7.0, "swapped_out_bytes": 2**30,
-              "recompute_by_kind": kinds}
+              "recompute_by_kind": kinds, "recompute_chains": chains}
 
         def cells(lp):
             r = {"lp": lp, "predicted_time_ms": 42.93}
@@ -164,6 +168,7 @@ class Runner(unittest.TestCase):
         self.assertEqual(c["re-run"], "162 in 7.00 ms (20 repeats, 0.83 ms)")
         self.assertEqual(c["kinds"], "conv2d 30 (3.04), batchnorm 60 (1.86), relu 53 (1.23)")
         self.assertEqual(c["restored"], "3.00")
+        self.assertEqual(c["chain"], "25 ops, 1.84 ms, 1.50 GiB at layer1.2.conv2d_2.bwd_filter")
         self.assertEqual(c["lp"], "2.37 ms, 1.50 / 0.75")
         self.assertEqual(cells({"time_ms": None, "status": "time limit"})["lp"], "")
 
