@@ -240,11 +240,14 @@ std::string timeline_html(const json& report) {
     // and its longest chain: the most ops re-run for one restore
     const json& chains = its.back().value("recompute_chains", json::array());
     const json* longest = nullptr;
-    for (const json& c : chains)
-      if (c.is_object() && (!longest || c.value("ops", uint64_t{0}) > longest->value("ops", uint64_t{0}))) longest = &c;
-    if (longest && longest->value("ops", uint64_t{0}) > 1) {
-      std::snprintf(b, sizeof b, "; longest chain %llu ops (%.2f ms) at ",
-                    static_cast<unsigned long long>(longest->value("ops", uint64_t{0})), longest->value("ms", 0.0));
+    auto ops = [](const json& c) { return c.value("ops", uint64_t{0}); };
+    for (const json& c : chains)  // as format_chain_line picks it: most ops, then most time
+      if (c.is_object() && (!longest || ops(c) > ops(*longest) ||
+                            (ops(c) == ops(*longest) && c.value("ms", 0.0) > longest->value("ms", 0.0))))
+        longest = &c;
+    if (longest && ops(*longest) > 1) {
+      std::snprintf(b, sizeof b, "; longest chain %llu ops (%.2f ms) at ", static_cast<unsigned long long>(ops(*longest)),
+                    longest->value("ms", 0.0));
       recomputed += b + longest->value("op_name", std::string("?")) + " for " + longest->value("tensor", std::string("?"));
     }
     if (!recomputed.empty())
