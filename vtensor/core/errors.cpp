@@ -25,17 +25,34 @@ std::string format_bytes(size_t bytes) {
 }
 
 size_t parse_bytes(const std::string& text, const std::string& what) {
-  const std::string accepted = " (accepted: a number with an optional unit B, KB, MB, GB, KiB, MiB, GiB, K, M, G; e.g. 512MiB)";
-  size_t i = 0;
-  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
-  if (i == 0) throw std::invalid_argument("invalid " + what + " '" + text + "'" + accepted);
+  const std::string accepted =
+      " (accepted: a number, e.g. 512, 1.5 or 1e8, then an optional unit B, KiB, MiB, GiB, K, M, G (powers of 1024) or "
+      "KB, MB, GB (powers of 1000), a space allowed between; e.g. 512MiB or '64 MiB')";
+  auto is_digit = [&](size_t k) { return k < text.size() && std::isdigit(static_cast<unsigned char>(text[k])); };
+  size_t i = 0, end = text.size();
+  while (i < end && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
+  while (end > i && std::isspace(static_cast<unsigned char>(text[end - 1]))) --end;
+  const size_t start = i;
+  size_t digits = 0;
+  for (; is_digit(i); ++i) ++digits;
+  if (i < end && text[i] == '.')
+    for (++i; is_digit(i); ++i) ++digits;
+  if (digits == 0) throw std::invalid_argument("invalid " + what + " '" + text + "'" + accepted);
+  if (i < end && (text[i] == 'e' || text[i] == 'E')) {  // an exponent, only where digits follow
+    size_t k = i + 1;
+    if (k < end && (text[k] == '+' || text[k] == '-')) ++k;
+    if (is_digit(k)) {
+      for (i = k; is_digit(i); ++i) {}
+    }
+  }
   double value = 0;
   try {
-    value = std::stod(text.substr(0, i));
-  } catch (const std::exception&) {
-    throw std::invalid_argument("invalid " + what + " '" + text + "'" + accepted);
+    value = std::stod(text.substr(start, i - start));
+  } catch (const std::exception&) {  // out of double's range: 1e400
+    throw std::invalid_argument(what + " '" + text + "' is out of range (1 B to 1 PB)");
   }
-  std::string unit = text.substr(i);
+  while (i < end && text[i] == ' ') ++i;
+  std::string unit = text.substr(i, end - i);
   for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   double mult = 0;
   if (unit.empty() || unit == "B") mult = 1;
@@ -45,7 +62,7 @@ size_t parse_bytes(const std::string& text, const std::string& what) {
   else if (unit == "KB") mult = 1e3;
   else if (unit == "MB") mult = 1e6;
   else if (unit == "GB") mult = 1e9;
-  else throw std::invalid_argument("invalid unit '" + text.substr(i) + "' in " + what + " '" + text + "'" + accepted);
+  else throw std::invalid_argument("invalid unit '" + text.substr(i, end - i) + "' in " + what + " '" + text + "'" + accepted);
   const double bytes = value * mult;
   if (!(bytes >= 1) || bytes > 1e15) throw std::invalid_argument(what + " '" + text + "' is out of range (1 B to 1 PB)");
   return static_cast<size_t>(std::llround(bytes));

@@ -11,7 +11,8 @@ namespace vtensor {
 
 std::string format_bytes(size_t bytes);  // "12.50 MiB"
 std::string format_number(double v);     // "2.5", "99", "1e-05" (printf's %g)
-// Parses "512MiB", "1.5GiB", "4096", "64KB", "2G". Throws std::invalid_argument naming `what`.
+// Parses "512MiB", "1.5GiB", "4096", "1e8", "64 MiB", "64KB" (10^3), "2G" (2^30): the one byte-size
+// syntax of the CLI and the Python package. Throws std::invalid_argument naming `what`.
 size_t parse_bytes(const std::string& text, const std::string& what = "size");
 
 enum class MemoryKind { kDevice, kHost };
