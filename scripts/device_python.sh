@@ -16,7 +16,7 @@ inc=$("$PY" -m pybind11 --includes 2>/dev/null) ||
 suffix=$("$PY" -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
 # shellcheck disable=SC2086 # $inc is a list of -I flags
 "${CXX:-g++}" -O2 -shared -fPIC -std=c++20 -fvisibility=hidden python/src/module.cpp python/src/arena.cpp \
-  python/src/pluggable.cpp python/src/planning.cpp -I. -Ibuild-dev/include $inc build/libvtensor.so -Wl,-rpath,"$PWD/build" -ldl \
+  python/src/pluggable.cpp python/src/planning.cpp python/src/codecs.cpp -I. -Ibuild-dev/include $inc build/libvtensor.so -Wl,-rpath,"$PWD/build" -ldl \
   -o "python/vtensor/_vtensor$suffix"
 echo "device_python: built python/vtensor/_vtensor$suffix"
 if "$PY" -c "import pytest" 2>/dev/null; then

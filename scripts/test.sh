@@ -9,9 +9,10 @@ scripts/install.sh
 stage "install and build"
 ctest --test-dir build --output-on-failure -j "$(nproc)"
 stage "ctest"
-# The Python package's tests (python/tests) on Debian's python3-torch; the module is built into python/vtensor.
-PY=python3; [ -x /usr/bin/python3 ] && PY=/usr/bin/python3
-PYTHONPATH=python "$PY" -m pytest -q -p no:cacheprovider python/tests
+# The Python package's tests (python/tests) on the pinned torch, in the environment install.sh made,
+# against the package installed there (no PYTHONPATH).
+.venv/bin/python -m pytest -q -p no:cacheprovider python/tests
+stage "python tests"
 if [ "${VTENSOR_SANITIZE:-1}" != 0 ]; then
   scripts/sanitize.sh  # ASan + UBSan on the unit and e2e tests, TSan on the cpu backend's streams
   stage "sanitizers"
