@@ -1509,6 +1509,42 @@ def run_derived(name, exp, out, jobs):
 
 
 RUNNERS["derived"], RENDER["derived"] = run_derived, md_runs
+
+
+# kind torch: a script of the Python package's, run in the project's environment (.venv, made by
+# scripts/install.sh), writes its rows as JSON; the columns name them: (header, key, format).
+TORCH_PY = os.path.join(ROOT, ".venv", "bin", "python")
+
+
+def run_torch(name, exp, out, jobs):
+    if not os.access(TORCH_PY, os.X_OK):
+        sys.exit(f"{TORCH_PY} not found: scripts/install.sh makes the Python environment")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "rows.json")
+        cmd = [TORCH_PY, os.path.join(ROOT, exp["script"]), "--json", path, *exp.get("args", [])]
+        print(f"[{name}] {' '.join(cmd[1:])}", flush=True)
+        if subprocess.run(cmd).returncode != 0:
+            sys.exit(f"[{name}] {exp['script']} failed")
+        with open(path) as f:
+            rows = json.load(f)
+    return [{c[0]: r.get(c[1], "") for c in exp["columns"]} for r in rows]
+
+
+RUNNERS["torch"], RENDER["torch"] = run_torch, md_runs
+
+EXPERIMENTS["torch-policies"] = {
+    "kind": "torch",
+    "about": "vtensor.torch's policies on CPU torch 2.11, one AdamW step: plain, offload (capuchin, swap) at 50% / 25% "
+             "of plain's saved bytes on the device, compress, auto_checkpoint with the saved part of the real peak at "
+             "50% / 25%, torch's checkpoint on every block; time is the median of 5 steps against plain's; peak is the "
+             "step's real peak above its start (malloc's bytes at op boundaries); on CPU offload's device and host are "
+             "one memory, so its real peak does not fall",
+    "script": "bench/torch_policies.py",
+    "args": ["--steps", "5"],
+    "columns": [("model", "model"), ("policy", "policy"), ("budget", "budget"), ("time vs plain", "ratio", "{:.2f}x"),
+                ("real peak MiB", "peak", "{:.2f}"), ("saved held MiB", "held", "{:.2f}"),
+                ("bit-identical", "identical"), ("what it did", "note")],
+}
 AUTO_PLAIN = ["capuchin", "capuchin-recompute", "capuchin-swap", "checkpoint", "dtr", "lru-recompute"]
 
 

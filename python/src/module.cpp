@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include "arena.h"
+#include "codecs.h"
 #include "planning.h"
 #include "pluggable.h"
 #include "vtensor/core/errors.h"
@@ -67,17 +68,31 @@ py::dict capuchin_swap(const std::vector<size_t>& bytes, const std::vector<std::
 
 PYBIND11_MODULE(_vtensor, m) {
   m.doc() = "vtensor's memory manager pieces for PyTorch (see python/vtensor/torch/)";
-  static py::exception<OutOfMemoryError> oom(m, "OutOfMemoryError", PyExc_MemoryError);
+  // vtensor.OutOfMemoryError: a torch.OutOfMemoryError (torch >= 2.1 has it) and a MemoryError, so
+  // `except torch.OutOfMemoryError` catches vtensor's too. Never freed: it outlives the module.
+  py::tuple bases = py::make_tuple(py::reinterpret_borrow<py::object>(PyExc_MemoryError));
+  try {
+    py::object torch_oom = py::module_::import("torch").attr("OutOfMemoryError");
+    bases = py::make_tuple(torch_oom, py::reinterpret_borrow<py::object>(PyExc_MemoryError));
+  } catch (const py::error_already_set&) {  // an older torch: a MemoryError only
+  }
+  py::dict body;
+  body["__module__"] = "vtensor";
+  body["__doc__"] = "The device budget (or host budget) could not hold a request: what was requested, in use, and the budget.";
+  static PyObject* oom = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyType_Type))(
+                             "OutOfMemoryError", bases, body).release().ptr();
+  m.attr("OutOfMemoryError") = py::reinterpret_borrow<py::object>(oom);
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const OutOfMemoryError& e) {
-      oom(e.what());
+      PyErr_SetString(oom, e.what());
     } catch (const std::invalid_argument& e) {
       PyErr_SetString(PyExc_ValueError, e.what());
     }
   });
 
+  bind_codecs(m);
   m.def("parse_bytes", [](const std::string& s, const std::string& what) { return parse_bytes(s, what); },
         py::arg("text"), py::arg("what") = "size");
   m.def("format_bytes", &format_bytes);

@@ -1,20 +1,26 @@
-"""vtensor for PyTorch users.
+"""vtensor for PyTorch 2 users.
 
     vtensor.torch.use_allocator(budget="10GiB", allocator="caching")   # before any CUDA tensor
-    off = vtensor.torch.offload(policy="capuchin", budget="2GiB")      # saved-tensor hooks
+    off = vtensor.torch.offload(policy="capuchin", budget="2GiB")      # saved-tensor hooks: swap to host
     with off: loss = model(x).sum(); loss.backward()                    # step 1 measures, then guided
-    model, report = vtensor.torch.auto_checkpoint(model, example, budget="1GiB")
+    comp = vtensor.torch.offload(policy="compress")                     # lossless codecs on saved tensors
+    report = vtensor.torch.auto_checkpoint(model, (x,), budget="1GiB")  # recompute per region and per op
 
 Each module opens with what it does and where it follows or deviates from PyTorch and the papers.
 """
-from vtensor._vtensor import OutOfMemoryError  # noqa: F401
+from vtensor._vtensor import OutOfMemoryError, format_bytes  # noqa: F401
+from vtensor.torch._util import parse_budget  # noqa: F401
 from vtensor.torch.allocator import (  # noqa: F401
     ALLOCATORS, HostDevice, last_oom, max_memory_allocated, memory_allocated, reset_peak_memory_stats,
     stats, step, use_allocator)
-from vtensor.torch.checkpoint import auto_checkpoint, measure_modules  # noqa: F401
+from vtensor.torch.checkpoint import (  # noqa: F401
+    CheckpointHooks, auto_checkpoint, checkpoint_module, checkpointed_modules, measure_modules, measure_peak,
+    remove_checkpoints)
+from vtensor.torch.compress import Compress  # noqa: F401
+from vtensor.torch.memory import PeakMeter, peak_memory  # noqa: F401
 from vtensor.torch.offload import POLICIES, Offload, offload  # noqa: F401
-from vtensor.torch._util import parse_budget  # noqa: F401
 
-__all__ = ["ALLOCATORS", "HostDevice", "OutOfMemoryError", "Offload", "POLICIES", "auto_checkpoint", "last_oom",
-           "max_memory_allocated", "measure_modules", "memory_allocated", "offload", "parse_budget",
-           "reset_peak_memory_stats", "stats", "step", "use_allocator"]
+__all__ = ["ALLOCATORS", "CheckpointHooks", "Compress", "HostDevice", "OutOfMemoryError", "Offload", "POLICIES",
+           "PeakMeter", "auto_checkpoint", "checkpoint_module", "checkpointed_modules", "format_bytes", "last_oom",
+           "max_memory_allocated", "measure_modules", "measure_peak", "memory_allocated", "offload", "parse_budget",
+           "peak_memory", "remove_checkpoints", "reset_peak_memory_stats", "stats", "step", "use_allocator"]

@@ -9,11 +9,13 @@ torch.cuda.max_memory_allocated does not with a custom allocator (pytorch#133281
 that does not fit is an OOM whose message says what was requested, what is in use, the largest
 free block and the fragmentation (pytorch#29554); last_oom() returns it.
 
-On CUDA (torch >= 2.0) the arena is plugged in with torch.cuda.memory.CUDAPluggableAllocator, whose
-C entry points are vtensor_torch_malloc / vtensor_torch_free in the extension; the arena is one
-cudaMalloc of the budget. A request that does not fit raises (torch does not check for a null
-pointer). That path is tested by python/tests/test_cuda.py on a lent GPU (bench/cuda_bench.sh's
-python-cuda step). Without CUDA the same arena is driven over host memory by HostDevice through
+On CUDA the arena is plugged in with torch.cuda.memory.CUDAPluggableAllocator, whose C entry
+points are vtensor_torch_malloc / vtensor_torch_free in the extension; the arena is one cudaMalloc
+of the budget. Either for the whole process (torch.cuda.memory.change_current_allocator, before the
+first CUDA allocation), or, with pool=True, as a torch.cuda.MemPool that serves only what is
+allocated inside `with torch.cuda.use_mem_pool(pool):` (torch's allocator serves the rest). A
+request that does not fit raises (torch does not check for a null pointer). That path is tested by
+python/tests/test_cuda.py where there is a GPU (bench/cuda_bench.sh's python-cuda step). Without CUDA the same arena is driven over host memory by HostDevice through
 vtensor_torch_try_malloc (null on failure: ctypes passes no exception) and vtensor_torch_free.
 Deviations from PyTorch's CUDACachingAllocator: one fixed arena, nothing returned to the driver,
 no per-stream pools (torch's stream argument is ignored: one stream's order is assumed, as with
@@ -31,24 +33,29 @@ ALLOCATORS = ("caching", "planned")
 _state = {"device": None, "step": 0}
 
 
-def use_allocator(budget="10GiB", allocator="caching", device=None):
+def use_allocator(budget="10GiB", allocator="caching", device=None, pool=False):
     """Serve allocations from one arena of `budget` bytes with vtensor's `allocator`.
 
-    device: None for CUDA (torch >= 2.0 with a GPU, before the first CUDA allocation), or a
-    HostDevice (CPU torch: the same entry points over host memory). Returns the device object.
+    device: None for CUDA (a GPU), or a HostDevice (CPU torch: the same entry points over host
+    memory). pool (CUDA): False plugs the arena in for the whole process (before its first CUDA
+    allocation) and returns "cuda"; True returns a torch.cuda.MemPool over it, used inside
+    `with torch.cuda.use_mem_pool(pool):`. On CPU returns the HostDevice.
     """
     nbytes = parse_budget(budget)
     check_choice(allocator, ALLOCATORS, "allocator")
+    if not isinstance(pool, bool):
+        raise ValueError(f"pool must be True or False, got {pool!r}")
     if device is None:
-        plug = getattr(getattr(torch.cuda, "memory", None), "CUDAPluggableAllocator", None)
-        if plug is None:
-            raise RuntimeError(f"use_allocator on CUDA needs torch >= 2.0 (CUDAPluggableAllocator); this is torch "
-                               f"{torch.__version__}. Pass device=vtensor.torch.HostDevice(...) to use it on the host.")
         if not torch.cuda.is_available():
-            raise RuntimeError("use_allocator on CUDA needs a GPU; pass device=vtensor.torch.HostDevice(...) on CPU")
+            raise RuntimeError("use_allocator on CUDA needs a GPU; pass device=vtensor.torch.HostDevice() on CPU")
+        plug = torch.cuda.memory.CUDAPluggableAllocator(_vtensor.__file__, _vtensor.malloc_symbol,
+                                                        _vtensor.free_symbol)
         _vtensor.pluggable_configure(nbytes, allocator, 0)  # the arena: cudaMalloc of the budget on first use
-        torch.cuda.memory.change_current_allocator(plug(_vtensor.__file__, _vtensor.malloc_symbol, _vtensor.free_symbol))
-        device = "cuda"
+        if pool:
+            device = torch.cuda.MemPool(plug.allocator())
+        else:
+            torch.cuda.memory.change_current_allocator(plug)
+            device = "cuda"
     else:
         if not isinstance(device, HostDevice):
             raise ValueError("device must be None (CUDA) or a vtensor.torch.HostDevice")

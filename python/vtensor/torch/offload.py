@@ -1,4 +1,4 @@
-"""Activation offload for PyTorch: saved-tensor hooks driven by vtensor's planners.
+"""Activation offload for PyTorch 2: saved-tensor hooks driven by vtensor's planners.
 
     off = vtensor.torch.offload(policy="capuchin", budget="2GiB")
     for x, y in data:
@@ -7,9 +7,10 @@
         opt.step()
 
 Every tensor autograd saves for backward goes through torch.autograd.graph.saved_tensors_hooks to
-this object, which keeps it on the "device" or moves it to host memory. Tensors are identified
-by their storage (views of one storage are one entry), numbered in pack order, so step k+1's
-tensor i is step k's tensor i (vtensor's stable tensor ids).
+this object, which keeps it on the "device" or moves it to host memory. A saved tensor is the bytes
+it reaches in its storage (views over the same bytes are one entry; a batch sliced from a preloaded
+dataset is its slice), numbered in pack order, so step k+1's tensor i is step k's tensor i
+(vtensor's stable tensor ids). policy="compress" is vtensor.torch.compress (lossless codecs).
   Step 1 (measured, Capuchin's passive mode): every pack and unpack is recorded with its time and
     bytes; when the device budget is full the least recently used entries go to host (passive
     eviction) and come back synchronously when unpacked.
@@ -22,35 +23,44 @@ tensor i is step k's tensor i (vtensor's stable tensor ids).
     swap: vDNN's "all" policy: every saved tensor of at least min_bytes goes to host right after it
       is saved; each is prefetched when backward unpacks the one before it in the learned order.
   Guided steps run the plan's actions after their ops; the passive eviction stays on as a fallback
-  (counted); a step whose pack/unpack sequence differs from the measured one goes back to passive
-  mode and measures again. stats() tells what each step did.
+  (counted); a step whose pack/unpack sequence differs from the measured one goes on in passive
+  mode from where it differs, and the plan is made again from it. stats() tells what each step did:
+  "mode" is "measured", "guided" or "passive" (with "reason"), "planned_from" the step the plan in
+  use came from. A backward run after `with off:` ended still restores every tensor (synchronously,
+  with a warning: the plan's prefetches belong to the step).
 The "device": on CUDA the tensors themselves (the budget counts resident bytes; swap-outs are
 asynchronous copies into pinned host memory on a side stream, prefetches the reverse, the unpack
 waits for the copy's event). On CPU torch the device is an arena of `budget` bytes sub-allocated by
 vtensor's caching allocator: a kept tensor is copied into it, so its figures are real bytes of a
-real allocator. Values are copied bit for bit with their strides, so gradients are bit-identical.
-policy "compress" needs vtensor's on-device codecs (issue 12), not in this build: rejected.
-Deviations from Capuchin: no recomputation (above), and the plan is made once: a late prefetch is
-counted (stats "late") but does not move the trigger in the next step. The CUDA path is written for
-torch >= 1.13 with CUDA and tested by python/tests/test_cuda.py on a lent GPU (bench/cuda_bench.sh's
-python-cuda step), which has not run yet.
+real allocator; on CPU the host copies are in the same memory, so the saving is not real there.
+Values are copied bit for bit with their strides, so gradients are bit-identical.
+Deviations from Capuchin: no recomputation (above; vtensor.torch.auto_checkpoint recomputes), and
+the plan is made once: a late prefetch is counted (stats "late") but does not move the trigger in
+the next step. The CUDA path is tested by python/tests/test_cuda.py where there is a GPU.
 """
+import warnings
 import time
 import weakref
 
 import torch
 
 from vtensor import _vtensor
-from vtensor.torch._util import check_choice, parse_budget
+from vtensor.torch import _saved
+from vtensor.torch._util import check_choice, check_nonnegative_int, parse_budget
+from vtensor.torch.compress import Compress
 
-POLICIES = ("capuchin", "swap")
-_ACCEPTED_TEXT = "'capuchin', 'swap' ('compress' needs vtensor's codecs, issue 12, not in this build)"
+POLICIES = ("capuchin", "swap", "compress")
 
 
 def offload(policy="capuchin", budget=None, min_bytes=0, device=None):
     """A reusable context for training steps; see the module's note. budget: device bytes for saved
-    tensors (int or '512MiB'); min_bytes: smaller tensors are left alone; device: 'cpu' or 'cuda'
-    (default: 'cuda' when available)."""
+    tensors (an int, a float or a string such as '512MiB'; optional for 'compress'); min_bytes:
+    smaller tensors are left alone; device: 'cpu' or 'cuda' (default: 'cuda' when available)."""
+    check_choice(policy, POLICIES, "offload policy")
+    if policy == "compress":
+        if device is not None:
+            check_choice(device, ("cpu", "cuda"), "device")
+        return Compress(budget, min_bytes, device)
     return Offload(policy, budget, min_bytes, device)
 
 
@@ -73,11 +83,10 @@ class _Entry:
 
 class _Handle:
     """What autograd holds for a saved tensor: the entry and the view's geometry."""
-    __slots__ = ("owner", "entry", "size", "stride", "offset", "__weakref__")
+    __slots__ = ("owner", "entry", "view", "__weakref__")
 
-    def __init__(self, owner, entry, t):
-        self.owner, self.entry = owner, entry
-        self.size, self.stride, self.offset = tuple(t.size()), tuple(t.stride()), t.storage_offset()
+    def __init__(self, owner, entry, view):
+        self.owner, self.entry, self.view = owner, entry, view
         entry.refs += 1
 
     def __del__(self):
@@ -205,24 +214,12 @@ class _CudaStore:
         self.peak = self.bytes
 
 
-def _storage_of(t):
-    """The whole storage of t as a 1-D tensor of t's dtype, its key and byte size."""
-    s = t.storage()
-    full = torch.empty(0, dtype=t.dtype, device=t.device).set_(s)
-    return full, s.data_ptr(), s.nbytes()
-
-
 class Offload:
     def __init__(self, policy="capuchin", budget=None, min_bytes=0, device=None):
-        if policy == "compress":
-            raise ValueError("policy 'compress' is not available in this build: it needs vtensor's on-device codecs "
-                             "(issue 12); accepted: " + _ACCEPTED_TEXT)
-        check_choice(policy, POLICIES, "offload policy")
+        check_choice(policy, ("capuchin", "swap"), "offload policy")
         self.policy = policy
         self.budget = parse_budget(budget)
-        if not isinstance(min_bytes, int) or min_bytes < 0:
-            raise ValueError(f"min_bytes must be an int >= 0, got {min_bytes!r}")
-        self.min_bytes = min_bytes
+        self.min_bytes = check_nonnegative_int(min_bytes, "min_bytes")
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         check_choice(device, ("cpu", "cuda"), "device")
@@ -232,6 +229,7 @@ class Offload:
         self.store = _CudaStore(self.budget) if device == "cuda" else _ArenaStore(self.budget)
         self.plan = None            # {op: [(kind, entry id)]}, from the measured step
         self.plan_info = None
+        self.planned_from = None    # the step the plan was made from
         self.measured = None        # the measured step's sequence [(kind, id, nbytes)]
         self.history = []           # stats() per step
         self.swap_ns_per_byte = self._measure_copy()
@@ -250,7 +248,7 @@ class Offload:
     def __exit__(self, *exc):
         self._hooks.__exit__(*exc)
         self._hooks = None
-        self._end_step()
+        self._end_step(failed=exc[0] is not None)
         return False
 
     def stats(self):
@@ -264,22 +262,29 @@ class Offload:
             "step": len(self.history) + 1, "mode": "guided" if guided else "measured", "policy": self.policy,
             "budget": self.budget, "entries": 0, "saved_bytes": 0, "live_saved_bytes": 0, "peak_saved_bytes": 0,
             "planned_swap_outs": 0, "prefetches": 0, "passive_evictions": 0, "late": 0, "swapped_out_bytes": 0,
-            "swapped_in_bytes": 0, "skipped_tensors": 0, "sequence_changed": False,
+            "swapped_in_bytes": 0, "skipped_tensors": 0, "sequence_changed": False, "reason": None,
+            "planned_from": self.planned_from, "unpacks_after_step": 0,
         }
+        self._warned_outside = False
         self._t0 = time.perf_counter_ns()
         self._events = []           # (kind 'w'|'r', entry id, nbytes, time ns)
         self._entries = []
         self._by_key = {}           # (storage ptr, version) -> (weakref to a tensor of it, entry)
         self._on_plan = guided
 
-    def _end_step(self):
+    def _end_step(self, failed=False):
         s = self._step
         st = self.store.stats()
         s["peak_device_bytes"] = st["peak_allocated_bytes"]
-        if s["mode"] == "guided" and len(self._events) != len(self.measured):
-            s["sequence_changed"] = True
-        if self.plan is None or s["sequence_changed"]:
+        s["failed"] = failed
+        if s["mode"] == "guided" and not s["sequence_changed"] and len(self._events) != len(self.measured):
+            self._diverged(f"the step made {len(self._events)} saved-tensor accesses where the measured one made "
+                           f"{len(self.measured)}")
+        if failed:
+            s["reason"] = s["reason"] or "an exception ended the step: the plan is kept as it was"
+        elif self.plan is None or s["sequence_changed"]:
             self._make_plan()
+            self.planned_from = s["step"]
             s["plan"] = dict(self.plan_info)
         self.history.append(s)
 
@@ -291,23 +296,31 @@ class Offload:
         if self._on_plan:
             m = self.measured
             if k >= len(m) or m[k][:3] != self._events[k][:3]:
-                self._on_plan = False  # a different step: passive from here, measure again
-                self._step["sequence_changed"] = True
+                self._diverged(f"saved-tensor access {k} differs from the measured step's (new shapes or a "
+                               f"different graph)")
         return k
+
+    def _diverged(self, why):
+        """A different step: passive from here, and the plan is made again from this step."""
+        self._on_plan = False
+        s = self._step
+        s["sequence_changed"] = True
+        s["mode"] = "passive"
+        s["reason"] = why + "; passive from there, planned again from this step"
 
     def _pack(self, t):
         if not isinstance(t, torch.Tensor) or t.layout != torch.strided or t.device.type != self.device:
             self._step["skipped_tensors"] += 1
             return ("raw", t)
-        base = t._base if t._base is not None else t
-        if base.is_leaf and base.requires_grad:  # a parameter: it stays anyway
+        if _saved.is_parameter(t):  # a parameter: it stays anyway
             self._step["skipped_tensors"] += 1
             return ("raw", t)
-        full, ptr, nbytes = _storage_of(t)
+        full, start = _saved.region(t)
+        nbytes = full.numel() * full.element_size()
         if nbytes < max(self.min_bytes, 1):
             self._step["skipped_tensors"] += 1
             return ("raw", t)
-        key = (ptr, t._version)
+        key = _saved.key(t, start, full.numel())
         hit = self._by_key.get(key)
         e = hit[1] if hit is not None and hit[0]() is not None and hit[1].alive else None
         if e is None:
@@ -322,7 +335,7 @@ class Offload:
             while not self.store.admit(e, full.detach()):
                 if not self._evict_one(exclude=e):
                     raise _vtensor.OutOfMemoryError(self._oom_text(nbytes))
-        h = _Handle(self, e, t)
+        h = _Handle(self, e, _saved.View(t, start))
         k = self._op("w", e)
         self._run_actions(k)
         return ("v", h)
@@ -332,6 +345,17 @@ class Offload:
         if kind == "raw":
             return obj
         e = obj.entry
+        if self._hooks is None:  # backward after the step's `with` ended
+            self._step["unpacks_after_step"] += 1
+            if not self._warned_outside:
+                self._warned_outside = True
+                warnings.warn("vtensor offload: backward ran outside `with off:`; saved tensors are restored on demand "
+                              "and the plan's prefetches are not used. Run forward and backward inside one `with off:`.",
+                              stacklevel=2)
+            if e.loc == "host":
+                self._swap_in(e, passive=True)
+            self.store.ready(e)
+            return obj.view.of(e.dev)
         k = self._op("r", e)
         if e.first_unpack is None:
             e.first_unpack = k
@@ -339,7 +363,7 @@ class Offload:
             self._step["late"] += 1
             self._swap_in(e, passive=True)
         self.store.ready(e)
-        v = e.dev.as_strided(obj.size, obj.stride, e.dev.storage_offset() + obj.offset)
+        v = obj.view.of(e.dev)
         self._run_actions(k)
         return v
 
