@@ -34,3 +34,18 @@ class View:
 
     def of(self, r):
         return r.as_strided(self.size, self.stride, r.storage_offset() + self.offset)
+
+
+class Handle:
+    """What autograd holds for a saved tensor: its entry (counted) and its view's geometry. The
+    entry is let go (owner._release) when the last handle of it dies."""
+    __slots__ = ("owner", "entry", "view", "__weakref__")
+
+    def __init__(self, owner, entry, view):
+        self.owner, self.entry, self.view = owner, entry, view
+        entry.refs += 1
+
+    def __del__(self):
+        self.entry.refs -= 1
+        if self.entry.refs == 0:
+            self.owner._release(self.entry)

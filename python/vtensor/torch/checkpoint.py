@@ -30,8 +30,10 @@ state and the parameters' .grad are restored after each. Deviation from vtensor'
 policy: torch's checkpoint re-runs a region's forward, so batch norm updates its running statistics
 again when recomputed (torch's documented behaviour); gradients and losses are unchanged.
 """
+import functools
 import time
 import warnings
+import weakref
 
 import torch
 import torch.nn as nn
@@ -321,7 +323,6 @@ def measure_modules(model, example, loss_fn=None, modules=None):
         units[i]["cost_ns"] += time.perf_counter_ns() - t_start[i]
         stack.pop()
         outs = {}
-        import weakref
         for t in _tensors(out):
             p = _ptr(t)
             if producer_of(t) >= 0 or p in units[i]["in_ptrs"]:
@@ -373,7 +374,6 @@ def measure_modules(model, example, loss_fn=None, modules=None):
     def unpack(x):
         return x[1] if x[0] == "raw" else x[1].t
 
-    import functools
     handles = []
     for i, (_, m) in enumerate(cands):
         handles.append(m.register_forward_pre_hook(functools.partial(pre, i)))

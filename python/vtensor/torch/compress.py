@@ -95,19 +95,6 @@ class _Entry:
         self.n, self.nbytes, self.held, self.refs, self.alive = 0, nbytes, 0, 0, True
 
 
-class _Handle:
-    __slots__ = ("owner", "entry", "view", "__weakref__")
-
-    def __init__(self, owner, entry, view):
-        self.owner, self.entry, self.view = owner, entry, view
-        entry.refs += 1
-
-    def __del__(self):
-        self.entry.refs -= 1
-        if self.entry.refs == 0:
-            self.owner._release(self.entry)
-
-
 class Compress:
     """Saved-tensor hooks that compress what they can (see the module's note); one step per `with`."""
 
@@ -189,7 +176,7 @@ class Compress:
                 s["kept_bytes"] += nbytes
             s["compress_ms"] += (time.perf_counter_ns() - t0) / 1e6
             self._hold(e.held)
-        return ("v", _Handle(self, e, _saved.View(t, start)))
+        return ("v", _saved.Handle(self, e, _saved.View(t, start)))
 
     def _unpack(self, packed):
         kind, obj = packed

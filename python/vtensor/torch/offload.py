@@ -81,21 +81,6 @@ class _Entry:
         self.first_unpack = None
 
 
-class _Handle:
-    """What autograd holds for a saved tensor: the entry and the view's geometry."""
-    __slots__ = ("owner", "entry", "view", "__weakref__")
-
-    def __init__(self, owner, entry, view):
-        self.owner, self.entry, self.view = owner, entry, view
-        entry.refs += 1
-
-    def __del__(self):
-        e = self.entry
-        e.refs -= 1
-        if e.refs == 0:
-            self.owner._release(e)
-
-
 class _ArenaStore:
     """CPU torch: the device is an arena of `budget` bytes, sub-allocated by vtensor's caching allocator."""
 
@@ -335,7 +320,7 @@ class Offload:
             while not self.store.admit(e, full.detach()):
                 if not self._evict_one(exclude=e):
                     raise _vtensor.OutOfMemoryError(self._oom_text(nbytes))
-        h = _Handle(self, e, _saved.View(t, start))
+        h = _saved.Handle(self, e, _saved.View(t, start))
         k = self._op("w", e)
         self._run_actions(k)
         return ("v", h)
