@@ -19,8 +19,9 @@ from vtensor.torch.checkpoint import (  # noqa: F401
 from vtensor.torch.compress import Compress  # noqa: F401
 from vtensor.torch.memory import PeakMeter, peak_memory  # noqa: F401
 from vtensor.torch.offload import POLICIES, Offload, offload  # noqa: F401
+from vtensor.torch.record import record_step  # noqa: F401
 
 __all__ = ["ALLOCATORS", "CheckpointHooks", "Compress", "HostDevice", "OutOfMemoryError", "Offload", "POLICIES",
            "PeakMeter", "auto_checkpoint", "checkpoint_module", "checkpointed_modules", "format_bytes", "last_oom",
            "max_memory_allocated", "measure_modules", "measure_peak", "memory_allocated", "offload", "parse_budget",
-           "peak_memory", "remove_checkpoints", "reset_peak_memory_stats", "stats", "step", "use_allocator"]
+           "peak_memory", "record_step", "remove_checkpoints", "reset_peak_memory_stats", "stats", "step", "use_allocator"]
