@@ -157,3 +157,18 @@ def test_bad_arguments_name_what_is_accepted():
         vt.auto_checkpoint(lambda t: t, (x,), "1MiB")
     with pytest.raises(ValueError, match="list of module names"):
         vt.auto_checkpoint(small_gpt(), (x,), "1MiB", modules="blocks.0")
+
+
+def test_a_loss_that_raises_leaves_the_model_unhooked():
+    x, y = gpt_batch()
+    model = small_gpt()
+    ref = train_step(copy.deepcopy(model), x, y)
+
+    def bad_loss(out):
+        raise ZeroDivisionError("in the user's loss")
+    with pytest.raises(ZeroDivisionError):
+        vt.auto_checkpoint(model, (x,), "1MiB", loss_fn=bad_loss)
+    assert not vt.checkpointed_modules(model)
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+    assert torch._C._autograd._top_saved_tensors_default_hooks(False) is None
+    assert_identical(ref, train_step(model, x, y))

@@ -66,3 +66,19 @@ def test_bad_arguments():
         vt.offload(policy="compress", min_bytes=-3)
     with pytest.raises(ValueError, match="device"):
         vt.offload(policy="compress", device="tpu")
+
+
+def test_an_exception_inside_a_step_leaves_nothing_hooked():
+    model = small_cnn()
+    x, y = cnn_batch()
+    ref = train_step(model, x, y)
+    comp = vt.offload(policy="compress")
+    with pytest.raises(ZeroDivisionError):
+        with comp:
+            model(x)
+            1 / 0
+    assert comp.stats()["failed"]
+    assert torch._C._autograd._top_saved_tensors_default_hooks(False) is None
+    with comp:
+        assert_identical(ref, train_step(model, x, y))
+    assert not comp.stats()["failed"]
