@@ -72,6 +72,7 @@ AutoRun train(const TrainConfig& cfg) {
 // machine's speed: the starts share the planning limit, and under the sanitizers' slower clock a
 // share could end before the step under test. A limit no tiny row reaches, and no LP start.
 constexpr double kUnlimitedPlanningMs = 600000;
+constexpr double kUnlimitedLpSeconds = 600;  // Clp's wall limit, for tests that assert the LP's status
 void unlimited_planning(Trainer& t) {
   if (auto* a = dynamic_cast<AutoPolicy*>(&t.memory().policy())) a->set_time_limit_ms(kUnlimitedPlanningMs);
 }
@@ -945,7 +946,14 @@ TEST_P(AutoSim, NoSwapOrRecomputePlanBeatsTheBound) {
   for (const double f : {0.5, 0.25}) {
     SCOPED_TRACE(f);
     const size_t budget = align_up(static_cast<size_t>(static_cast<double>(max_peak(base)) * f));
-    const AutoRun a = train(config(model, "auto", budget, 4, "p100-16g"));
+    // Counted work, not the machine's speed: a bounded search with no planning limit, and an LP
+    // limit no tiny row's LP reaches (under a loaded sanitizer build Clp once stopped at 2 s).
+    TrainConfig cfg = config(model, "auto", budget, 4, "p100-16g");
+    cfg.auto_search = 32, cfg.auto_window = 0, cfg.auto_room = 0;
+    Trainer t(cfg);
+    unlimited_planning(t);
+    if (auto* p = dynamic_cast<AutoPolicy*>(&t.memory().policy())) p->set_lp_seconds(kUnlimitedLpSeconds);
+    const AutoRun a = run(t, cfg);
     ASSERT_TRUE(a.report.contains("bound")) << a.report.dump();
     const auto& b = a.report["bound"];
     ASSERT_TRUE(b["feasible"].get<bool>()) << b.dump();
@@ -1293,8 +1301,10 @@ TEST(Auto, PlanningTimeLimitKeepsThePlainPlanners) {
 // a line of its own.
 TEST(Auto, TheSummaryNamesThePlanTheFastestCandidatesAndTheBounds) {
   const AutoRun base = train(config("resnet-tiny", "none", 0, 2, "p100-16g"));
-  const TrainConfig cfg = config("resnet-tiny", "auto", align_up(max_peak(base) / 2), 3, "p100-16g");
+  TrainConfig cfg = config("resnet-tiny", "auto", align_up(max_peak(base) / 2), 3, "p100-16g");
+  bounded_search(cfg);  // the per-gap search runs whatever the machine's speed
   Trainer t(cfg);
+  unlimited_planning(t);
   auto* a = dynamic_cast<AutoPolicy*>(&t.memory().policy());
   ASSERT_NE(a, nullptr);
   const TrainResult res = t.run();

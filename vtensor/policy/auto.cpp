@@ -866,6 +866,7 @@ void AutoPolicy::choose(const AccessTrace& trace) {
       bound_ = overhead_bound(in);
       bound_wall_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - b0).count();
       LpOptions lo;
+      lo.time_limit_s = lp_seconds_;
       lo.integer_time_limit_s = ilp_seconds_;
       // The in-flight model beside it (another core; no integer program), for the starts.
       // Or the LP that also compresses (where the densities are known).

@@ -344,6 +344,9 @@ class AutoPolicy final : public Policy {
   // Seconds for the integer program over the LP's fractional gaps (lp.h, Cbc; 0: none). Its plan,
   // where it differs from the LP's rounding, is rehearsed as the LP's are: more starts.
   void set_ilp_seconds(double s) { ilp_seconds_ = s; }
+  // Clp's wall limit on each LP (LpOptions::time_limit_s). Tests give one a test-sized LP cannot
+  // reach, so that what they assert does not depend on the machine's speed.
+  void set_lp_seconds(double s) { lp_seconds_ = s; }
   // The densities the measured iteration had for the compression candidates (null: none).
   const std::shared_ptr<const DensityTable>& densities() const { return densities_; }
   double planning_ms() const { return planning_ms_; }
@@ -576,6 +579,7 @@ class AutoPolicy final : public Policy {
   int first_round_rehearsals_ = kDefaultFirstRoundRehearsals;
   int lp_rehearsals_count_ = kDefaultLpRehearsals;
   double ilp_seconds_ = 0;
+  double lp_seconds_ = LpOptions{}.time_limit_s;
   double climbed_ms_ = 0;  // the plan's time after the climb, before the window search
   int windows_ = 0, window_tried_ = 0;
   int room_tried_ = 0, room_won_ = 0;  // the climbs' "make room" moves: rehearsed, won
