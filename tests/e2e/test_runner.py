@@ -404,6 +404,36 @@ class Docs(unittest.TestCase):
                 prev = line
         self.assertEqual(bad, [], "tables neither generated nor naming their command:\n" + "\n".join(bad))
 
+    def test_every_internal_link_resolves(self):
+        """Every relative link of the docs and the README names a file that exists, and an anchor a
+        heading of that file (GitHub's slugs)."""
+        def slug(h):
+            return re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+
+        def prose(path):
+            with open(path) as f:
+                return re.sub(r"```.*?```", "", f.read(), flags=re.S)
+        files = DOCS + [os.path.join(ROOT, "README.md")]
+        heads = {f: {slug(h) for h in re.findall(r"^#+ (.*)$", prose(f), re.M)} for f in files}
+        bad = []
+        for f in files:
+            for target in re.findall(r"\[[^\]]*\]\(([^)\s]+)\)", prose(f)):
+                if re.match(r"\w+://|mailto:", target):
+                    continue
+                path, _, anchor = target.partition("#")
+                dest = os.path.normpath(os.path.join(os.path.dirname(f), path)) if path else f
+                if not os.path.exists(dest):
+                    bad.append(f"{f}: {target}: no such file")
+                elif anchor and dest.endswith(".md") and anchor not in heads.get(dest, set()):
+                    bad.append(f"{f}: {target}: no such heading")
+        self.assertEqual(bad, [], "\n".join(bad))
+
+    def test_the_cli_page_is_the_clis_help(self):
+        """docs/cli.md's options are what the vtensor command's --help prints (scripts/cli_reference.py)."""
+        p = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "cli_reference.py"), "--check"],
+                           capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+
     def test_no_doc_names_a_script_that_is_gone(self):
         """Every bench/ path the docs and the README name exists."""
         gone = []
