@@ -2,6 +2,7 @@
 #include "cli/cli.h"
 
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -10,6 +11,7 @@
 #include "vtensor/backend/sim/cost_model.h"
 #include "vtensor/backend/sim/gpu_specs.h"
 #include "vtensor/core/errors.h"
+#include "vtensor/core/fault.h"
 #include "vtensor/memory/allocator.h"
 #include "vtensor/memory/trace_io.h"
 #include "vtensor/memory/planners.h"
@@ -26,6 +28,32 @@ using namespace vtensor;
 namespace {
 
 constexpr int kExitBadInput = 2;
+
+// Sizes and counts where 0 has no meaning: refused like a negative (leaving the option out takes
+// the model's preset or the policy's search).
+const CLI::Validator kPositive(
+    [](std::string& v) -> std::string {
+      try {
+        size_t used = 0;
+        const long long n = std::stoll(v, &used);
+        if (used == v.size() && n > 0) return {};
+      } catch (const std::exception&) {
+      }
+      return "must be a whole number above 0 (leave the option out for the default), got '" + v + "'";
+    },
+    "INT > 0");
+// Learning rate, momentum, weight decay: a NaN or an infinity trains to NaN.
+const CLI::Validator kFinite(
+    [](std::string& v) -> std::string {
+      try {
+        size_t used = 0;
+        const double d = std::stod(v, &used);
+        if (used == v.size() && std::isfinite(d)) return {};
+      } catch (const std::exception&) {
+      }
+      return "must be a finite number, got '" + v + "'";
+    },
+    "FINITE");
 constexpr int kExitOom = 3;
 
 std::string join(const std::vector<std::string>& v) {
@@ -388,10 +416,10 @@ void add_experiment_model_options(CLI::App* c, ExperimentArgs& a, bool model_req
   if (model_required) model->required();
   auto* gpu = c->add_option("--gpu", a.cfg.gpu, "the GPU to model: " + join(gpu_names()));
   if (gpu_required) gpu->required();
-  c->add_option("--image-size", a.cfg.model.image_size, "input height = width (features for mlp)");
-  c->add_option("--seq", a.cfg.model.image_size, "sequence length (gpt, bert; the same field as --image-size)");
-  c->add_option("--width", a.cfg.model.width, "base channel count (hidden units for mlp)");
-  c->add_option("--classes", a.cfg.model.classes, "number of classes");
+  c->add_option("--image-size", a.cfg.model.image_size, "input height = width (features for mlp)")->check(kPositive);
+  c->add_option("--seq", a.cfg.model.image_size, "sequence length (gpt, bert; the same field as --image-size)")->check(kPositive);
+  c->add_option("--width", a.cfg.model.width, "base channel count (hidden units for mlp)")->check(kPositive);
+  c->add_option("--classes", a.cfg.model.classes, "number of classes")->check(kPositive);
   c->add_option("--optimizer", a.optimizer, "optimizer: sgd, adam, adamw (default sgd)");
   c->add_option("--allocator", a.cfg.allocator, "device allocator: " + join(allocator_names()));
   c->add_option("--iters", a.cfg.iters, "iterations per run (default 3: policies that measure need more than one)");
@@ -407,7 +435,7 @@ CLI::App* add_maxbatch(CLI::App& app, ExperimentArgs& a) {
   c->add_option("--policy", a.cfg.policy, "memory policy: " + join(policy_names()));
   c->add_option("--budget", a.budget_text, "device memory budget (default: the GPU's memory)");
   c->add_option("--max-batch", a.max_limit, "stop the search here");
-  c->add_option("--checkpoint-segments", a.cfg.checkpoint_segments, "policy checkpoint: segment count (default: search the segments for the lowest peak)");
+  c->add_option("--checkpoint-segments", a.cfg.checkpoint_segments, "policy checkpoint: segment count (default: search the segments for the lowest peak)")->check(kPositive);
   c->add_option("--densities", a.cfg.densities_path, "compress policies and auto: non-zero counts recorded by a cpu run (train --densities-out)");
   c->add_option("--report", a.report, "write the search as JSON to this file");
   return c;
@@ -479,11 +507,11 @@ CLI::App* add_sweep(CLI::App& app, ExperimentArgs& a) {
   add_experiment_model_options(c, a, false, false);
   c->add_option("--backend", a.cfg.backend, "backend: sim (default; needs --gpu) or cpu (real training, bit-identity checked)");
   c->add_option("--trace", a.trace, "instead of --model: a recorded trace or DTR log (dtr:NAME), replayed");
-  c->add_option("--batch", a.cfg.model.batch, "batch size (default: the model's preset)");
+  c->add_option("--batch", a.cfg.model.batch, "batch size (default: the model's preset)")->check(kPositive);
   c->add_option("--policies", a.policies_text, "comma-separated policies (default none,lru,lru-recompute)");
   c->add_option("--budgets", a.budgets_text, "comma-separated budgets: % of the unmanaged peak or sizes (default 100%,75%,50%,25%)");
   c->add_option("--batches", a.batches_text, "comma-separated batch sizes (overrides --batch)");
-  c->add_option("--checkpoint-segments", a.cfg.checkpoint_segments, "runs of policy checkpoint: segment count (default: sqrt of the layer count)");
+  c->add_option("--checkpoint-segments", a.cfg.checkpoint_segments, "runs of policy checkpoint: segment count (default: sqrt of the layer count)")->check(kPositive);
   c->add_option("--auto-search", a.cfg.auto_search, kAutoSearchHelp);
   c->add_option("--auto-window", a.cfg.auto_window, kAutoWindowHelp);
   c->add_option("--auto-room", a.cfg.auto_room, kAutoRoomHelp);
@@ -565,7 +593,7 @@ int cmd_sweep(ExperimentArgs a) {
 CLI::App* add_costs(CLI::App& app, ExperimentArgs& a) {
   auto* c = app.add_subcommand("costs", "the sim cost model's prediction for every op of a model's training step");
   add_experiment_model_options(c, a);
-  c->add_option("--batch", a.cfg.model.batch, "batch size (default: the model's preset)");
+  c->add_option("--batch", a.cfg.model.batch, "batch size (default: the model's preset)")->check(kPositive);
   c->add_option("--out", a.out, "write the table as CSV to this file instead of printing it");
   return c;
 }
@@ -615,11 +643,11 @@ int vtensor::run_cli(int argc, char** argv, CliMode mode) {
   std::string optimizer = "sgd";
   auto* train = app.add_subcommand("train", "train a model under a device-memory budget");
   train->add_option("--model", cfg.model.name, "model: " + join(model_names()))->required();
-  train->add_option("--batch", cfg.model.batch, "batch size (default: the model's preset)");
-  train->add_option("--image-size", cfg.model.image_size, "input height = width (features for mlp)");
-  train->add_option("--seq", cfg.model.image_size, "sequence length (gpt, bert; the same field as --image-size)");
-  train->add_option("--width", cfg.model.width, "base channel count (hidden units for mlp)");
-  train->add_option("--classes", cfg.model.classes, "number of classes");
+  train->add_option("--batch", cfg.model.batch, "batch size (default: the model's preset)")->check(kPositive);
+  train->add_option("--image-size", cfg.model.image_size, "input height = width (features for mlp)")->check(kPositive);
+  train->add_option("--seq", cfg.model.image_size, "sequence length (gpt, bert; the same field as --image-size)")->check(kPositive);
+  train->add_option("--width", cfg.model.width, "base channel count (hidden units for mlp)")->check(kPositive);
+  train->add_option("--classes", cfg.model.classes, "number of classes")->check(kPositive);
   train->add_option("--budget", budget_text, "device memory budget, e.g. 512MiB (default: 8GiB on cpu, the free memory less a margin on cuda)");
   train->add_option("--host-budget", host_budget_arg, kHostBudgetHelp);
   train->add_option("--policy", cfg.policy, "memory policy: " + join(policy_names()));
@@ -632,10 +660,10 @@ int vtensor::run_cli(int argc, char** argv, CliMode mode) {
   train->add_option("--iters", cfg.iters, "training iterations (default 10)");
   train->add_option("--seed", cfg.seed, "weight-initialisation seed");
   train->add_option("--data-seed", cfg.model.seed, "data and dropout seed");
-  auto* lr = train->add_option("--lr", cfg.optimizer.lr, "learning rate (default 0.05 for sgd, 0.001 for adam / adamw)");
+  auto* lr = train->add_option("--lr", cfg.optimizer.lr, "learning rate (default 0.05 for sgd, 0.001 for adam / adamw)")->check(kFinite);
   train->add_option("--optimizer", optimizer, "optimizer: sgd, adam, adamw (default sgd)");
-  train->add_option("--momentum", cfg.optimizer.momentum, "SGD momentum");
-  train->add_option("--checkpoint-segments", cfg.checkpoint_segments, "policy checkpoint: segment count (default: search the segments for the lowest peak)");
+  train->add_option("--momentum", cfg.optimizer.momentum, "SGD momentum")->check(kFinite);
+  train->add_option("--checkpoint-segments", cfg.checkpoint_segments, "policy checkpoint: segment count (default: search the segments for the lowest peak)")->check(kPositive);
   train->add_option("--auto-search", cfg.auto_search, kAutoSearchHelp);
   train->add_option("--auto-window", cfg.auto_window, kAutoWindowHelp);
   train->add_option("--auto-room", cfg.auto_room, kAutoRoomHelp);
@@ -653,7 +681,7 @@ int vtensor::run_cli(int argc, char** argv, CliMode mode) {
   train->add_option("--auto-plan", cfg.auto_plan, kAutoPlanHelp);
   train->add_flag("--inplace-relu-grad", cfg.inplace_relu_grad, "relu backward writes dx over dy where dy dies (cuDNN's in-place ReLU, as in vDNN)");
   train->add_flag("--step-in-backward", cfg.optimizer.in_backward, kStepInBackwardHelp);
-  train->add_option("--weight-decay", cfg.optimizer.weight_decay, "weight decay (L2 for sgd and adam, decoupled for adamw)");
+  train->add_option("--weight-decay", cfg.optimizer.weight_decay, "weight decay (L2 for sgd and adam, decoupled for adamw)")->check(kFinite);
   train->add_option("--report", report, "write a JSON report to this file");
   train->add_option("--trace", cfg.trace_path, "write the access trace (JSON lines) to this file");
   train->add_flag("--deterministic", cfg.deterministic,
@@ -714,6 +742,7 @@ int vtensor::run_cli(int argc, char** argv, CliMode mode) {
   if (mode == CliMode::kParseOnly) return 0;
 
   try {
+    fault::check_env();
     if (models->parsed()) {
       std::printf("%-12s %6s %6s %6s %8s  %s\n", "model", "batch", "input", "width", "classes", "description");
       for (const auto& m : model_registry())

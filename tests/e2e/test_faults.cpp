@@ -128,3 +128,21 @@ TEST(Faults, TheCommandLineExitsThreeOrOneAndWritesNoReport) {
     EXPECT_FALSE(std::filesystem::exists(report + ".tmp")) << out;
   }
 }
+
+// A malformed VTENSOR_FAULT is refused before anything runs, whatever the command: it used to be
+// read at the first fault point, which a run may never reach.
+TEST(Faults, AMalformedSpecIsRefusedBeforeTheRun) {
+  for (const std::string spec : {"copy:0", "copy:1x", "COPY:1", "device-alloc", "disk:3"}) {
+    for (const std::string args : {"policies", "models", "costs --model mlp-tiny --gpu p100-16g"}) {
+      SCOPED_TRACE(spec + " / " + args);
+      const std::string cmd = "env VTENSOR_FAULT=" + spec + " " + std::string(VTENSOR_BINARY) + " " + args + " 2>&1";
+      FILE* p = popen(cmd.c_str(), "r");
+      std::string out;
+      char buf[4096];
+      while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+      const int status = pclose(p);
+      EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 2) << out;
+      EXPECT_NE(out.find("VTENSOR_FAULT='" + spec + "': accepted: KIND:K"), std::string::npos) << out;
+    }
+  }
+}

@@ -73,6 +73,10 @@ void disarm() {
   armed_kind = -1;
 }
 
+void check_env() {
+  if (!env_read.load(std::memory_order_acquire)) std::call_once(env_once, read_env);
+}
+
 bool hit(Kind k) {
   if (!env_read.load(std::memory_order_acquire)) std::call_once(env_once, read_env);
   const uint64_t n = counts[static_cast<size_t>(k)].fetch_add(1, std::memory_order_relaxed) + 1;

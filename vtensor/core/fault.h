@@ -20,6 +20,9 @@ void arm(Kind k, uint64_t nth);  // the nth event of k fails; counts restart fro
 void disarm();                   // nothing fails; counts restart from 0
 // Counts one event of `k`; true when it is the armed one (the caller then fails it).
 bool hit(Kind k);
+// Reads VTENSOR_FAULT now (the first event would otherwise): a malformed value throws
+// std::invalid_argument before a run starts, not at a fault point the run may never reach.
+void check_env();
 uint64_t count(Kind k);          // events of k since the last arm() / disarm()
 // "injected fault: <what> #N": the message of the failure hit() just asked for.
 std::string message(Kind k, const std::string& what);
