@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "vtensor/core/output.h"
 #include "vtensor/backend/sim/cost_model.h"
 #include "vtensor/backend/sim/gpu_specs.h"
 #include "vtensor/core/errors.h"
@@ -217,10 +218,7 @@ size_t parse_host_budget(const std::string& text) { return text.empty() ? 0 : pa
 std::string host_budget_suffix(size_t bytes) { return bytes ? ", host budget " + format_bytes(bytes) : ""; }
 
 void check_output_path(const std::string& path, const char* what) {
-  if (path.empty()) return;
-  auto dir = std::filesystem::path(path).parent_path();
-  if (!dir.empty() && !std::filesystem::is_directory(dir))
-    throw std::invalid_argument(std::string(what) + " '" + path + "': directory '" + dir.string() + "' does not exist");
+  if (!path.empty()) check_output(path, what);
 }
 
 // The memory-timeline page of a finished run (--html).
@@ -240,6 +238,9 @@ int cmd_train(const TrainConfig& base, const std::string& budget_text, const std
   cfg.host_budget = parse_host_budget(host_budget_text_arg);
   check_output_path(report, "--report");
   check_output_path(cfg.trace_path, "--trace");
+  // Checked before the run: no output overwrites another or an input.
+  check_distinct({{"--report", report}, {"--html", html}, {"--trace", cfg.trace_path}, {"--densities-out", cfg.densities_out}},
+                 {cfg.densities_path, cfg.auto_plan});
   check_checkpoint_segments(cfg);
   Trainer trainer(cfg);
   const auto& c = trainer.config();
@@ -318,6 +319,7 @@ int cmd_train(const TrainConfig& base, const std::string& budget_text, const std
 
 int cmd_view(const std::string& input, const std::string& out) {
   check_output_path(out, "-o");
+  check_distinct({{"-o", out}}, {input});
   const std::string text = view_html(read_json_file(input), input);
   write_file_atomically(text, out, "page");
   std::printf("%s written from %s\n", out.c_str(), input.c_str());
@@ -372,6 +374,8 @@ int cmd_replay(ReplayArgs a) {
   a.cfg.host_budget = parse_host_budget(a.host_budget_text);
   check_output_path(a.report, "--report");
   check_output_path(a.html, "--html");
+  check_distinct({{"--report", a.report}, {"--html", a.html}},
+                 {a.cfg.trace.rfind("dtr:", 0) == 0 ? std::string() : a.cfg.trace, a.cfg.auto_plan});
   if (!a.html.empty()) a.cfg.timeline = true;
   std::printf("vtensor replay: %s on %s, policy %s%s\n", a.cfg.trace.c_str(), a.cfg.gpu.c_str(), a.cfg.policy.c_str(),
               host_budget_suffix(a.cfg.host_budget).c_str());
@@ -489,13 +493,7 @@ int cmd_maxbatch(ExperimentArgs a) {
                         {"peak_host_bytes", r.at_batch.peak_host},
                         {"iteration_ms", r.at_batch.iteration_ms}, {"probes", probes},
                         {"checked_above", r.checked_above}, {"non_monotonic", r.non_monotonic}};
-    const std::string tmp = a.report + ".tmp";
-    {
-      std::ofstream out(tmp);
-      if (!out) throw std::invalid_argument("--report '" + a.report + "': cannot write");
-      out << j.dump(2) << "\n";
-    }
-    std::filesystem::rename(tmp, a.report);
+    write_output(a.report, "report", j.dump(2) + "\n");
     std::printf("report written to %s\n", a.report.c_str());
   }
   return 0;
@@ -536,6 +534,8 @@ int cmd_sweep(ExperimentArgs a) {
   if (!sim && !a.cfg.gpu.empty()) throw std::invalid_argument("--gpu applies to --backend sim only");
   a.cfg.host_budget = parse_host_budget(a.host_budget_text);
   check_output_path(a.out, "--out");
+  check_distinct({{"--out", a.out}}, {a.trace.rfind("dtr:", 0) == 0 ? std::string() : a.trace,
+                                      a.cfg.densities_path});
   if (a.out.size() < 5 || (a.out.substr(a.out.size() - 4) != ".csv" && a.out.substr(a.out.size() - 5) != ".json"))
     throw std::invalid_argument("--out '" + a.out + "': accepted extensions: .csv, .json");
   const auto policies = split_list(a.policies_text);
@@ -618,13 +618,7 @@ int cmd_costs(ExperimentArgs a) {
   if (a.out.empty()) {
     std::fputs(text.c_str(), stdout);
   } else {
-    const std::string tmp = a.out + ".tmp";
-    {
-      std::ofstream out(tmp);
-      if (!out) throw std::invalid_argument("--out '" + a.out + "': cannot write");
-      out << text;
-    }
-    std::filesystem::rename(tmp, a.out);
+    write_output(a.out, "cost table", text);
   }
   std::fprintf(a.out.empty() ? stderr : stdout, "%zu ops on %s: %.3f ms of predicted compute per iteration\n",
                g.num_ops(), gpu.name.c_str(), total);
@@ -740,6 +734,7 @@ int vtensor::run_cli(int argc, char** argv, CliMode mode) {
     return kExitBadInput;
   }
   if (mode == CliMode::kParseOnly) return 0;
+  install_output_signal_handlers();  // an interrupted run leaves no temporary file behind
 
   try {
     fault::check_env();

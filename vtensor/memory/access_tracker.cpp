@@ -1,3 +1,4 @@
+#include "vtensor/core/output.h"
 #include "vtensor/memory/access_tracker.h"
 
 #include <cstdio>
@@ -44,10 +45,7 @@ void AccessTracker::record_op(int op_index, double ms) {
 }
 
 void AccessTracker::write_jsonl(const std::string& path, const Graph& g, const std::vector<AccessTrace>& traces) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    if (!out) throw std::invalid_argument("cannot write trace file '" + path + "'");
+  write_output(path, "trace", [&](std::ostream& out) {
     nlohmann::json tensors = nlohmann::json::array();
     for (const auto& t : g.tensors()) {
       nlohmann::json inputs = nlohmann::json::array();
@@ -75,9 +73,7 @@ void AccessTracker::write_jsonl(const std::string& path, const Graph& g, const s
                               {"kind", to_string(a.kind)}, {"t_ns", a.time_ns}}
                    .dump()
             << "\n";
-    if (!out) throw std::runtime_error("error writing trace file '" + path + "'");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error("cannot move trace into '" + path + "'");
+  });
 }
 
 }  // namespace vtensor

@@ -1,3 +1,4 @@
+#include "vtensor/core/output.h"
 #include "vtensor/train/densities.h"
 
 #include <cstdio>
@@ -42,14 +43,7 @@ void write_densities(const DensityTable& d, const std::string& path) {
   nlohmann::json t = nlohmann::json::object();
   for (const auto& [name, v] : d.tensors) t[name] = {{"elements", v.first}, {"nonzeros", v.second}};
   const nlohmann::json j = {{"format", kDensitiesFormat}, {"source", d.source}, {"tensors", t}};
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    if (!out) throw std::invalid_argument("--densities-out '" + path + "': cannot write (is the directory there?)");
-    out << j.dump(1) << "\n";
-    if (!out) throw std::runtime_error("error writing '" + path + "'");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error("cannot move densities into '" + path + "'");
+  write_output(path, "densities", j.dump(1) + "\n");
 }
 
 }  // namespace vtensor

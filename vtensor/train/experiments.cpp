@@ -1,3 +1,4 @@
+#include "vtensor/core/output.h"
 #include "vtensor/policy/registry.h"
 #include "vtensor/train/experiments.h"
 
@@ -301,22 +302,7 @@ void write_sweep(const std::vector<SweepRow>& rows, const std::string& path) {
     }
     text = a.dump(2) + "\n";
   }
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    if (!out) throw std::invalid_argument("--out '" + path + "': cannot write (is the directory there?)");
-    out << text;
-    if (!out || fault::hit(fault::Kind::kReportWrite)) {
-      const bool injected = static_cast<bool>(out);
-      out.close();
-      std::remove(tmp.c_str());
-      throw IoError(injected ? fault::message(fault::Kind::kReportWrite, "sweep write") : "error writing '" + path + "'");
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw IoError("cannot move the sweep into '" + path + "'");
-  }
+  write_output(path, "sweep", text);
 }
 
 }  // namespace vtensor

@@ -1,3 +1,4 @@
+#include "vtensor/core/output.h"
 #include "vtensor/train/report_html.h"
 
 #include <algorithm>
@@ -352,22 +353,7 @@ json read_json_file(const std::string& path) {
 }
 
 void write_file_atomically(const std::string& text, const std::string& path, const std::string& what) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    if (!out) throw std::invalid_argument("cannot write " + what + " '" + path + "' (is the directory there and writable?)");
-    out << text;
-    if (!out || fault::hit(fault::Kind::kReportWrite)) {
-      const bool injected = static_cast<bool>(out);
-      out.close();
-      std::remove(tmp.c_str());
-      throw IoError(injected ? fault::message(fault::Kind::kReportWrite, what + " write") : "error writing " + what + " '" + path + "'");
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw IoError("cannot move " + what + " into '" + path + "'");
-  }
+  write_output(path, what, text);
 }
 
 }  // namespace vtensor

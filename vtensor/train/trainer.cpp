@@ -1,3 +1,4 @@
+#include "vtensor/core/output.h"
 #include "vtensor/policy/registry.h"
 #include "vtensor/train/trainer.h"
 
@@ -556,21 +557,7 @@ std::string report_json(const TrainResult& r) {
 
 void write_report(const TrainResult& r, const std::string& path) {
   const std::string text = report_json(r);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    if (!out) throw std::invalid_argument("cannot write report '" + path + "' (is the directory there and writable?)");
-    out << text << "\n";
-    if (!out || fault::hit(fault::Kind::kReportWrite)) {
-      out.close();
-      std::remove(tmp.c_str());
-      throw IoError(out ? fault::message(fault::Kind::kReportWrite, "report write") : "error writing report '" + path + "'");
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw IoError("cannot move report into '" + path + "'");
-  }
+  write_output(path, "report", [&](std::ostream& out) { out << text << "\n"; });
 }
 
 }  // namespace vtensor

@@ -1,0 +1,34 @@
+// Every file vtensor writes (reports, pages, traces, sweeps, densities, cost tables) goes through
+// here, so that no run clobbers what it should not or leaves a file half-written:
+//  - check_output() before a run: the folder exists and is writable, the path is not a folder,
+//    and a symlink is followed to its target; check_distinct() refuses two outputs, or an output
+//    and an input, that are one file.
+//  - write_output(): a unique temporary file beside the target (mkstemp, never PATH.tmp, so two
+//    runs writing one path, or a user's own PATH.tmp, are safe), written, flushed, fsync'ed and
+//    closed with every error checked, then renamed onto the target (a symlink's target: the link
+//    stays). An existing character device or FIFO (/dev/null, a pipe) is written in place, never
+//    replaced. On any failure the target is as it was and the temporary file is gone.
+//  - install_output_signal_handlers(): SIGINT / SIGTERM remove the temporary files of writes in
+//    flight, then exit 130 / 143.
+// Bad paths throw std::invalid_argument naming the flag; failed writes throw IoError.
+#pragma once
+#include <functional>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace vtensor {
+
+// Checks that `path` can be written; returns the file a write will land on (symlinks resolved).
+std::string check_output(const std::string& path, const std::string& flag);
+// (flag, path) outputs (empty paths skipped) and input paths: each output checked, and no two
+// naming one file (after symlinks), nor an output naming an input.
+void check_distinct(const std::vector<std::pair<std::string, std::string>>& outputs,
+                    const std::vector<std::string>& inputs = {});
+// Writes what `fill` puts on the stream to `path` (see above); `what` names it in messages.
+void write_output(const std::string& path, const std::string& what, const std::function<void(std::ostream&)>& fill);
+void write_output(const std::string& path, const std::string& what, const std::string& text);
+void install_output_signal_handlers();
+
+}  // namespace vtensor
