@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Packs what bench/cuda_bench.sh needs to run on a lent GPU machine whose image has CUDA, cmake and
+# Packs what bench/cuda_bench.sh needs to run on a GPU machine whose image has CUDA, cmake and
 # PyTorch but not Debian's OpenBLAS, Clp or GoogleTest: the binaries built here with CUDA (same
 # nvcc major version as there), the cuda tests' ctest files, and the shared libraries the image
 # lacks; and for the Python module, built there by scripts/device_python.sh with that machine's
 # Python, the core library (build/libvtensor.so) and nlohmann-json's headers. Writes build-dev/pkg.tar.gz (ignored by git, about 22 MB). On the GPU machine, from the
-# repository root (docs/benchmarks.md, "On a lent GPU machine"):
+# repository root (docs/benchmarks.md, "On a GPU machine"):
 #   tar xzf build-dev/pkg.tar.gz && export LD_LIBRARY_PATH=$PWD/build-dev/lib:...
 #   VTENSOR_PREBUILT=1 bash bench/cuda_bench.sh
 set -euo pipefail

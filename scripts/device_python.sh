@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On a lent GPU machine (docs/benchmarks.md, "On a lent GPU machine"): builds the Python module
+# On a GPU machine (docs/benchmarks.md, "On a GPU machine"): builds the Python module
 # python/vtensor/_vtensor*.so with that machine's Python and pip's pybind11, against the core library
 # and headers scripts/device_package.sh carried (build/libvtensor.so, build-dev/include), then
 # runs the Python tests: all of them under pytest where it is installed, else python/tests/test_cuda.py

@@ -44,9 +44,9 @@ TrainConfig config(const std::string& model, const std::string& policy, size_t b
   cfg.budget = budget;
   cfg.iters = iters;
   if (!gpu.empty()) cfg.backend = "sim", cfg.gpu = gpu;
-  // The wall clock, as before stop 61: under the sanitizers a rehearsal runs several times slower
-  // than the default rehearsals clock counts it, which would plan as long as in release (CI's
-  // time). The clock's own tests set rehearsals.
+  // The wall clock, not the default rehearsals clock: under the sanitizers a rehearsal runs
+  // several times slower than the rehearsals clock counts it, so that clock would plan as much as
+  // in release and take several times as long (CI's time). The clock's own tests set rehearsals.
   if (policy == "auto") cfg.auto_clock = "wall";
   return cfg;
 }
@@ -787,9 +787,9 @@ TEST(AutoRunLong, AWarmLayoutIsBitIdenticalToNone) {
         ASSERT_FALSE(ap->warm_layout().empty()) << "the layout did not win";
         EXPECT_EQ(layouts[1], ap->warm_layout()) << "the measured iteration did not end in the warm layout";
         EXPECT_GT(r.iters[0].counters.compacted_blocks, 0u);
-        // On cpu the plan is made from the rehearsal's record of the measured iteration (off by
-        // a few ulps from the clock's, a plan made from that once wrap-swapped other tensors and
-        // the layout was not taken: CI, stop 48)
+        // On cpu the plan is made from the rehearsal's record of the measured iteration, which
+        // the warm layout was rehearsed with: the clock's record is off by a few ulps, and a plan
+        // made from it can wrap-swap other tensors, and then the layout is not taken
         EXPECT_EQ(ap->report()["planned_from"], gpu.empty() ? "rehearsed measured iteration" : "measured iteration");
       } else {
         EXPECT_TRUE(ap->warm_layout().empty());

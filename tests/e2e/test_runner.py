@@ -212,6 +212,7 @@ class Runner(unittest.TestCase):
 DOCS = [os.path.join(ROOT, "docs", f) for f in sorted(os.listdir(os.path.join(ROOT, "docs"))) if f.endswith(".md")]
 COMMAND = re.compile(r"bench/\w+\.(?:py|sh)|build/vtensor|build/bench/|vtensor (train|replay|sweep|maxbatch|costs)")
 REFERENCE = "<!-- table: reference, not a measurement -->"
+SOURCES = (".cpp", ".h", ".cu", ".py", ".sh")
 
 
 class Names(unittest.TestCase):
@@ -444,6 +445,31 @@ class Docs(unittest.TestCase):
                 if not os.path.exists(os.path.join(ROOT, m)):
                     gone.append(f"{path}: {m}")
         self.assertEqual(gone, [], "\n".join(gone))
+
+    # Words of a log of the work, not of the project: "stop 48", "since stop", "this stop", "issue 15",
+    # "lent GPU", "the next GPU session". Bounded on both sides so that "stops", "no issue" and
+    # "the issue order" do not match.
+    WORK_LOG = re.compile(r"\bstops? [0-9]+\b|\bsince stop\b|\b(?:this|next) stop\b|\bissue [0-9]+\b"
+                          r"|\blent (?:a |the )?gpu\b|\bgpu session|\bwork session", re.I)
+
+    def test_no_work_log_vocabulary(self):
+        """The README, every docs/**/*.md and the sources under vtensor/, python/vtensor/, cli/, scripts/
+        and bench/ read as a reference written in the current state: what the project does and what
+        was measured, with its date and command, not the history of the work."""
+        paths = [os.path.join(ROOT, "README.md")]
+        for top, exts in (("docs", (".md",)), ("vtensor", SOURCES), (os.path.join("python", "vtensor"), SOURCES),
+                          ("cli", SOURCES), ("scripts", SOURCES), ("bench", SOURCES)):
+            for d, dirs, files in os.walk(os.path.join(ROOT, top)):
+                dirs[:] = sorted(x for x in dirs if not x.startswith(".") and x != "__pycache__")
+                paths += [os.path.join(d, f) for f in sorted(files) if f.endswith(exts)]
+        hits = []
+        for path in paths:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                for i, line in enumerate(f, 1):
+                    for m in self.WORK_LOG.finditer(line):
+                        hits.append(f"{os.path.relpath(path, ROOT)}:{i}: {m.group(0)!r}: {line.strip()[:100]}")
+        if hits:
+            self.fail(f"{len(hits)} work-log phrases (state the current state instead):\n" + "\n".join(hits))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-// auto (ours, issue 15): keep / swap / recompute / compress chosen per access gap, each choice
+// auto (ours): keep / swap / recompute / compress chosen per access gap, each choice
 // costed by its effect on the whole iteration (queues, compute stream, arena), not alone.
 //   Measured iteration: passive (LRU swap on OOM, parameters last), every access and kernel timed.
 //   Candidates (auto_candidates()): the planners as they are (Capuchin's modes, checkpointing,
