@@ -7,7 +7,7 @@ output folder and rendered as a Markdown table. Debian's python3 only.
   bench/run.py NAME [NAME ...] | all      # run them; results in bench-out/NAME.{csv,json,md}
                                           # (all: every experiment but the runner's own tests, smoke
                                           # and smoke-runs; about 30 minutes on 2 cores)
-  bench/run.py NAME --update-docs         # and rewrite NAME's generated tables in docs/*.md
+  bench/run.py NAME --update-docs         # and rewrite NAME's generated tables in docs/**/*.md
   bench/run.py NAME --render-only [--update-docs]   # the tables again from bench-out/NAME.json, no runs
                                           # (a derived table, from its sources' JSON there)
   options: --out DIR (bench-out), --jobs N (parallel maxbatch searches, default 2)
@@ -26,6 +26,7 @@ a new policy joins the tables on the next run.
 """
 import argparse
 import csv
+import glob
 import json
 import os
 import re
@@ -2356,10 +2357,8 @@ def update_docs(name, text, docs):
     begin = f"<!-- generated: bench/run.py {name} -->"
     end = f"<!-- end generated: {name} -->"
     hits = 0
-    for fn in sorted(os.listdir(docs)):
-        path = os.path.join(docs, fn)
-        if not fn.endswith(".md"):
-            continue
+    paths = sorted(glob.glob(os.path.join(docs, "**", "*.md"), recursive=True))  # docs/experiments/*.md too
+    for path in paths:
         with open(path) as f:
             doc = f.read()
         pat = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
@@ -2372,7 +2371,7 @@ def update_docs(name, text, docs):
         hits += 1
         print(f"[{name}] updated {path}")
     if not hits:
-        sys.exit(f"[{name}] no {docs}/*.md holds the markers {begin} ... {end}")
+        sys.exit(f"[{name}] no {docs}/**/*.md holds the markers {begin} ... {end}")
 
 
 def write_outputs(name, exp, rows, out):
@@ -2401,7 +2400,7 @@ def main():
     ap.add_argument("--update-docs", action="store_true")
     ap.add_argument("--render-only", action="store_true",
                     help="run nothing: render the tables from the rows of an earlier run (OUT/NAME.json)")
-    ap.add_argument("--docs", default=os.path.join(ROOT, "docs"), help="folder of the Markdown files to update")
+    ap.add_argument("--docs", default=os.path.join(ROOT, "docs"), help="folder of the Markdown files to update (searched recursively)")
     a = ap.parse_args()
     if a.names == ["list"]:
         for n, e in EXPERIMENTS.items():

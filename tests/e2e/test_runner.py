@@ -2,6 +2,7 @@
 """bench/run.py end to end: the `smoke` experiment through the vtensor binary (VTENSOR_BINARY),
 its CSV, JSON and Markdown, and --update-docs rewriting only the marked region of a doc."""
 import csv
+import glob
 import json
 import os
 import re
@@ -18,8 +19,8 @@ class Runner(unittest.TestCase):
     def test_smoke_experiment_end_to_end(self):
         with tempfile.TemporaryDirectory() as tmp:
             docs = os.path.join(tmp, "docs")
-            os.makedirs(docs)
-            doc = os.path.join(docs, "page.md")
+            os.makedirs(os.path.join(docs, "experiments"))
+            doc = os.path.join(docs, "experiments", "page.md")  # --update-docs looks under docs/ recursively
             with open(doc, "w") as f:
                 f.write("before\n<!-- generated: bench/run.py smoke -->\nold table\n<!-- end generated: smoke -->\nafter\n")
             out = os.path.join(tmp, "out")
@@ -209,7 +210,8 @@ class Runner(unittest.TestCase):
             self.assertIn("no ", p.stderr)
 
 
-DOCS = [os.path.join(ROOT, "docs", f) for f in sorted(os.listdir(os.path.join(ROOT, "docs"))) if f.endswith(".md")]
+# Every Markdown file under docs/, recursively (docs/experiments/*.md, docs/gpu-runs/README.md).
+DOCS = sorted(glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True))
 COMMAND = re.compile(r"bench/\w+\.(?:py|sh)|build/vtensor|build/bench/|vtensor (train|replay|sweep|maxbatch|costs)")
 REFERENCE = "<!-- table: reference, not a measurement -->"
 
@@ -371,7 +373,7 @@ class FitClock(unittest.TestCase):
 
 class Docs(unittest.TestCase):
     def test_every_table_is_generated_or_names_its_command(self):
-        """Every table of docs/*.md sits between the markers of an experiment `bench/run.py list` knows,
+        """Every table of docs/**/*.md sits between the markers of an experiment `bench/run.py list` knows,
         or the text since the previous heading names the command that made it, or it is marked as a
         reference table (no measurement: a mapping, a GPU's data sheet)."""
         listed = subprocess.run([*RUN, "list"], capture_output=True, text=True, check=True).stdout
