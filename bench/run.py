@@ -42,7 +42,7 @@ BIN = os.environ.get("VTENSOR_BINARY") or os.path.join(ROOT, "build", "vtensor")
 # then a function of the command alone); the cap's own effect is the auto-wall-cap experiment.
 os.environ.setdefault("VTENSOR_AUTO_WALL_CAP", "0")
 
-# The reference batches of docs/experiments.md (FP32, SGD with momentum; CNNs at 224x224).
+# The reference batches of docs/experiments/capuchin.md, "Method" (FP32, SGD with momentum; CNNs at 224x224).
 PAPER_MODELS = [
     {"model": "resnet50", "batch": 32},
     {"model": "vgg16", "batch": 64},
@@ -50,7 +50,7 @@ PAPER_MODELS = [
     {"model": "bert-base", "batch": 32, "seq": 128},
 ]
 TINY_MODELS = [{"model": m} for m in ("resnet-tiny", "vgg-tiny", "gpt-tiny", "bert-tiny")]
-PAPER_MODELS_ADAM = [  # the checkpoint section's setting: transformers with Adam (m and v counted)
+PAPER_MODELS_ADAM = [  # docs/experiments/checkpoint.md's setting: transformers with Adam (m and v counted)
     {"model": "bert-base", "seq": 128, "optimizer": "adam"},
     {"model": "gpt2-small", "seq": 1024, "optimizer": "adam"},
     {"model": "resnet50"},
@@ -426,7 +426,7 @@ def mib(b):
 
 
 
-# ---- the experiments of kind runs (docs/experiments.md's section tables)
+# ---- the experiments of kind runs (the tables of the pages under docs/experiments/)
 
 UNLIMITED = ["--budget", "1024GiB"]
 SIM_MODELS = [("ResNet-50, 224x224", "resnet50", 32), ("ResNet-50, 224x224", "resnet50", 1000),
@@ -488,7 +488,7 @@ EXPERIMENTS["dtr-transformer-sweep"] = {
 
 
 
-# vDNN (docs/experiments.md, vDNN section): none at the oracle budget, then none and each vDNN
+# vDNN (docs/experiments/vdnn.md): none at the oracle budget, then none and each vDNN
 # policy at the budget under study; vdnn-all / vdnn-conv, whose plans do not depend on the
 # budget, measured again at the oracle budget where they do not fit (status over_budget).
 
@@ -1493,7 +1493,7 @@ RENDER = {"grid": md_grid, "logs": md_logs, "maxbatch": md_maxbatch}
 RUNNERS["runs"], RENDER["runs"] = run_runs, md_runs
 
 
-# auto (docs/experiments.md, "auto" section). auto-vs-best and auto-vs-best-logs are derived from
+# auto (docs/experiments/auto.md). auto-vs-best and auto-vs-best-logs are derived from
 # the rows of headline-p100 / headline-h100 and dtr-logs (run them first, into the same --out);
 # auto-search runs `auto` once per row with a report and reads, from its rehearsals, the best of
 # the planners as they are against the candidate auto chose, the breakdown of its time and the

@@ -389,7 +389,9 @@ class Docs(unittest.TestCase):
                     inside, rendered = m.group(1), False
                     if inside not in names:
                         bad.append(f"{path}:{i + 1}: marker for unknown experiment {inside}")
-                elif re.match(r"<!-- end generated: (\S+) -->", line):
+                # An end marker counts after a bench/run.py begin only: the scripts' blocks (docs/cli.md's,
+                # docs/experiments.md's contents) end with one too.
+                elif inside is not None and re.match(r"<!-- end generated: (\S+) -->", line):
                     if not rendered:
                         bad.append(f"{path}:{i + 1}: no table between the markers of {inside}")
                     inside = None
@@ -429,6 +431,13 @@ class Docs(unittest.TestCase):
                 elif anchor and dest.endswith(".md") and anchor not in heads.get(dest, set()):
                     bad.append(f"{f}: {target}: no such heading")
         self.assertEqual(bad, [], "\n".join(bad))
+
+    def test_the_experiments_contents_is_generated(self):
+        """docs/experiments.md's contents list is the headings of the pages under docs/experiments/
+        (scripts/docs_contents.py)."""
+        p = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "docs_contents.py"), "--check"],
+                           capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
 
     def test_the_cli_page_is_the_clis_help(self):
         """docs/cli.md's options are what the vtensor command's --help prints (scripts/cli_reference.py)."""
