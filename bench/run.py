@@ -7,7 +7,7 @@ output folder and rendered as a Markdown table. Debian's python3 only.
   bench/run.py NAME [NAME ...] | all      # run them; results in bench-out/NAME.{csv,json,md}
                                           # (all: every experiment but the runner's own tests, smoke
                                           # and smoke-runs; about 30 minutes on 2 cores)
-  bench/run.py NAME --update-docs         # and rewrite NAME's generated tables in docs/*.md
+  bench/run.py NAME --update-docs         # and rewrite NAME's generated tables in docs/**/*.md
   bench/run.py NAME --render-only [--update-docs]   # the tables again from bench-out/NAME.json, no runs
                                           # (a derived table, from its sources' JSON there)
   options: --out DIR (bench-out), --jobs N (parallel maxbatch searches, default 2)
@@ -26,6 +26,7 @@ a new policy joins the tables on the next run.
 """
 import argparse
 import csv
+import glob
 import json
 import os
 import re
@@ -41,7 +42,7 @@ BIN = os.environ.get("VTENSOR_BINARY") or os.path.join(ROOT, "build", "vtensor")
 # then a function of the command alone); the cap's own effect is the auto-wall-cap experiment.
 os.environ.setdefault("VTENSOR_AUTO_WALL_CAP", "0")
 
-# The reference batches of docs/experiments.md (FP32, SGD with momentum; CNNs at 224x224).
+# The reference batches of docs/experiments/capuchin.md, "Method" (FP32, SGD with momentum; CNNs at 224x224).
 PAPER_MODELS = [
     {"model": "resnet50", "batch": 32},
     {"model": "vgg16", "batch": 64},
@@ -49,7 +50,7 @@ PAPER_MODELS = [
     {"model": "bert-base", "batch": 32, "seq": 128},
 ]
 TINY_MODELS = [{"model": m} for m in ("resnet-tiny", "vgg-tiny", "gpt-tiny", "bert-tiny")]
-PAPER_MODELS_ADAM = [  # the checkpoint section's setting: transformers with Adam (m and v counted)
+PAPER_MODELS_ADAM = [  # docs/experiments/checkpoint.md's setting: transformers with Adam (m and v counted)
     {"model": "bert-base", "seq": 128, "optimizer": "adam"},
     {"model": "gpt2-small", "seq": 1024, "optimizer": "adam"},
     {"model": "resnet50"},
@@ -425,7 +426,7 @@ def mib(b):
 
 
 
-# ---- the experiments of kind runs (docs/experiments.md's section tables)
+# ---- the experiments of kind runs (the tables of the pages under docs/experiments/)
 
 UNLIMITED = ["--budget", "1024GiB"]
 SIM_MODELS = [("ResNet-50, 224x224", "resnet50", 32), ("ResNet-50, 224x224", "resnet50", 1000),
@@ -487,7 +488,7 @@ EXPERIMENTS["dtr-transformer-sweep"] = {
 
 
 
-# vDNN (docs/experiments.md, vDNN section): none at the oracle budget, then none and each vDNN
+# vDNN (docs/experiments/vdnn.md): none at the oracle budget, then none and each vDNN
 # policy at the budget under study; vdnn-all / vdnn-conv, whose plans do not depend on the
 # budget, measured again at the oracle budget where they do not fit (status over_budget).
 
@@ -1492,7 +1493,7 @@ RENDER = {"grid": md_grid, "logs": md_logs, "maxbatch": md_maxbatch}
 RUNNERS["runs"], RENDER["runs"] = run_runs, md_runs
 
 
-# auto (docs/experiments.md, "auto" section). auto-vs-best and auto-vs-best-logs are derived from
+# auto (docs/experiments/auto.md). auto-vs-best and auto-vs-best-logs are derived from
 # the rows of headline-p100 / headline-h100 and dtr-logs (run them first, into the same --out);
 # auto-search runs `auto` once per row with a report and reads, from its rehearsals, the best of
 # the planners as they are against the candidate auto chose, the breakdown of its time and the
@@ -2356,10 +2357,8 @@ def update_docs(name, text, docs):
     begin = f"<!-- generated: bench/run.py {name} -->"
     end = f"<!-- end generated: {name} -->"
     hits = 0
-    for fn in sorted(os.listdir(docs)):
-        path = os.path.join(docs, fn)
-        if not fn.endswith(".md"):
-            continue
+    paths = sorted(glob.glob(os.path.join(docs, "**", "*.md"), recursive=True))  # docs/experiments/*.md too
+    for path in paths:
         with open(path) as f:
             doc = f.read()
         pat = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
@@ -2372,7 +2371,7 @@ def update_docs(name, text, docs):
         hits += 1
         print(f"[{name}] updated {path}")
     if not hits:
-        sys.exit(f"[{name}] no {docs}/*.md holds the markers {begin} ... {end}")
+        sys.exit(f"[{name}] no {docs}/**/*.md holds the markers {begin} ... {end}")
 
 
 def write_outputs(name, exp, rows, out):
@@ -2401,7 +2400,7 @@ def main():
     ap.add_argument("--update-docs", action="store_true")
     ap.add_argument("--render-only", action="store_true",
                     help="run nothing: render the tables from the rows of an earlier run (OUT/NAME.json)")
-    ap.add_argument("--docs", default=os.path.join(ROOT, "docs"), help="folder of the Markdown files to update")
+    ap.add_argument("--docs", default=os.path.join(ROOT, "docs"), help="folder of the Markdown files to update (searched recursively)")
     a = ap.parse_args()
     if a.names == ["list"]:
         for n, e in EXPERIMENTS.items():

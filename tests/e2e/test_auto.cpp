@@ -871,7 +871,7 @@ class AutoSim : public ::testing::TestWithParam<std::string> {};
 // its predicted peak and mean guided iteration are the measured ones; no candidate run on its own
 // is faster (on these tiny models: a passive policy run on its own from the first iteration
 // leaves another arena than auto's measured iteration, which at paper scale can cost it a few
-// percent; docs/experiments.md, "auto"); and it is never slower than the planners as they are.
+// percent; docs/experiments/auto.md); and it is never slower than the planners as they are.
 TEST_P(AutoSim, PredictionIsTheRunAndNoCandidateIsFaster) {
   const std::string model = GetParam();
   const int iters = 4;  // the rehearsal's count
@@ -1100,7 +1100,7 @@ AutoRun run_guarded(const TrainConfig& cfg, bool underpredict, bool guard, bool 
 
 int kind_rank(const nlohmann::json& kind) { return kind == "compress" ? 2 : kind == "swap" ? 1 : 0; }
 
-// The guard's runs, one line each (docs/experiments.md, "The replay guard", quotes them).
+// The guard's runs, one line each (docs/experiments/auto.md, "The replay guard", quotes them).
 void print_runs(const std::string& what, const nlohmann::json& guard) {
   for (const auto& r : guard["runs"])
     std::printf("replay guard, %s: %s (%s, %zu pins) from iteration %d: %.3f ms measured, %.3f ms predicted (%.2fx)\n",

@@ -2,6 +2,7 @@
 """bench/run.py end to end: the `smoke` experiment through the vtensor binary (VTENSOR_BINARY),
 its CSV, JSON and Markdown, and --update-docs rewriting only the marked region of a doc."""
 import csv
+import glob
 import json
 import os
 import re
@@ -18,8 +19,8 @@ class Runner(unittest.TestCase):
     def test_smoke_experiment_end_to_end(self):
         with tempfile.TemporaryDirectory() as tmp:
             docs = os.path.join(tmp, "docs")
-            os.makedirs(docs)
-            doc = os.path.join(docs, "page.md")
+            os.makedirs(os.path.join(docs, "experiments"))
+            doc = os.path.join(docs, "experiments", "page.md")  # --update-docs looks under docs/ recursively
             with open(doc, "w") as f:
                 f.write("before\n<!-- generated: bench/run.py smoke -->\nold table\n<!-- end generated: smoke -->\nafter\n")
             out = os.path.join(tmp, "out")
@@ -209,7 +210,8 @@ class Runner(unittest.TestCase):
             self.assertIn("no ", p.stderr)
 
 
-DOCS = [os.path.join(ROOT, "docs", f) for f in sorted(os.listdir(os.path.join(ROOT, "docs"))) if f.endswith(".md")]
+# Every Markdown file under docs/, recursively (docs/experiments/*.md, docs/gpu-runs/README.md).
+DOCS = sorted(glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True))
 COMMAND = re.compile(r"bench/\w+\.(?:py|sh)|build/vtensor|build/bench/|vtensor (train|replay|sweep|maxbatch|costs)")
 REFERENCE = "<!-- table: reference, not a measurement -->"
 SOURCES = (".cpp", ".h", ".cu", ".py", ".sh")
@@ -372,7 +374,7 @@ class FitClock(unittest.TestCase):
 
 class Docs(unittest.TestCase):
     def test_every_table_is_generated_or_names_its_command(self):
-        """Every table of docs/*.md sits between the markers of an experiment `bench/run.py list` knows,
+        """Every table of docs/**/*.md sits between the markers of an experiment `bench/run.py list` knows,
         or the text since the previous heading names the command that made it, or it is marked as a
         reference table (no measurement: a mapping, a GPU's data sheet)."""
         listed = subprocess.run([*RUN, "list"], capture_output=True, text=True, check=True).stdout
@@ -388,7 +390,9 @@ class Docs(unittest.TestCase):
                     inside, rendered = m.group(1), False
                     if inside not in names:
                         bad.append(f"{path}:{i + 1}: marker for unknown experiment {inside}")
-                elif re.match(r"<!-- end generated: (\S+) -->", line):
+                # An end marker counts after a bench/run.py begin only: the scripts' blocks (docs/cli.md's,
+                # docs/experiments.md's contents) end with one too.
+                elif inside is not None and re.match(r"<!-- end generated: (\S+) -->", line):
                     if not rendered:
                         bad.append(f"{path}:{i + 1}: no table between the markers of {inside}")
                     inside = None
@@ -428,6 +432,13 @@ class Docs(unittest.TestCase):
                 elif anchor and dest.endswith(".md") and anchor not in heads.get(dest, set()):
                     bad.append(f"{f}: {target}: no such heading")
         self.assertEqual(bad, [], "\n".join(bad))
+
+    def test_the_experiments_contents_is_generated(self):
+        """docs/experiments.md's contents list is the headings of the pages under docs/experiments/
+        (scripts/docs_contents.py)."""
+        p = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "docs_contents.py"), "--check"],
+                           capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
 
     def test_the_cli_page_is_the_clis_help(self):
         """docs/cli.md's options are what the vtensor command's --help prints (scripts/cli_reference.py)."""

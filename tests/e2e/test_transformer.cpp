@@ -199,7 +199,7 @@ TEST(PaperScale, SeqAndBatchAreParameters) {
   EXPECT_THROW(build_model(m), std::invalid_argument);
 }
 
-// The saved activations of our graphs, counted tensor by tensor in docs/experiments.md
+// The saved activations of our graphs, counted tensor by tensor in docs/experiments/transformers.md
 // (Korthikanti et al.'s per-layer bytes in FP32 without dropout, plus layer-norm statistics and
 // the head), against the allocation after the last forward op. Where activations dominate, the
 // peak is the loss's backward: it adds the logits' gradient; at small shapes the end of backward

@@ -1504,7 +1504,7 @@ int AutoPolicy::finish_variant(const RehearsalSetup& setup, const std::vector<Fi
 // prefetch chosen late waits behind a large one issued at the same op for a later access, and a
 // prefetch issued early delays those queued after it. As starts for every candidate
 // (",need" on all, ",fifo" on the fastest eight) each won on some rows and lost on more: the
-// climbs then settled elsewhere (docs/experiments.md).
+// climbs then settled elsewhere (docs/experiments/auto.md).
 void AutoPolicy::need_order(const RehearsalSetup& setup) {
   need_ = {};
   std::vector<FinishVariant> variants;
@@ -1660,7 +1660,7 @@ void AutoPolicy::search(const RehearsalSetup& setup, Climb& c, std::chrono::stea
   };
   // Two phases: keep / swap / recompute moves (search_rehearsals_ at most), then, from where they
   // end, compression moves too (kCompressRehearsals more). Compression moves taken early lead the
-  // climb elsewhere, and as often to a worse end as to a better one (docs/experiments.md).
+  // climb elsewhere, and as often to a worse end as to a better one (docs/experiments/auto.md).
   const bool compressing = static_cast<bool>(compress);
   const CompressMove none;
   int& cap = c.cap;

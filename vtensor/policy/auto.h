@@ -161,7 +161,7 @@ class AutoPolicy final : public Policy {
  public:
   // The LP's optimum rounded at each threshold (lp_pins: a gap moved where the LP moves at least
   // that fraction of it), each also timed: more starts. 0.3 rather than 1/2: the pins then cover
-  // more of what the LP frees, and the climbs end lower (docs/experiments.md, "The linear program").
+  // more of what the LP frees, and the climbs end lower (docs/experiments/auto.md, "The linear program").
   static constexpr double kLpThresholds[] = {0.3};
   struct LpVariant {
     std::vector<PlanPin> pins;

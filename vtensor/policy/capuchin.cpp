@@ -472,7 +472,7 @@ class Planner {
   // prefetched for it: need_by). A pinned one (the search's or the LP's, chosen as if its sources
   // were on the device) also has the swapped tensors it reads prefetched for it; the greedy's own
   // were chosen at their copy's cost, and pulling theirs too crowded VGG-16's plans (+13% at 50%
-  // on h100-80g, docs/experiments.md).
+  // on h100-80g, docs/experiments/auto.md).
   void recompute_taken(CapuchinCandidate& c, bool pinned) {
     if (pinned) prefetch_for_chain(c);
     std::vector<TensorId> reads;
