@@ -735,6 +735,12 @@ int vtensor::run_cli(int argc, char** argv, CliMode mode) {
   }
   if (mode == CliMode::kParseOnly) return 0;
   install_output_signal_handlers();  // an interrupted run leaves no temporary file behind
+  // The command's outputs are renamed onto their paths together when it succeeds, or not at all.
+  OutputTransaction outputs;
+  const auto done = [&](int rc) {
+    if (rc == 0) outputs.commit();
+    return rc;
+  };
 
   try {
     fault::check_env();
@@ -753,18 +759,18 @@ int vtensor::run_cli(int argc, char** argv, CliMode mode) {
       return 0;
     }
     if (!gpu_file.empty()) load_gpu_file(gpu_file);
-    if (replay->parsed()) return cmd_replay(replay_args);
+    if (replay->parsed()) return done(cmd_replay(replay_args));
     if (maxbatch->parsed()) {
       apply_um_options(maxbatch_args.cfg, maxbatch_args.um, maxbatch_args.cfg.policy);
-      return cmd_maxbatch(maxbatch_args);
+      return done(cmd_maxbatch(maxbatch_args));
     }
     if (sweep_cmd->parsed()) {
       check_auto_search(sweep_args.cfg, *sweep_cmd, false);
       apply_um_options(sweep_args.cfg, sweep_args.um, "");
-      return cmd_sweep(sweep_args);
+      return done(cmd_sweep(sweep_args));
     }
-    if (costs->parsed()) return cmd_costs(costs_args);
-    if (view->parsed()) return cmd_view(view_in, view_out);
+    if (costs->parsed()) return done(cmd_costs(costs_args));
+    if (view->parsed()) return done(cmd_view(view_in, view_out));
     cfg.compression.sliding_workspace = !no_sliding;
     cfg.compression.persistent_buffers = !no_persistent;
     check_output_path(cfg.densities_out, "--densities-out");
@@ -785,7 +791,7 @@ int vtensor::run_cli(int argc, char** argv, CliMode mode) {
                             "--auto-codec-rate", "--auto-copy-cost"})
         if (train->get_option(o)->count() > 0)
           throw std::invalid_argument(std::string(o) + " sets auto's search; --auto-plan runs a saved plan without one");
-    return cmd_train(cfg, budget_text, host_budget_arg, report, html, quiet, optimizer, lr->count() > 0);
+    return done(cmd_train(cfg, budget_text, host_budget_arg, report, html, quiet, optimizer, lr->count() > 0));
   } catch (const OutOfMemoryError& e) {
     std::fprintf(stderr, "vtensor: %s\n", e.what());
     return kExitOom;

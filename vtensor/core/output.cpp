@@ -11,7 +11,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <mutex>
+#include <vector>
 
 #include "vtensor/core/errors.h"
 #include "vtensor/core/fault.h"
@@ -76,6 +78,14 @@ struct TempFile {
   TempFile(const TempFile&) = delete;
   TempFile& operator=(const TempFile&) = delete;
 };
+
+// The live transaction's staged files (temporary file, target, what), or null.
+struct Staged {
+  std::unique_ptr<TempFile> tmp;
+  fs::path target;
+  std::string path, what;
+};
+std::vector<Staged>* g_staged = nullptr;
 
 bool written_in_place(const fs::file_status& s) { return fs::is_character_file(s) || fs::is_fifo(s); }
 
@@ -143,7 +153,8 @@ void write_output(const std::string& path, const std::string& what, const std::f
   }
   fs::path dir = t.parent_path();
   if (dir.empty()) dir = ".";
-  TempFile tmp((dir / ("." + t.filename().string() + ".XXXXXX")).string());
+  auto tmp_ptr = std::make_unique<TempFile>((dir / ("." + t.filename().string() + ".XXXXXX")).string());
+  TempFile& tmp = *tmp_ptr;
   if (tmp.fd < 0)
     throw std::invalid_argument("cannot write " + what + " '" + path + "' (is the directory there and writable?): " +
                                 std::strerror(errno));
@@ -167,9 +178,46 @@ void write_output(const std::string& path, const std::string& what, const std::f
   const int fd = tmp.fd;
   tmp.fd = -1;
   if (::close(fd) != 0) fail_io(what, path, std::strerror(errno));
+  {
+    std::lock_guard<std::mutex> g(g_mu);
+    if (g_staged) {  // renamed at the transaction's commit, with the run's other outputs
+      g_staged->push_back({std::move(tmp_ptr), t, path, what});
+      return;
+    }
+  }
   if (::rename(tmp.path.c_str(), t.c_str()) != 0)
     throw IoError("cannot move " + what + " into '" + path + "': " + std::strerror(errno));
   tmp.committed = true;
+}
+
+OutputTransaction::OutputTransaction() {
+  std::lock_guard<std::mutex> g(g_mu);
+  if (g_staged) throw std::logic_error("OutputTransaction: one is already open");
+  g_staged = new std::vector<Staged>();
+}
+
+OutputTransaction::~OutputTransaction() {
+  std::vector<Staged>* staged = nullptr;
+  {
+    std::lock_guard<std::mutex> g(g_mu);
+    std::swap(staged, g_staged);
+  }
+  delete staged;  // each TempFile not committed removes its file
+}
+
+void OutputTransaction::commit() {
+  std::vector<Staged>* staged = nullptr;
+  {
+    std::lock_guard<std::mutex> g(g_mu);
+    std::swap(staged, g_staged);
+  }
+  if (!staged) return;
+  std::unique_ptr<std::vector<Staged>> owned(staged);
+  for (Staged& s : *staged) {
+    if (::rename(s.tmp->path.c_str(), s.target.c_str()) != 0)
+      throw IoError("cannot move " + s.what + " into '" + s.path + "': " + std::strerror(errno));
+    s.tmp->committed = true;
+  }
 }
 
 void write_output(const std::string& path, const std::string& what, const std::string& text) {

@@ -8,8 +8,9 @@
 //    closed with every error checked, then renamed onto the target (a symlink's target: the link
 //    stays). An existing character device or FIFO (/dev/null, a pipe) is written in place, never
 //    replaced. On any failure the target is as it was and the temporary file is gone.
+//  - OutputTransaction: a run's outputs renamed together at its end, or none of them.
 //  - install_output_signal_handlers(): SIGINT / SIGTERM remove the temporary files of writes in
-//    flight, then exit 130 / 143.
+//    flight (and of staged outputs), then exit 130 / 143.
 // Bad paths throw std::invalid_argument naming the flag; failed writes throw IoError.
 #pragma once
 #include <functional>
@@ -30,5 +31,18 @@ void check_distinct(const std::vector<std::pair<std::string, std::string>>& outp
 void write_output(const std::string& path, const std::string& what, const std::function<void(std::ostream&)>& fill);
 void write_output(const std::string& path, const std::string& what, const std::string& text);
 void install_output_signal_handlers();
+
+// A run's outputs committed together: while one is alive, write_output() writes each file whole to
+// its temporary file and defers the rename to commit(), so a run that fails (or is interrupted)
+// after writing some outputs leaves every existing output as it was; without commit() the
+// destructor removes the temporary files. Devices are still written at once. One at a time.
+class OutputTransaction {
+ public:
+  OutputTransaction();
+  ~OutputTransaction();
+  void commit();  // renames every staged file onto its target; throws IoError naming one that fails
+  OutputTransaction(const OutputTransaction&) = delete;
+  OutputTransaction& operator=(const OutputTransaction&) = delete;
+};
 
 }  // namespace vtensor
