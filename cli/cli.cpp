@@ -8,16 +8,16 @@
 #include <fstream>
 #include <iostream>
 
-#include "vtensor/core/output.h"
 #include "vtensor/backend/sim/cost_model.h"
 #include "vtensor/backend/sim/gpu_specs.h"
 #include "vtensor/core/errors.h"
 #include "vtensor/core/fault.h"
+#include "vtensor/core/output.h"
 #include "vtensor/memory/allocator.h"
-#include "vtensor/memory/trace_io.h"
 #include "vtensor/memory/planners.h"
-#include "vtensor/models/models.h"
 #include "vtensor/memory/policy.h"
+#include "vtensor/memory/trace_io.h"
+#include "vtensor/models/models.h"
 #include "vtensor/policy/registry.h"
 #include "vtensor/policy/um.h"
 #include "vtensor/train/experiments.h"
@@ -797,6 +797,9 @@ int vtensor::run_cli(int argc, char** argv, CliMode mode) {
     return kExitOom;
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "vtensor: %s\n", e.what());
+    return kExitBadInput;
+  } catch (const nlohmann::json::exception& e) {  // a field of the wrong type in a file the user gave
+    std::fprintf(stderr, "vtensor: malformed input: %s\n", e.what());
     return kExitBadInput;
   } catch (const DeviceError& e) {
     std::fprintf(stderr, "vtensor: device error: %s\n", e.what());

@@ -8,6 +8,7 @@
 #include "vtensor/backend/codec.h"
 #include "vtensor/backend/sim/gpu_specs.h"
 #include "vtensor/core/errors.h"
+#include "vtensor/core/input.h"
 #include "vtensor/memory/page_policy.h"
 #include "vtensor/memory/allocator.h"
 #include "vtensor/memory/memory_manager.h"
@@ -15,7 +16,9 @@
 #include "vtensor/models/models.h"
 #include "vtensor/policy/auto.h"
 #include "vtensor/train/executor.h"
+#include "vtensor/train/densities.h"
 #include "vtensor/train/experiments.h"
+#include "vtensor/train/report_html.h"
 
 namespace vtensor::fuzz {
 namespace {
@@ -117,12 +120,7 @@ void plan(const uint8_t* data, size_t size) {
   const Graph& g = plan_graph();
   constexpr size_t kBudget = kPlanBudget;
   rejecting([&] {
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(text_of(data, size));
-    } catch (const nlohmann::json::exception& e) {
-      throw std::invalid_argument(e.what());
-    }
+    const nlohmann::json j = parse_json(text_of(data, size), "fuzz");  // as --auto-plan reads it
     auto policy = std::make_unique<AutoPolicy>();
     policy->load_plan(j, g, kBudget, "fuzz");
     auto backend = make_sim_backend({.arena_bytes = kBudget, .gpu = "p100-16g"});
@@ -138,6 +136,14 @@ void plan(const uint8_t* data, size_t size) {
   });
 }
 
+void densities(const uint8_t* data, size_t size) {
+  rejecting([&] { read_densities(text_of(data, size), "fuzz"); });
+}
+
+void view(const uint8_t* data, size_t size) {
+  rejecting([&] { view_html(parse_json(text_of(data, size), "fuzz"), "fuzz"); });
+}
+
 const Graph& plan_graph() {
   static const Graph g = [] {
     ModelConfig m;
@@ -151,7 +157,8 @@ const Graph& plan_graph() {
 
 const std::vector<Target>& targets() {
   static const std::vector<Target> t{{"trace", trace}, {"dtr_log", dtr_log}, {"gpu_file", gpu_file},
-                                     {"sizes", sizes},  {"cli", cli},         {"plan", plan}};
+                                     {"sizes", sizes},  {"cli", cli},         {"plan", plan},
+                                     {"densities", densities}, {"view", view}};
   return t;
 }
 

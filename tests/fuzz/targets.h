@@ -20,6 +20,8 @@ void gpu_file(const uint8_t* data, size_t size);  // --gpu-file JSON, read_gpu_s
 void sizes(const uint8_t* data, size_t size);     // --budget / --budgets / --batches / ... strings
 void cli(const uint8_t* data, size_t size);       // argv, one argument a line, parsed as `vtensor` parses it
 void plan(const uint8_t* data, size_t size);      // --auto-plan JSON, AutoPolicy::load_plan, then run on sim
+void densities(const uint8_t* data, size_t size); // --densities JSON, read_densities
+void view(const uint8_t* data, size_t size);      // a report or a sweep for `vtensor view`, view_html
 // What `plan` loads its input against (resnet-tiny with its backward, at 1 MiB): a seed for
 // another graph is refused at its fingerprint and fuzzes nothing past it.
 const Graph& plan_graph();

@@ -1,10 +1,11 @@
-#include "vtensor/core/output.h"
 #include "vtensor/memory/access_tracker.h"
 
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+
+#include "vtensor/core/output.h"
 
 namespace vtensor {
 

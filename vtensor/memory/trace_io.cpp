@@ -10,6 +10,8 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "vtensor/core/input.h"
+
 namespace vtensor {
 namespace {
 
@@ -20,13 +22,14 @@ using nlohmann::json;
 }
 
 json parse_line(const std::string& path, size_t line, const std::string& text) {
+  json j;
   try {
-    json j = json::parse(text);
-    if (!j.is_object()) fail(path, line, "expected a JSON object");
-    return j;
-  } catch (const json::exception& e) {
-    fail(path, line, std::string("not JSON: ") + e.what());
+    j = parse_json(text, "the line");  // nesting and numbers bounded
+  } catch (const std::invalid_argument& e) {
+    fail(path, line, e.what());
   }
+  if (!j.is_object()) fail(path, line, "expected a JSON object");
+  return j;
 }
 
 const json& field(const std::string& path, size_t line, const json& j, const char* key) {
@@ -73,6 +76,8 @@ TensorKind parse_kind(const std::string& path, size_t line, const std::string& s
 }
 
 std::ifstream open(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw std::invalid_argument("--trace '" + path + "' is a folder; accepted: a file");
   std::ifstream in(path);
   if (!in) throw std::invalid_argument("--trace: cannot read '" + path + "'");
   return in;
@@ -90,7 +95,7 @@ Graph load_vtensor_trace(const std::string& path) {
 Graph read_vtensor_trace(std::istream& in, const std::string& path) {
   std::string text;
   size_t line = 0;
-  if (!std::getline(in, text)) fail(path, 1, "empty file");
+  if (!read_line(in, text, "trace '" + path + "'", 1)) fail(path, 1, "empty file");
   ++line;
   const json head = parse_line(path, line, text);
   if (str_field(path, line, head, "type") != "graph") fail(path, line, "the first line must be the graph header");
@@ -204,7 +209,7 @@ Graph read_vtensor_trace(std::istream& in, const std::string& path) {
     }
   }
   // The body: accesses, checked (the graph is rebuilt from the header).
-  while (std::getline(in, text)) {
+  while (read_line(in, text, "trace '" + path + "'", line + 1)) {
     ++line;
     if (text.empty()) continue;
     const json j = parse_line(path, line, text);
@@ -242,7 +247,7 @@ class DtrImporter {
 
   Graph run(std::istream& in) {
     std::string text;
-    while (std::getline(in, text)) {
+    while (read_line(in, text, "trace '" + path_ + "'", line_ + 1)) {
       ++line_;
       if (text.empty()) continue;
       instruction(parse_line(path_, line_, text));
@@ -507,7 +512,7 @@ Graph load_trace(const std::string& spec) {
   if (spec.rfind("dtr:", 0) == 0) return load_dtr_log(dtr_log_path(spec.substr(4)));
   std::ifstream in = open(spec);
   std::string first;
-  std::getline(in, first);
+  read_line(in, first, "trace '" + spec + "'", 1);
   if (first.find("\"INSTRUCTION\"") != std::string::npos) return load_dtr_log(spec);
   return load_vtensor_trace(spec);
 }

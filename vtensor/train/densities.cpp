@@ -1,4 +1,3 @@
-#include "vtensor/core/output.h"
 #include "vtensor/train/densities.h"
 
 #include <cstdio>
@@ -6,24 +5,29 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "vtensor/core/input.h"
+#include "vtensor/core/output.h"
+
 namespace vtensor {
 
-DensityTable load_densities(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::invalid_argument("--densities '" + path + "': cannot read the file");
+DensityTable load_densities(const std::string& path) { return read_densities(read_input(path, "--densities '" + path + "'"), path); }
+
+DensityTable read_densities(const std::string& text, const std::string& path) {
   const std::string expected = std::string("expected a JSON object {\"format\": \"") + kDensitiesFormat +
                                "\", \"tensors\": {NAME: {\"elements\": N, \"nonzeros\": K}}} as written by train --densities-out";
   nlohmann::json j;
   try {
-    in >> j;
-  } catch (const nlohmann::json::exception& e) {
-    throw std::invalid_argument("--densities '" + path + "': not JSON (" + e.what() + "); " + expected);
+    j = parse_json(text, "--densities '" + path + "'");
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string(e.what()) + "; " + expected);
   }
-  if (!j.is_object() || j.value("format", std::string()) != kDensitiesFormat || !j.contains("tensors") ||
-      !j["tensors"].is_object())
+  const auto string_field = [&](const char* key) {
+    return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
+  };
+  if (!j.is_object() || string_field("format") != kDensitiesFormat || !j.contains("tensors") || !j["tensors"].is_object())
     throw std::invalid_argument("--densities '" + path + "': " + expected);
   DensityTable d;
-  d.source = j.value("source", path);
+  d.source = j.contains("source") ? string_field("source") : path;
   for (const auto& [name, v] : j["tensors"].items()) {
     if (!v.is_object() || !v.contains("elements") || !v.contains("nonzeros") || !v["elements"].is_number_unsigned() ||
         !v["nonzeros"].is_number_unsigned())

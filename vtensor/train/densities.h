@@ -14,6 +14,8 @@ constexpr const char* kDensitiesFormat = "vtensor-densities-1";
 
 // Throws std::invalid_argument naming the file and what is wrong with it.
 DensityTable load_densities(const std::string& path);
+// The same from the file's text; `path` names it in the messages (the fuzz target feeds this).
+DensityTable read_densities(const std::string& text, const std::string& path);
 // Atomically (a temporary file renamed): a failed write leaves nothing half-written.
 void write_densities(const DensityTable& d, const std::string& path);
 

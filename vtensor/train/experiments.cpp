@@ -1,4 +1,3 @@
-#include "vtensor/core/output.h"
 #include "vtensor/policy/registry.h"
 #include "vtensor/train/experiments.h"
 
@@ -11,6 +10,7 @@
 
 #include "vtensor/core/errors.h"
 #include "vtensor/core/fault.h"
+#include "vtensor/core/output.h"
 #include "vtensor/memory/allocator.h"
 #include "vtensor/memory/trace_io.h"
 

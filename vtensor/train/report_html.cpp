@@ -1,4 +1,3 @@
-#include "vtensor/core/output.h"
 #include "vtensor/train/report_html.h"
 
 #include <algorithm>
@@ -12,6 +11,8 @@
 
 #include "vtensor/core/errors.h"
 #include "vtensor/core/fault.h"
+#include "vtensor/core/input.h"
+#include "vtensor/core/output.h"
 
 namespace vtensor {
 namespace {
@@ -343,13 +344,7 @@ std::string view_html(const json& doc, const std::string& source) {
 }
 
 json read_json_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::invalid_argument("cannot read '" + path + "' (is it there?)");
-  try {
-    return json::parse(in);
-  } catch (const json::parse_error& e) {
-    throw std::invalid_argument("'" + path + "' is not JSON: " + e.what());
-  }
+  return read_json(path, "'" + path + "'");  // bounded: size, nesting, numbers
 }
 
 void write_file_atomically(const std::string& text, const std::string& path, const std::string& what) {

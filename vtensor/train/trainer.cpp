@@ -1,4 +1,3 @@
-#include "vtensor/core/output.h"
 #include "vtensor/policy/registry.h"
 #include "vtensor/train/trainer.h"
 
@@ -11,11 +10,12 @@
 #include "vtensor/backend/sim/gpu_specs.h"
 #include "vtensor/core/errors.h"
 #include "vtensor/core/fault.h"
+#include "vtensor/core/output.h"
 #include "vtensor/memory/allocator.h"
 #include "vtensor/policy/auto.h"
 #include "vtensor/policy/checkpoint.h"
-#include "vtensor/policy/um.h"
 #include "vtensor/policy/compress.h"
+#include "vtensor/policy/um.h"
 #include "vtensor/train/densities.h"
 #include "vtensor/train/rehearsal.h"
 #include "vtensor/train/report_html.h"

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "vtensor/core/errors.h"
+#include "vtensor/core/input.h"
 
 namespace vtensor {
 namespace {
@@ -112,12 +113,14 @@ const GpuSpec& find_gpu(const std::string& name) {
 }
 
 std::vector<GpuSpec> read_gpu_specs(std::istream& in, const std::string& path) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw std::invalid_argument("--gpu-file '" + path + "': not JSON: " + e.what());
+  std::string text;
+  char buf[1 << 16];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+    text.append(buf, static_cast<size_t>(in.gcount()));
+    if (text.size() > kMaxInputBytes)
+      throw std::invalid_argument("--gpu-file '" + path + "' is larger than " + format_bytes(kMaxInputBytes));
   }
+  nlohmann::json j = parse_json(text, "--gpu-file '" + path + "'");
   if (!j.is_array()) j = nlohmann::json::array({j});
   std::vector<GpuSpec> specs;
   for (size_t i = 0; i < j.size(); ++i) {
