@@ -239,8 +239,9 @@ int cmd_train(const TrainConfig& base, const std::string& budget_text, const std
   check_output_path(report, "--report");
   check_output_path(cfg.trace_path, "--trace");
   // Checked before the run: no output overwrites another or an input.
-  check_distinct({{"--report", report}, {"--html", html}, {"--trace", cfg.trace_path}, {"--densities-out", cfg.densities_out}},
-                 {cfg.densities_path, cfg.auto_plan});
+  check_distinct({{"--report", report}, {"--html", html}, {"--trace", cfg.trace_path}, {"--densities-out", cfg.densities_out},
+                  {"--save", cfg.save_path}},
+                 {cfg.densities_path, cfg.auto_plan, cfg.init_path});
   check_checkpoint_segments(cfg);
   Trainer trainer(cfg);
   const auto& c = trainer.config();
@@ -678,6 +679,10 @@ int vtensor::run_cli(int argc, char** argv, CliMode mode) {
   train->add_option("--weight-decay", cfg.optimizer.weight_decay, "weight decay (L2 for sgd and adam, decoupled for adamw)")->check(kFinite);
   train->add_option("--report", report, "write a JSON report to this file");
   train->add_option("--trace", cfg.trace_path, "write the access trace (JSON lines) to this file");
+  train->add_option("--save", cfg.save_path,
+                    "write the final parameters and buffers to this file (safetensors, F32, the zoo's names; cpu, cuda)");
+  train->add_option("--init", cfg.init_path,
+                    "start from the parameters (and any buffers) in this safetensors file, e.g. one --save wrote");
   train->add_flag("--deterministic", cfg.deterministic,
                   "cuda: deterministic cuDNN algorithms only, the lean one per convolution (bit-identical reruns at any budget)");
   train->add_flag("--timeline", cfg.timeline, "put the last iteration's per-op memory timeline in the report");

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fuzzes every parser a user feeds (tests/fuzz/targets.h: trace, dtr_log, gpu_file, sizes, cli, plan, densities, view) with
+# Fuzzes every parser a user feeds (tests/fuzz/targets.h: trace, dtr_log, gpu_file, sizes, cli, plan, densities, view, weights) with
 # libFuzzer, each for FUZZ_SECONDS (default 20) from its seeds in tests/fuzz/<target>/, with the
 # address and undefined-behaviour sanitizers. Needs the build-asan/ build of scripts/sanitize.sh
 # (run it first). What a run adds to the corpus stays in build-asan/fuzz/<target>/ (not committed).
@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_EACH="${FUZZ_SECONDS:-20}"
 JOBS="${VTENSOR_SANITIZE_JOBS:-$(nproc)}"
-targets=(trace dtr_log gpu_file sizes cli plan densities view)
+targets=(trace dtr_log gpu_file sizes cli plan densities view weights)
 export ASAN_OPTIONS="detect_leaks=1" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" OPENBLAS_NUM_THREADS=1
 for t in "${targets[@]}"; do [ -x "build-asan/fuzz_$t" ] || { echo "fuzz: build-asan/fuzz_$t missing: run scripts/sanitize.sh first" >&2; exit 1; }; done
 

@@ -70,3 +70,24 @@ def test_bad_arguments(tmp_path):
     with pytest.raises(ValueError, match="existing folder"):
         vt.record_step(small_gpt(), (x,), str(tmp_path / "nope" / "a.log"))
     assert not os.listdir(tmp_path)
+
+
+@pytest.mark.skipif(not os.access(BIN, os.X_OK), reason=f"the vtensor command is not built ({BIN})")
+def test_weights_saved_by_vtensor_load_in_pytorch_and_back(tmp_path):
+    """train --save writes safetensors the safetensors package reads; a file PyTorch saves loads with --init."""
+    st = pytest.importorskip("safetensors.torch")
+    saved = tmp_path / "w.safetensors"
+
+    def train(*args, iters="2"):
+        r = subprocess.run([BIN, "train", "--model", "resnet-tiny", "--iters", iters, *args], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        return next(line for line in r.stdout.splitlines() if line.startswith("done:")).split(", peak")[0]  # the losses
+    train("--save", str(saved), iters="3")
+    tensors = st.load_file(str(saved))
+    assert tensors and all(t.dtype == torch.float32 for t in tensors.values())
+    assert "classifier.weight" in tensors
+    again = tmp_path / "from_torch.safetensors"
+    st.save_file({k: v.clone() for k, v in tensors.items()}, str(again))  # written by PyTorch's side
+    assert train("--init", str(saved)) == train("--init", str(again))  # the same weights, the same run
+    st.save_file({k: v * 0.5 for k, v in tensors.items()}, str(again))
+    assert train("--init", str(saved)) != train("--init", str(again))  # and they are used

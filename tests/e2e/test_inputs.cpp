@@ -1,4 +1,4 @@
-// Every reader the command has (vtensor/core/input.h) on inputs made to hurt it: nested 10^5
+// Every reader the command has (vtensor/core/input.h, and the safetensors reader) on inputs made to hurt it: nested 10^5
 // deep, endless (/dev/zero), a folder, a number out of range. Each is bad input: exit 2 naming
 // the file, in bounded memory and time, never a crash or an internal error.
 #include <gtest/gtest.h>
@@ -29,6 +29,7 @@ TEST(Inputs, EveryReaderRefusesHostileInputWithExitTwo) {
       {"--gpu-file", "train --model resnet-tiny --backend sim --gpu-file X --gpu p100-16g --iters 1 --quiet"},
       {"--densities", "train --model resnet-tiny --backend sim --gpu p100-16g --policy compress --iters 1 --quiet --densities X"},
       {"replay --trace", "replay --trace X --gpu p100-16g --quiet"},
+      {"--init", "train --model mlp-tiny --iters 1 --quiet --init X"},
       {"sweep --trace", "sweep --trace X --gpu p100-16g --policies none --budgets 100% --out " + (d / "s.csv").string()},
   };
   for (const auto& [flag, cmd] : readers)

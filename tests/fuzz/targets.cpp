@@ -19,6 +19,7 @@
 #include "vtensor/train/densities.h"
 #include "vtensor/train/experiments.h"
 #include "vtensor/train/report_html.h"
+#include "vtensor/train/safetensors.h"
 
 namespace vtensor::fuzz {
 namespace {
@@ -144,6 +145,16 @@ void view(const uint8_t* data, size_t size) {
   rejecting([&] { view_html(parse_json(text_of(data, size), "fuzz"), "fuzz"); });
 }
 
+void weights(const uint8_t* data, size_t size) {
+  rejecting([&] {
+    for (const auto& [name, t] : parse_safetensors(text_of(data, size), "fuzz")) {
+      size_t n = 1;
+      for (int64_t d : t.shape) n *= static_cast<size_t>(d);
+      if (n != t.values.size()) throw std::logic_error("a tensor's values do not match its shape");
+    }
+  });
+}
+
 const Graph& plan_graph() {
   static const Graph g = [] {
     ModelConfig m;
@@ -158,7 +169,7 @@ const Graph& plan_graph() {
 const std::vector<Target>& targets() {
   static const std::vector<Target> t{{"trace", trace}, {"dtr_log", dtr_log}, {"gpu_file", gpu_file},
                                      {"sizes", sizes},  {"cli", cli},         {"plan", plan},
-                                     {"densities", densities}, {"view", view}};
+                                     {"densities", densities}, {"view", view}, {"weights", weights}};
   return t;
 }
 

@@ -22,6 +22,7 @@ void cli(const uint8_t* data, size_t size);       // argv, one argument a line, 
 void plan(const uint8_t* data, size_t size);      // --auto-plan JSON, AutoPolicy::load_plan, then run on sim
 void densities(const uint8_t* data, size_t size); // --densities JSON, read_densities
 void view(const uint8_t* data, size_t size);      // a report or a sweep for `vtensor view`, view_html
+void weights(const uint8_t* data, size_t size);   // a safetensors file for train --init, parse_safetensors
 // What `plan` loads its input against (resnet-tiny with its backward, at 1 MiB): a seed for
 // another graph is refused at its fingerprint and fuzzes nothing past it.
 const Graph& plan_graph();

@@ -1,5 +1,6 @@
 #include "vtensor/core/input.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -20,6 +21,7 @@ std::string read_input(const std::string& path, const std::string& what, size_t 
     throw std::invalid_argument(what + " is neither a regular file, a character device nor a FIFO");
   if (fs::is_regular_file(s) && fs::file_size(path, ec) > max_bytes)
     throw std::invalid_argument(what + " is larger than " + format_bytes(max_bytes) + ", the most an input may be");
+  if (!fs::is_regular_file(s)) max_bytes = std::min(max_bytes, kMaxInputBytes);  // /dev/zero ends somewhere
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::invalid_argument("cannot read " + what);
   std::string text;

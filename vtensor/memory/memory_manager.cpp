@@ -143,7 +143,7 @@ MemoryManager::~MemoryManager() {
   for (auto& s : states_) free_host(s);
 }
 
-void MemoryManager::init_persistent(uint64_t seed) {
+void MemoryManager::init_persistent(uint64_t seed, const std::map<TensorId, const float*>* values) {
   for (const auto& t : graph_.tensors()) {
     if (!t.persistent()) continue;
     float* p = allocate(t.id);
@@ -151,7 +151,9 @@ void MemoryManager::init_persistent(uint64_t seed) {
       paged_->fault(-1, {{st(t.id).offset, st(t.id).bytes, true}});
       paged_->unpin();
     }
-    backend_.init_tensor(t, p, seed);
+    const auto given = values ? values->find(t.id) : decltype(values->end()){};
+    if (values && given != values->end()) backend_.copy_to_device(p, given->second, t.bytes());
+    else backend_.init_tensor(t, p, seed);
   }
   if (policy_->wants_codec_rate()) codec_rate_ = measure_codec_rate();
 }

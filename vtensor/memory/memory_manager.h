@@ -42,6 +42,7 @@
 #include <array>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -131,7 +132,8 @@ class MemoryManager final : public MemoryView {
   size_t device_workspace_bytes(const Op& op, ConvAlgo algo) const override { return backend_.workspace_bytes(graph_, op, algo); }
 
   // Allocates and initialises the persistent tensors (parameters, optimizer state, buffers).
-  void init_persistent(uint64_t seed);
+  // values: tensors given their bytes (train --init) instead of their seeded initialisation.
+  void init_persistent(uint64_t seed, const std::map<TensorId, const float*>* values = nullptr);
 
   void begin_iteration(int iteration);
   void end_iteration();

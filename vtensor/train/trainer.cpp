@@ -1,6 +1,7 @@
 #include "vtensor/policy/registry.h"
 #include "vtensor/train/trainer.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -18,6 +19,7 @@
 #include "vtensor/policy/um.h"
 #include "vtensor/train/densities.h"
 #include "vtensor/train/rehearsal.h"
+#include "vtensor/train/safetensors.h"
 #include "vtensor/train/report_html.h"
 
 namespace vtensor {
@@ -162,6 +164,9 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
       throw std::invalid_argument("--densities-out needs a backend with data (cpu, cuda), got --backend sim");
     compress_policy->set_options(cfg_.compression);
   }
+  if (cfg_.backend == "sim" && (!cfg_.init_path.empty() || !cfg_.save_path.empty()))
+    throw std::invalid_argument(std::string(cfg_.init_path.empty() ? "--save" : "--init") +
+                                " needs a backend that holds values (cpu, cuda), got --backend sim");
   if (!cfg_.densities_path.empty() && cfg_.backend != "sim")
     throw std::invalid_argument("--densities applies to --backend sim only (backend '" + cfg_.backend +
                                 "' measures its own tensors; --densities-out writes them)");
@@ -216,7 +221,49 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
   mm_->set_host_budget(cfg_.host_budget);
   mm_->set_compression(cfg_.compression);
   exec_ = std::make_unique<Executor>(graph_, *backend_, *mm_);
-  mm_->init_persistent(cfg_.seed);
+  if (cfg_.init_path.empty()) {
+    mm_->init_persistent(cfg_.seed);
+  } else {
+    const TensorFile init = read_safetensors(cfg_.init_path);
+    mm_->init_persistent(cfg_.seed, &init_values(graph_, init, cfg_.init_path));
+  }
+}
+
+// --init: each parameter (and each buffer the file has) by its zoo name, with its shape.
+const std::map<TensorId, const float*>& Trainer::init_values(const Graph& g, const TensorFile& f, const std::string& path) {
+  init_values_.clear();
+  std::vector<std::string> missing;
+  size_t matched = 0;
+  for (const auto& t : g.tensors()) {
+    if (t.kind != TensorKind::kParam && t.kind != TensorKind::kBuffer) continue;
+    const auto it = f.find(t.name);
+    if (it == f.end()) {
+      if (t.kind == TensorKind::kParam) missing.push_back(t.name);
+      continue;
+    }
+    if (it->second.shape != t.shape.dims()) {
+      const auto text = [](const std::vector<int64_t>& d) {
+        std::string s = "[";
+        for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
+        return s + "]";
+      };
+      throw std::invalid_argument("--init '" + path + "': tensor '" + t.name + "' has shape " + text(t.shape.dims()) +
+                                  " in model " + cfg_.model.name + ", " + text(it->second.shape) + " in the file");
+    }
+    init_values_[t.id] = it->second.values.data();
+    ++matched;
+  }
+  if (!missing.empty())
+    throw std::invalid_argument("--init '" + path + "': " + std::to_string(missing.size()) + " parameters of model " +
+                                cfg_.model.name + " are not in the file, e.g. '" + missing.front() +
+                                "'; accepted: a file train --save wrote for this model, or one with its names");
+  if (matched != f.size()) {
+    for (const auto& [name, v] : f)
+      if (std::none_of(g.tensors().begin(), g.tensors().end(), [&](const TensorInfo& t) { return t.name == name; }))
+        throw std::invalid_argument("--init '" + path + "': tensor '" + name + "' is not a parameter or buffer of model " +
+                                    cfg_.model.name);
+  }
+  return init_values_;
 }
 
 Trainer::~Trainer() = default;
@@ -264,6 +311,13 @@ TrainResult Trainer::run(const std::function<void(const IterationStats&)>& on_it
     write_densities(d, cfg_.densities_out);
   }
   if (!cfg_.trace_path.empty()) AccessTracker::write_jsonl(cfg_.trace_path, graph_, traces_);
+  if (!cfg_.save_path.empty()) {
+    TensorFile f;
+    for (const auto& t : graph_.tensors())
+      if (t.kind == TensorKind::kParam || t.kind == TensorKind::kBuffer) f[t.name] = {t.shape.dims(), read(t.id)};
+    write_safetensors(f, cfg_.save_path,
+                      {{"format", "vtensor-weights-1"}, {"model", cfg_.model.name}, {"iterations", std::to_string(iteration_)}});
+  }
   return r;
 }
 

@@ -2,6 +2,7 @@
 // manager, executor; N iterations with a progress callback; a report.
 #pragma once
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -11,6 +12,7 @@
 #include "vtensor/memory/memory_manager.h"
 #include "vtensor/models/models.h"
 #include "vtensor/train/executor.h"
+#include "vtensor/train/safetensors.h"
 
 namespace vtensor {
 
@@ -56,6 +58,8 @@ struct TrainConfig {
   std::string densities_path, densities_out;
   bool timeline = false;    // per-op allocated / reserved bytes of the last iteration
   std::string trace_path;   // access trace as JSON lines
+  std::string init_path;    // --init: parameters and buffers from this safetensors file (safetensors.h)
+  std::string save_path;    // --save: the final parameters and buffers to this safetensors file
   std::shared_ptr<const Graph> graph;  // prebuilt (trace replay): used instead of model + autodiff
 };
 
@@ -100,6 +104,8 @@ class Trainer {
   std::unique_ptr<MemoryManager> mm_;
   std::unique_ptr<Executor> exec_;
   std::vector<AccessTrace> traces_;  // each iteration's, kept when trace_path is set
+  const std::map<TensorId, const float*>& init_values(const Graph& g, const TensorFile& f, const std::string& path);
+  std::map<TensorId, const float*> init_values_;  // --init: into the file read below, for init_persistent
   int iteration_ = 0;
 };
 
