@@ -1,5 +1,6 @@
 // The vtensor command: train a model under a device-memory budget and report what it cost.
 #include "cli/cli.h"
+#include "cli/validators.h"
 
 #include <CLI/CLI.hpp>
 #include <cmath>
@@ -25,36 +26,13 @@
 #include "vtensor/train/trainer.h"
 
 using namespace vtensor;
+using vtensor::cli::kFinite;
+using vtensor::cli::kPositive;
 
 namespace {
 
 constexpr int kExitBadInput = 2;
 
-// Sizes and counts where 0 has no meaning: refused like a negative (leaving the option out takes
-// the model's preset or the policy's search).
-const CLI::Validator kPositive(
-    [](std::string& v) -> std::string {
-      try {
-        size_t used = 0;
-        const long long n = std::stoll(v, &used);
-        if (used == v.size() && n > 0) return {};
-      } catch (const std::exception&) {
-      }
-      return "must be a whole number above 0 (leave the option out for the default), got '" + v + "'";
-    },
-    "INT > 0");
-// Learning rate, momentum, weight decay: a NaN or an infinity trains to NaN.
-const CLI::Validator kFinite(
-    [](std::string& v) -> std::string {
-      try {
-        size_t used = 0;
-        const double d = std::stod(v, &used);
-        if (used == v.size() && std::isfinite(d)) return {};
-      } catch (const std::exception&) {
-      }
-      return "must be a finite number, got '" + v + "'";
-    },
-    "FINITE");
 constexpr int kExitOom = 3;
 
 std::string join(const std::vector<std::string>& v) {
