@@ -661,6 +661,11 @@ int vtensor::run_cli(int argc, char** argv, CliMode mode) {
                     "write the final parameters and buffers to this file (safetensors, F32, the zoo's names; cpu, cuda)");
   train->add_option("--init", cfg.init_path,
                     "start from the parameters (and any buffers) in this safetensors file, e.g. one --save wrote");
+  train->add_option("--save-dir", cfg.save_dir,
+                    "save the run's state (parameters, optimizer state, buffers, iteration) as DIR/state.safetensors at the end");
+  train->add_option("--save-every", cfg.save_every, "with --save-dir: also after every N iterations")->check(kPositive);
+  train->add_option("--resume", cfg.resume_dir,
+                    "go on from the state in DIR (an earlier --save-dir) up to --iters iterations in all, bit for bit");
   train->add_flag("--deterministic", cfg.deterministic,
                   "cuda: deterministic cuDNN algorithms only, the lean one per convolution (bit-identical reruns at any budget)");
   train->add_flag("--timeline", cfg.timeline, "put the last iteration's per-op memory timeline in the report");

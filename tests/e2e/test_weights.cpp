@@ -4,6 +4,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "tests/support/cli.h"
@@ -74,4 +76,52 @@ TEST(Weights, AFileThatDoesNotFitTheModelIsRefusedByName) {
   EXPECT_EQ(r.code, 2) << r.output;  // the output over its own input
   std::filesystem::remove(path);
   std::filesystem::remove(bad);
+}
+
+// --save-dir / --resume: a run killed with SIGKILL at any point and resumed from its last saved
+// state ends with the weights, optimizer state and losses of the run that was never stopped, under
+// none and under a policy that swaps and recomputes (lru-recompute at a budget below the peak).
+TEST(Weights, AKilledRunResumedEndsBitIdenticalToOneNeverStopped) {
+  const auto losses = [](const std::string& report) {
+    std::ifstream in(report);
+    const nlohmann::json j = nlohmann::json::parse(in);
+    std::map<int, float> out;
+    for (const auto& it : j["iterations"]) out[it["iteration"].get<int>()] = it["loss"].get<float>();
+    return out;
+  };
+  for (const std::string policy : {"none", "lru-recompute --budget 2MiB"}) {
+    SCOPED_TRACE(policy);
+    const std::string args = "train --model resnet-tiny --optimizer adam --iters 40 --quiet --policy " + policy;
+    const std::string ref_dir = temp_path("resume", "ref");
+    std::filesystem::remove_all(ref_dir);
+    std::filesystem::create_directories(ref_dir);
+    ASSERT_EQ(run_cli(args + " --save-dir " + ref_dir + " --report " + ref_dir + "/r.json").code, 0);
+    const TensorFile want = read_safetensors(ref_dir + "/state.safetensors", "--resume");
+    const auto want_losses = losses(ref_dir + "/r.json");
+    for (const char* delay : {"0.2", "0.5", "0.9"}) {
+      SCOPED_TRACE(delay);
+      const std::string dir = temp_path("resume", std::string("run") + delay);
+      std::filesystem::remove_all(dir);
+      std::filesystem::create_directories(dir);
+      const std::string kill = "bash -c '" + std::string(VTENSOR_BINARY) + " " + args + " --save-dir " + dir +
+                               " --save-every 3 >/dev/null 2>&1 & p=$!; sleep " + delay +
+                               "; kill -KILL $p 2>/dev/null; wait $p; echo rc=$?'";
+      FILE* p = popen(kill.c_str(), "r");
+      std::string out;
+      char buf[256];
+      while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+      pclose(p);
+      if (out.find("rc=0") == std::string::npos) {  // killed: go on from the last state, or start again
+        const bool saved = std::filesystem::exists(dir + "/state.safetensors");
+        const auto r = run_cli(args + (saved ? " --resume " + dir : "") + " --save-dir " + dir + " --report " + dir + "/r.json");
+        ASSERT_EQ(r.code, 0) << r.output;
+        for (const auto& [it, loss] : losses(dir + "/r.json")) EXPECT_EQ(loss, want_losses.at(it)) << "iteration " << it;
+      }
+      const TensorFile got = read_safetensors(dir + "/state.safetensors", "--resume");
+      ASSERT_EQ(got.size(), want.size());
+      for (const auto& [name, t] : want) EXPECT_EQ(got.at(name).values, t.values) << name;  // weights, moments, buffers
+      std::filesystem::remove_all(dir);
+    }
+    std::filesystem::remove_all(ref_dir);
+  }
 }

@@ -137,7 +137,8 @@ void check_distinct(const std::vector<std::pair<std::string, std::string>>& outp
   }
 }
 
-void write_output(const std::string& path, const std::string& what, const std::function<void(std::ostream&)>& fill) {
+void write_output(const std::string& path, const std::string& what, const std::function<void(std::ostream&)>& fill,
+                  bool now) {
   const fs::path t = target_of(path);
   std::error_code ec;
   const fs::file_status s = fs::status(t, ec);
@@ -180,7 +181,7 @@ void write_output(const std::string& path, const std::string& what, const std::f
   if (::close(fd) != 0) fail_io(what, path, std::strerror(errno));
   {
     std::lock_guard<std::mutex> g(g_mu);
-    if (g_staged) {  // renamed at the transaction's commit, with the run's other outputs
+    if (g_staged && !now) {  // renamed at the transaction's commit, with the run's other outputs
       g_staged->push_back({std::move(tmp_ptr), t, path, what});
       return;
     }

@@ -28,7 +28,9 @@ std::string check_output(const std::string& path, const std::string& flag);
 void check_distinct(const std::vector<std::pair<std::string, std::string>>& outputs,
                     const std::vector<std::string>& inputs = {});
 // Writes what `fill` puts on the stream to `path` (see above); `what` names it in messages.
-void write_output(const std::string& path, const std::string& what, const std::function<void(std::ostream&)>& fill);
+// now: renamed at once even while an OutputTransaction is open (a run's periodic saved state).
+void write_output(const std::string& path, const std::string& what, const std::function<void(std::ostream&)>& fill,
+                  bool now = false);
 void write_output(const std::string& path, const std::string& what, const std::string& text);
 void install_output_signal_handlers();
 

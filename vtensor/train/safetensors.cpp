@@ -26,7 +26,8 @@ uint64_t get_u64(const std::string& in) {
 
 }  // namespace
 
-void write_safetensors(const TensorFile& tensors, const std::string& path, const std::map<std::string, std::string>& metadata) {
+void write_safetensors(const TensorFile& tensors, const std::string& path, const std::map<std::string, std::string>& metadata,
+                       bool now) {
   nlohmann::json head = nlohmann::json::object();
   if (!metadata.empty()) head["__metadata__"] = metadata;
   uint64_t offset = 0;
@@ -44,15 +45,27 @@ void write_safetensors(const TensorFile& tensors, const std::string& path, const
     static_assert(sizeof(float) == 4 && std::numeric_limits<float>::is_iec559, "F32 is IEEE binary32");
     for (const auto& [name, t] : tensors)  // little-endian, as x86-64 and arm64 hold them
       out.write(reinterpret_cast<const char*>(t.values.data()), static_cast<std::streamsize>(t.values.size() * sizeof(float)));
-  });
+  }, now);
 }
 
-TensorFile read_safetensors(const std::string& path) {
-  return parse_safetensors(read_input(path, "--init '" + path + "'", size_t{1} << 40), path);
+TensorFile read_safetensors(const std::string& path, const std::string& flag) {
+  return parse_safetensors(read_input(path, flag + " '" + path + "'", size_t{1} << 40), path, flag);
 }
 
-TensorFile parse_safetensors(const std::string& bytes, const std::string& path) {
-  const std::string where = "--init '" + path + "'";
+std::map<std::string, std::string> read_safetensors_metadata(const std::string& path, const std::string& flag) {
+  const std::string where = flag + " '" + path + "'";
+  const std::string bytes = read_input(path, where, size_t{1} << 40);
+  if (bytes.size() < 8 || get_u64(bytes) > bytes.size() - 8) throw std::invalid_argument(where + ": not a safetensors file");
+  const nlohmann::json head = parse_json(bytes.substr(8, get_u64(bytes)), where + "'s header");
+  std::map<std::string, std::string> out;
+  if (head.is_object() && head.contains("__metadata__") && head["__metadata__"].is_object())
+    for (const auto& [k, v] : head["__metadata__"].items())
+      if (v.is_string()) out[k] = v.get<std::string>();
+  return out;
+}
+
+TensorFile parse_safetensors(const std::string& bytes, const std::string& path, const std::string& flag) {
+  const std::string where = flag + " '" + path + "'";
   const std::string accepted = "; accepted: a safetensors file of F32 tensors (train --save, or safetensors.torch.save_file)";
   if (bytes.size() < 8) throw std::invalid_argument(where + ": shorter than a safetensors header" + accepted);
   const uint64_t n = get_u64(bytes);

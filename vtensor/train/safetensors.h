@@ -19,10 +19,13 @@ struct NamedTensor {
 };
 using TensorFile = std::map<std::string, NamedTensor>;
 
+// now: renamed onto `path` at once, not with the run's other outputs (write_output's `now`).
 void write_safetensors(const TensorFile& tensors, const std::string& path,
-                       const std::map<std::string, std::string>& metadata = {});
-TensorFile read_safetensors(const std::string& path);
+                       const std::map<std::string, std::string>& metadata = {}, bool now = false);
+TensorFile read_safetensors(const std::string& path, const std::string& flag = "--init");
+// The file's "__metadata__" (string to string; empty when it has none).
+std::map<std::string, std::string> read_safetensors_metadata(const std::string& path, const std::string& flag);
 // The same from the file's bytes; `path` names it in the messages (the fuzz target feeds this).
-TensorFile parse_safetensors(const std::string& bytes, const std::string& path);
+TensorFile parse_safetensors(const std::string& bytes, const std::string& path, const std::string& flag = "--init");
 
 }  // namespace vtensor

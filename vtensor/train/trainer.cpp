@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -23,6 +24,12 @@
 #include "vtensor/train/report_html.h"
 
 namespace vtensor {
+
+namespace {
+constexpr const char* kStateFormat = "vtensor-state-1";
+std::string state_path(const std::string& dir) { return (std::filesystem::path(dir) / "state.safetensors").string(); }
+}  // namespace
+
 namespace {
 // The policies the compression flags apply to (for messages).
 constexpr const char* kCompressPolicies = "compress, compress+swap or compress+capuchin";
@@ -164,9 +171,16 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
       throw std::invalid_argument("--densities-out needs a backend with data (cpu, cuda), got --backend sim");
     compress_policy->set_options(cfg_.compression);
   }
-  if (cfg_.backend == "sim" && (!cfg_.init_path.empty() || !cfg_.save_path.empty()))
-    throw std::invalid_argument(std::string(cfg_.init_path.empty() ? "--save" : "--init") +
-                                " needs a backend that holds values (cpu, cuda), got --backend sim");
+  if (cfg_.backend == "sim" && (!cfg_.init_path.empty() || !cfg_.save_path.empty() || !cfg_.save_dir.empty() ||
+                                !cfg_.resume_dir.empty()))
+    throw std::invalid_argument("--save, --init, --save-dir and --resume need a backend that holds values (cpu, cuda), "
+                                "got --backend sim");
+  if (cfg_.save_every > 0 && cfg_.save_dir.empty()) throw std::invalid_argument("--save-every needs --save-dir DIR");
+  if (!cfg_.save_dir.empty() && !std::filesystem::is_directory(cfg_.save_dir))
+    throw std::invalid_argument("--save-dir '" + cfg_.save_dir + "': no such folder");
+  if (!cfg_.save_dir.empty()) check_output(state_path(cfg_.save_dir), "--save-dir");
+  if (!cfg_.resume_dir.empty() && !cfg_.init_path.empty())
+    throw std::invalid_argument("--resume and --init both give the starting weights; accepted: one of them");
   if (!cfg_.densities_path.empty() && cfg_.backend != "sim")
     throw std::invalid_argument("--densities applies to --backend sim only (backend '" + cfg_.backend +
                                 "' measures its own tensors; --densities-out writes them)");
@@ -221,12 +235,64 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
   mm_->set_host_budget(cfg_.host_budget);
   mm_->set_compression(cfg_.compression);
   exec_ = std::make_unique<Executor>(graph_, *backend_, *mm_);
-  if (cfg_.init_path.empty()) {
+  if (!cfg_.resume_dir.empty()) {
+    resume();
+  } else if (cfg_.init_path.empty()) {
     mm_->init_persistent(cfg_.seed);
   } else {
     const TensorFile init = read_safetensors(cfg_.init_path);
     mm_->init_persistent(cfg_.seed, &init_values(graph_, init, cfg_.init_path));
   }
+}
+
+// --save-dir: every persistent tensor (parameters, optimizer state, buffers) and the next
+// iteration; the data batch, the dropout masks and Adam's step all follow from the iteration, so
+// that is the whole state of the run. Renamed into place at once: a kill leaves the last one whole.
+void Trainer::save_state() const {
+  TensorFile f;
+  for (const auto& t : graph_.tensors())
+    if (t.persistent()) f[t.name] = {t.shape.dims(), const_cast<Trainer*>(this)->read(t.id)};
+  write_safetensors(f, state_path(cfg_.save_dir),
+                    {{"format", kStateFormat}, {"model", cfg_.model.name}, {"graph", fingerprint(graph_)},
+                     {"iteration", std::to_string(iteration_)}, {"seed", std::to_string(cfg_.seed)}},
+                    /*now=*/true);
+}
+
+// --resume: the state save_state wrote, for this model's graph and seed.
+void Trainer::resume() {
+  const std::string path = state_path(cfg_.resume_dir);
+  const std::string where = "--resume '" + cfg_.resume_dir + "'";
+  if (!std::filesystem::exists(path))
+    throw std::invalid_argument(where + ": no state.safetensors in it; accepted: the --save-dir of an earlier run");
+  const auto meta = read_safetensors_metadata(path, "--resume");
+  const auto get = [&](const char* k) { return meta.count(k) ? meta.at(k) : std::string(); };
+  if (get("format") != kStateFormat)
+    throw std::invalid_argument(where + ": not a saved run's state (format '" + get("format") + "', accepted: " + kStateFormat + ")");
+  if (get("model") != cfg_.model.name || get("graph") != fingerprint(graph_))
+    throw std::invalid_argument(where + ": the state is of model " + get("model") +
+                                " with another graph or shape; resume with the model options of the run that saved it");
+  if (get("seed") != std::to_string(cfg_.seed))
+    throw std::invalid_argument(where + ": the state was saved with --seed " + get("seed") + ", not " + std::to_string(cfg_.seed));
+  int it = -1;
+  try {
+    it = std::stoi(get("iteration"));
+  } catch (const std::exception&) {
+  }
+  if (it < 0) throw std::invalid_argument(where + ": the state names no iteration");
+  if (it >= cfg_.iters)
+    throw std::invalid_argument(where + ": the saved run already reached iteration " + std::to_string(it) + " of --iters " +
+                                std::to_string(cfg_.iters) + "; accepted: a larger --iters");
+  const TensorFile f = read_safetensors(path, "--resume");
+  std::map<TensorId, const float*> values;
+  for (const auto& t : graph_.tensors()) {
+    if (!t.persistent()) continue;
+    const auto x = f.find(t.name);
+    if (x == f.end() || x->second.shape != t.shape.dims())
+      throw std::invalid_argument(where + ": tensor '" + t.name + "' is missing from the state or has another shape");
+    values[t.id] = x->second.values.data();
+  }
+  mm_->init_persistent(cfg_.seed, &values);
+  iteration_ = resumed_from_ = it;
 }
 
 // --init: each parameter (and each buffer the file has) by its zoo name, with its shape.
@@ -282,10 +348,12 @@ TrainResult Trainer::run(const std::function<void(const IterationStats&)>& on_it
   r.persistent_bytes = graph_.persistent_bytes();
   r.num_ops = graph_.num_ops();
   r.num_tensors = graph_.num_tensors();
-  for (int i = 0; i < cfg_.iters; ++i) {
+  for (int i = resumed_from_; i < cfg_.iters; ++i) {
     r.iterations.push_back(step());
     if (on_iteration) on_iteration(r.iterations.back());
+    if (cfg_.save_every > 0 && iteration_ % cfg_.save_every == 0 && iteration_ < cfg_.iters) save_state();
   }
+  if (!cfg_.save_dir.empty()) save_state();
   r.timeline = mm_->timeline();
   r.timeline_ops = nlohmann::json::array();
   for (const auto& p : r.timeline) {

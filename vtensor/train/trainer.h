@@ -60,6 +60,9 @@ struct TrainConfig {
   std::string trace_path;   // access trace as JSON lines
   std::string init_path;    // --init: parameters and buffers from this safetensors file (safetensors.h)
   std::string save_path;    // --save: the final parameters and buffers to this safetensors file
+  std::string save_dir;     // --save-dir: the run's state (every persistent tensor, the iteration) as DIR/state.safetensors
+  int save_every = 0;       // --save-every: that state after every N iterations (and at the end); 0: at the end only
+  std::string resume_dir;   // --resume: go on from DIR/state.safetensors up to `iters` iterations in all
   std::shared_ptr<const Graph> graph;  // prebuilt (trace replay): used instead of model + autodiff
 };
 
@@ -106,6 +109,9 @@ class Trainer {
   std::vector<AccessTrace> traces_;  // each iteration's, kept when trace_path is set
   const std::map<TensorId, const float*>& init_values(const Graph& g, const TensorFile& f, const std::string& path);
   std::map<TensorId, const float*> init_values_;  // --init: into the file read below, for init_persistent
+  void save_state() const;                         // --save-dir
+  void resume();                                   // --resume
+  int resumed_from_ = 0;                           // --resume: the iteration the saved state reached
   int iteration_ = 0;
 };
 
