@@ -324,9 +324,9 @@ const std::map<TensorId, const float*>& Trainer::init_values(const Graph& g, con
                                 cfg_.model.name + " are not in the file, e.g. '" + missing.front() +
                                 "'; accepted: a file train --save wrote for this model, or one with its names");
   if (matched != f.size()) {
-    for (const auto& [name, v] : f)
-      if (std::none_of(g.tensors().begin(), g.tensors().end(), [&](const TensorInfo& t) { return t.name == name; }))
-        throw std::invalid_argument("--init '" + path + "': tensor '" + name + "' is not a parameter or buffer of model " +
+    for (const auto& entry : f)
+      if (std::none_of(g.tensors().begin(), g.tensors().end(), [&](const TensorInfo& t) { return t.name == entry.first; }))
+        throw std::invalid_argument("--init '" + path + "': tensor '" + entry.first + "' is not a parameter or buffer of model " +
                                     cfg_.model.name);
   }
   return init_values_;
