@@ -31,7 +31,7 @@ summary() { sed -n 's/^\[==========\] \([0-9]*\) tests\? from .* ran\..*/\1/p' "
 asan_flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 cmake -S . -B build-asan "${common[@]}" -DVTENSOR_FUZZ=ON "-DCMAKE_CXX_FLAGS_SANITIZE=-O1 -g1" \
   "-DCMAKE_CXX_FLAGS=$asan_flags" "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=address,undefined" >/dev/null
-build build-asan vtensor_unit_tests vtensor_e2e_tests vtensor fuzz_trace fuzz_dtr_log fuzz_gpu_file fuzz_sizes fuzz_cli fuzz_plan
+build build-asan vtensor_unit_tests vtensor_e2e_tests vtensor fuzz_trace fuzz_dtr_log fuzz_gpu_file fuzz_sizes fuzz_cli fuzz_plan fuzz_densities fuzz_view fuzz_weights
 rm -rf build-asan/reports && mkdir -p build-asan/reports
 # Allocation is most of ASan's cost in the search's rehearsals; three settings cut the e2e job by about
 # 15% (595 s -> 498 s wall for its two shards here): a report's allocation and free stacks keep 8 frames (30 by
