@@ -29,7 +29,8 @@ cmake --build build -j "$(nproc)"
 
 # The Python environment: Debian's python3 (its headers are python3-dev's), every package pinned.
 lock=python/requirements.lock
-venv=${VTENSOR_VENV:-$HOME/.cache/vtensor/venv}
+home=${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}
+venv=${VTENSOR_VENV:-$home/.cache/vtensor/venv}
 if ! cmp -s "$lock" "$venv/requirements.lock" 2>/dev/null; then
   echo "install.sh: the Python environment in $venv (python/requirements.lock: torch, transformers, torchvision, pytest;"
   echo "            about 2.6 GB the first time, a few minutes)"
