@@ -124,11 +124,18 @@ std::string timeline_html(const json& report) {
     auto rank = [&](const std::string& n) { return std::find(order.begin(), order.end(), n) - order.begin(); };
     return rank(a.first) < rank(b.first);
   });
-  auto val = [&](const json& p, size_t i) { return p.at(i).get<double>(); };
+  // A timeline value is bytes or an op index: a negative, non-finite or larger than 1 PB one is a
+  // malformed report (the casts to integers below would be undefined).
+  auto val = [&](const json& p, size_t i) {
+    const double v = p.at(i).get<double>();
+    if (!(v >= 0 && v <= 1e15)) throw std::invalid_argument("a memory timeline value out of range: " + p.at(i).dump());
+    return v;
+  };
   auto col = [&](const json& p, const std::string& name) { return at.count(name) ? val(p, at[name]) : 0.0; };
 
   const json& cfg = report.value("config", json::object());
   const double budget = cfg.value("budget_bytes", 0.0);
+  if (!(budget >= 0 && budget <= 1e15)) throw std::invalid_argument("config.budget_bytes out of range");
   double ymax = budget;
   for (const auto& p : points) ymax = std::max({ymax, col(p, "reserved_bytes"), col(p, "allocated_bytes") + col(p, "held: workspace")});
   ymax = ymax > 0 ? ymax * 1.05 : 1;
