@@ -44,3 +44,25 @@ TEST(Inputs, EveryReaderRefusesHostileInputWithExitTwo) {
     }
   fs::remove_all(d);
 }
+
+// A count in a report or sweep (batch, byte and op counts) that no integer holds is a malformed
+// report, not an undefined cast: the view fuzz target found a batch of 4.6e20.
+TEST(Inputs, ViewRefusesACountNoIntegerHolds) {
+  const fs::path d = temp_path("inputs-counts", "dir");
+  fs::remove_all(d);
+  fs::create_directories(d);
+  const std::string row = R"({"policy": "none", "model": "mlp-tiny", "budget": "50%", "budget_bytes": 58368,
+                              "status": "ok", "overhead": 1.0, "unmanaged_peak_bytes": 116480, "batch": )";
+  for (const std::string& batch : {"4.61169e+20", "-1", "1e10"}) {
+    SCOPED_TRACE(batch);
+    const std::string in = (d / "s.json").string(), out = (d / "s.html").string();
+    std::ofstream(in) << "[" << row << batch << "}]\n";
+    const auto r = run_cli("view " + in + " -o " + out);
+    EXPECT_EQ(r.code, 2) << r.output;
+    EXPECT_NE(r.output.find("'batch' is"), std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(out));
+  }
+  std::ofstream(d / "s.json") << "[" << row << "16}]\n";
+  EXPECT_EQ(run_cli("view " + (d / "s.json").string() + " -o " + (d / "s.html").string()).code, 0);
+  fs::remove_all(d);
+}

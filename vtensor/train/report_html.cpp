@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -35,6 +36,21 @@ std::string esc(const std::string& s) {
     }
   }
   return o;
+}
+
+// An integral field of a report (a batch, a byte or op count): a number in [0, max], or `def` when absent.
+// Anything else is a malformed report; nlohmann's own cast of 1e20 to an integer is undefined.
+uint64_t count_field(const json& o, const char* key, uint64_t def, double max = 1e15) {
+  if (!o.is_object() || !o.contains(key)) return def;
+  const json& v = o[key];
+  if (v.is_number_unsigned()) {
+    if (static_cast<double>(v.get<uint64_t>()) <= max) return v.get<uint64_t>();
+  } else if (v.is_number()) {
+    const double d = v.get<double>();
+    if (d >= 0 && d <= max) return static_cast<uint64_t>(d);
+  }
+  throw std::invalid_argument(std::string("'") + key + "' is " + v.dump() + "; accepted: a number from 0 to " +
+                              std::to_string(static_cast<uint64_t>(max)));
 }
 
 std::string num(double v) {
@@ -231,9 +247,9 @@ std::string timeline_html(const json& report) {
   const std::string title = cfg.value("model", std::string("?")) + " under " + cfg.value("policy", std::string("?"));
   std::string sub = "backend " + cfg.value("backend", std::string("?"));
   if (cfg.contains("gpu") && cfg["gpu"].is_string()) sub += " (" + cfg["gpu"].get<std::string>() + ")";
-  sub += ", batch " + std::to_string(cfg.value("batch", 0)) + ", budget " + format_bytes(static_cast<size_t>(budget)) +
-         "; peak allocated " + format_bytes(sum.value("peak_allocated_bytes", size_t{0})) + ", peak reserved " +
-         format_bytes(sum.value("peak_reserved_bytes", size_t{0})) + "; memory after each op of the last iteration, "
+  sub += ", batch " + std::to_string(count_field(cfg, "batch", 0, 1e9)) + ", budget " + format_bytes(static_cast<size_t>(budget)) +
+         "; peak allocated " + format_bytes(count_field(sum, "peak_allocated_bytes", 0)) + ", peak reserved " +
+         format_bytes(count_field(sum, "peak_reserved_bytes", 0)) + "; memory after each op of the last iteration, "
          "stacked by what holds it; the workspace is the op's own scratch, freed after it";
   // What the last iteration re-ran, by op kind (the report's recompute_by_kind).
   std::string recomputed;
@@ -242,14 +258,14 @@ std::string timeline_html(const json& report) {
     char b[96];
     for (const json& k : kinds) {
       if (!k.is_object()) continue;
-      std::snprintf(b, sizeof b, " %llu (%.2f ms)", static_cast<unsigned long long>(k.value("ops", uint64_t{0})),
+      std::snprintf(b, sizeof b, " %llu (%.2f ms)", static_cast<unsigned long long>(count_field(k, "ops", 0)),
                     k.value("ms", 0.0));
       recomputed += (recomputed.empty() ? "" : ", ") + k.value("kind", std::string("?")) + b;
     }
     // and its longest chain: the most ops re-run for one restore
     const json& chains = its.back().value("recompute_chains", json::array());
     const json* longest = nullptr;
-    auto ops = [](const json& c) { return c.value("ops", uint64_t{0}); };
+    auto ops = [](const json& c) { return count_field(c, "ops", 0); };
     for (const json& c : chains)  // as format_chain_line picks it: most ops, then most time
       if (c.is_object() && (!longest || ops(c) > ops(*longest) ||
                             (ops(c) == ops(*longest) && c.value("ms", 0.0) > longest->value("ms", 0.0))))
@@ -277,7 +293,7 @@ std::string sweep_html(const json& rows) {
   for (const auto& r : rows) {
     if (!r.is_object() || !r.contains("policy") || !r.contains("budget_bytes"))
       throw std::invalid_argument("a sweep row lacks 'policy' or 'budget_bytes'");
-    groups[{r.value("model", std::string("?")), r.value("batch", 0)}].push_back(&r);
+    groups[{r.value("model", std::string("?")), static_cast<int>(count_field(r, "batch", 0, 1e9))}].push_back(&r);
   }
   std::string body = "<h1>Overhead against budget, per policy</h1><div class=\"sub\">time per iteration against the "
                      "unmanaged run (none, no budget); x: the budget as a fraction of the unmanaged peak; "
@@ -335,19 +351,27 @@ std::string sweep_html(const json& rows) {
 }
 
 std::string view_html(const json& doc, const std::string& source) {
-  try {  // a field of the wrong type (a hand-edited or foreign file) is bad input, not a crash
-    if (doc.is_object() && doc.contains("memory_timeline")) return timeline_html(doc);
-    if (doc.is_object() && doc.contains("config") && doc.contains("iterations"))
-      throw std::invalid_argument("'" + source + "' is a report without a memory timeline: rerun train or replay with "
-                                  "--timeline (or --html)");
-    if (doc.is_array() && !doc.empty() && doc[0].is_object() && doc[0].contains("policy") && doc[0].contains("budget_bytes"))
-      return sweep_html(doc);
+  const bool timeline = doc.is_object() && doc.contains("memory_timeline");
+  const bool sweep = doc.is_array() && !doc.empty() && doc[0].is_object() && doc[0].contains("policy") &&
+                     doc[0].contains("budget_bytes");
+  if (!timeline && doc.is_object() && doc.contains("config") && doc.contains("iterations"))
+    throw std::invalid_argument("'" + source + "' is a report without a memory timeline: rerun train or replay with "
+                                "--timeline (or --html)");
+  if (!timeline && !sweep)
+    throw std::invalid_argument("'" + source + "' is neither a report with a memory timeline nor a sweep; accepted: the "
+                                "JSON of train / replay --report with --timeline, or of sweep --out X.json");
+  // A field of the wrong type or out of range (a hand-edited or foreign file) is bad input, not a crash.
+  auto malformed = [&](const std::string& what) {
+    return std::invalid_argument("'" + source + "' is malformed: " + what +
+                                 "; accepted: the JSON of train / replay --report with --timeline, or of sweep --out X.json");
+  };
+  try {
+    return timeline ? timeline_html(doc) : sweep_html(doc);
   } catch (const json::exception& e) {
-    throw std::invalid_argument("'" + source + "' is malformed: " + e.what() +
-                                "; accepted: the JSON of train / replay --report with --timeline, or of sweep --out X.json");
+    throw malformed(e.what());
+  } catch (const std::invalid_argument& e) {
+    throw malformed(e.what());
   }
-  throw std::invalid_argument("'" + source + "' is neither a report with a memory timeline nor a sweep; accepted: the "
-                              "JSON of train / replay --report with --timeline, or of sweep --out X.json");
 }
 
 json read_json_file(const std::string& path) {
