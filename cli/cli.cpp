@@ -309,6 +309,9 @@ int cmd_view(const std::string& input, const std::string& out) {
 
 double mib(size_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
 
+constexpr const char* kBudgetAboveGpuHelp =
+    "sim: accept a --budget above the GPU's memory (models a device that holds it; refused otherwise)";
+
 struct ReplayArgs {
   ReplayConfig cfg;
   std::string budget_text, host_budget_text, report, html;
@@ -320,6 +323,7 @@ CLI::App* add_replay(CLI::App& app, ReplayArgs& a) {
   c->add_option("--trace", a.cfg.trace, "trace file (vtensor --trace JSON lines or a DTR log), or dtr:NAME")->required();
   c->add_option("--gpu", a.cfg.gpu, "the GPU to model: " + join(gpu_names()))->required();
   c->add_option("--budget", a.budget_text, "device memory budget (default: the GPU's memory)");
+  c->add_flag("--budget-above-gpu", a.cfg.budget_above_gpu, kBudgetAboveGpuHelp);
   c->add_option("--host-budget", a.host_budget_text, kHostBudgetHelp);
   c->add_option("--policy", a.cfg.policy, "memory policy: " + join(policy_names()));
   c->add_option("--allocator", a.cfg.allocator, "device allocator: " + join(allocator_names()));
@@ -417,6 +421,7 @@ CLI::App* add_maxbatch(CLI::App& app, ExperimentArgs& a) {
   add_experiment_model_options(c, a);
   c->add_option("--policy", a.cfg.policy, "memory policy: " + join(policy_names()));
   c->add_option("--budget", a.budget_text, "device memory budget (default: the GPU's memory)");
+  c->add_flag("--budget-above-gpu", a.cfg.budget_above_gpu, kBudgetAboveGpuHelp);
   c->add_option("--max-batch", a.max_limit, "stop the search here");
   c->add_option("--checkpoint-segments", a.cfg.checkpoint_segments, "policy checkpoint: segment count (default: search the segments for the lowest peak)")->check(kPositive);
   c->add_option("--densities", a.cfg.densities_path, "compress policies and auto: non-zero counts recorded by a cpu run (train --densities-out)");
@@ -486,7 +491,8 @@ CLI::App* add_sweep(CLI::App& app, ExperimentArgs& a) {
   c->add_option("--trace", a.trace, "instead of --model: a recorded trace or DTR log (dtr:NAME), replayed");
   c->add_option("--batch", a.cfg.model.batch, "batch size (default: the model's preset)")->check(kPositive);
   c->add_option("--policies", a.policies_text, "comma-separated policies (default none,lru,lru-recompute)");
-  c->add_option("--budgets", a.budgets_text, "comma-separated budgets: % of the unmanaged peak or sizes (default 100%,75%,50%,25%)");
+  c->add_option("--budgets", a.budgets_text, "comma-separated budgets: % of the unmanaged peak or sizes (default 100%,75%,50%,25%); a % may exceed the GPU's memory, a size may not without --budget-above-gpu");
+  c->add_flag("--budget-above-gpu", a.cfg.budget_above_gpu, kBudgetAboveGpuHelp);
   c->add_option("--batches", a.batches_text, "comma-separated batch sizes (overrides --batch)");
   c->add_option("--checkpoint-segments", a.cfg.checkpoint_segments, "runs of policy checkpoint: segment count (default: sqrt of the layer count)")->check(kPositive);
   c->add_option("--auto-search", a.cfg.auto_search, kAutoSearchHelp);
@@ -522,6 +528,12 @@ int cmd_sweep(ExperimentArgs a) {
   const auto budgets = parse_budgets(a.budgets_text, "--budgets");
   const auto batches = parse_batches(a.batches_text, "--batches");
   if (sim) find_gpu(a.cfg.gpu);
+  if (sim && !a.cfg.budget_above_gpu)  // a size the GPU cannot hold; a % of the unmanaged peak compares policies
+    for (const auto& b : budgets)
+      if (b.fraction == 0 && b.bytes > find_gpu(a.cfg.gpu).memory_bytes)
+        throw std::invalid_argument("--budgets " + b.label + " is above " + a.cfg.gpu + "'s memory (" +
+                                    format_bytes(find_gpu(a.cfg.gpu).memory_bytes) +
+                                    "); accepted: at most that, a % of the unmanaged peak, or --budget-above-gpu");
   if (a.trace.empty() == a.cfg.model.name.empty())
     throw std::invalid_argument("sweep: give either --model or --trace");
   if (!a.trace.empty()) {
@@ -622,6 +634,7 @@ int vtensor::run_cli(int argc, char** argv, CliMode mode) {
   train->add_option("--width", cfg.model.width, "base channel count (hidden units for mlp)")->check(kPositive);
   train->add_option("--classes", cfg.model.classes, "number of classes")->check(kPositive);
   train->add_option("--budget", budget_text, "device memory budget, e.g. 512MiB (default: 8GiB on cpu, the free memory less a margin on cuda)");
+  train->add_flag("--budget-above-gpu", cfg.budget_above_gpu, kBudgetAboveGpuHelp);
   train->add_option("--host-budget", host_budget_arg, kHostBudgetHelp);
   train->add_option("--policy", cfg.policy, "memory policy: " + join(policy_names()));
   train->add_option("--backend", cfg.backend, "backend: " + join(backend_names()));

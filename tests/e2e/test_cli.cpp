@@ -170,6 +170,13 @@ TEST(Cli, BadArgumentsNameTheArgumentAndExitTwo) {
            {"sweep --model resnet-tiny --policies checkpoint --checkpoint-segments 0 --out x.csv", "--checkpoint-segments: must be"},
            {"maxbatch --model resnet-tiny --gpu p100-16g --width 0", "--width: must be a whole number above 0"},
            {"train --model resnet-tiny --batch 2.5", "--batch: must be a whole number above 0"},
+           // A budget the simulated GPU cannot hold is refused unless asked for.
+           {"train --model resnet-tiny --backend sim --gpu p100-16g --budget 17GiB",
+            "--budget 17.00 GiB is above p100-16g's memory (16.00 GiB); accepted: at most 16.00 GiB, or --budget-above-gpu"},
+           {"replay --trace dtr:lstm --gpu p100-16g --budget 1024GiB", "is above p100-16g's memory"},
+           {"maxbatch --model resnet-tiny --gpu p100-16g --budget 20GiB", "is above p100-16g's memory"},
+           {"sweep --model resnet-tiny --gpu p100-16g --budgets 50%,20GiB --out x.csv", "is above p100-16g's memory"},
+           {"train --model resnet-tiny --budget-above-gpu", "--budget-above-gpu applies to --backend sim only"},
            // A non-finite learning rate, momentum or weight decay trains to NaN: refused.
            {"train --model resnet-tiny --lr nan", "--lr: must be a finite number, got 'nan'"},
            {"train --model resnet-tiny --lr inf", "--lr: must be a finite number"},

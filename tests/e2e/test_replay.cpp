@@ -146,7 +146,7 @@ TEST(DtrLogs, AllImportAndReplayToTheSumOfTheirOpTimes) {
     for (const auto& t : g.tensors()) overwritten += t.producer >= 0 && !t.recomputable;
     std::printf("%-12s %4d tensors not recomputable (inputs overwritten in place)\n", name.c_str(), overwritten);
     if (name == "resnet32") EXPECT_EQ(overwritten, 0);
-    const TrainResult r = replay_trace({.trace = "dtr:" + name, .gpu = "titan-v-12g", .budget = size_t{1} << 40, .iters = 2});
+    const TrainResult r = replay_trace({.trace = "dtr:" + name, .gpu = "titan-v-12g", .budget = size_t{1} << 40, .budget_above_gpu = true, .iters = 2});
     ASSERT_EQ(r.iterations.size(), 2u);
     for (const auto& it : r.iterations) {
       EXPECT_NEAR(it.time_ms, sum_ns * 1e-6, sum_ns * 1e-6 * 1e-9);
@@ -170,7 +170,7 @@ TEST(Replay, ARecomputedOpIsCountedUnderItsRecordedKind) {
 // and recomputing under half the unmanaged peak must take well under a second, not minutes.
 TEST(DtrLogs, TransformerRecomputesUnderHalfItsPeak) {
   if (!have_dtr_logs()) GTEST_SKIP() << "the DTR logs are not here (../shared/external/dtr-logs absent at configure time)";
-  const TrainResult full = replay_trace({.trace = "dtr:transformer", .gpu = "titan-v-12g", .budget = size_t{1} << 40, .iters = 1});
+  const TrainResult full = replay_trace({.trace = "dtr:transformer", .gpu = "titan-v-12g", .budget = size_t{1} << 40, .budget_above_gpu = true, .iters = 1});
   const size_t budget = align_up(full.iterations[0].peak_allocated / 2);
   const TrainResult r = replay_trace({.trace = "dtr:transformer", .policy = "lru-recompute", .gpu = "titan-v-12g", .budget = budget, .iters = 2});
   for (const auto& it : r.iterations) {

@@ -18,6 +18,7 @@ struct ReplayConfig {
   std::string gpu;
   size_t budget = 0;  // 0: the GPU's memory
   size_t host_budget = 0;  // 0: unlimited
+  bool budget_above_gpu = false;  // TrainConfig::budget_above_gpu
   int iters = 3;
   bool timeline = false;  // the last iteration's per-op memory timeline
   double auto_ilp = -1;   // policy auto: TrainConfig::auto_ilp

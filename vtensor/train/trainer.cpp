@@ -190,6 +190,15 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
     throw std::invalid_argument("--gpu applies to --backend sim only (backend is '" + cfg_.backend + "')");
   if (cfg_.budget == 0 && cfg_.backend != "cuda")  // cuda: the backend takes the free memory less a margin
     cfg_.budget = cfg_.backend == "sim" && !cfg_.gpu.empty() ? find_gpu(cfg_.gpu).memory_bytes : kDefaultCpuBudget;
+  if (cfg_.budget_above_gpu && cfg_.backend != "sim")
+    throw std::invalid_argument("--budget-above-gpu applies to --backend sim only (backend is '" + cfg_.backend + "')");
+  if (cfg_.backend == "sim" && !cfg_.gpu.empty() && !cfg_.budget_above_gpu) {
+    const GpuSpec& gpu = find_gpu(cfg_.gpu);
+    if (cfg_.budget > gpu.memory_bytes)
+      throw std::invalid_argument("--budget " + format_bytes(cfg_.budget) + " is above " + gpu.name + "'s memory (" +
+                                  format_bytes(gpu.memory_bytes) + "); accepted: at most " +
+                                  format_bytes(gpu.memory_bytes) + ", or --budget-above-gpu to model a device that holds it");
+  }
   cfg_.budget = align_up(cfg_.budget);
   if (cfg_.graph) {
     graph_ = *cfg_.graph;

@@ -27,6 +27,7 @@ struct TrainConfig {
   std::string planner;  // --allocator planned: the planner (empty: greedy-size)
   size_t budget = 0;  // 0: the backend's default (kDefaultCpuBudget on cpu, the GPU's memory on sim, free memory on cuda)
   size_t host_budget = 0;  // pinned host memory for swaps (--host-budget); 0: unlimited
+  bool budget_above_gpu = false;  // sim: accept a budget larger than the GPU's memory (--budget-above-gpu)
   bool deterministic = false;  // cuda: deterministic cuDNN algorithms only
   int iters = 10;
   uint64_t seed = 1;  // weight init
