@@ -20,7 +20,6 @@
 #include "vtensor/memory/trace_io.h"
 #include "vtensor/models/models.h"
 #include "vtensor/policy/registry.h"
-#include "vtensor/policy/um.h"
 #include "vtensor/train/experiments.h"
 #include "vtensor/train/report_html.h"
 #include "vtensor/train/trainer.h"
@@ -41,151 +40,29 @@ std::string join(const std::vector<std::string>& v) {
   return s;
 }
 
-const char* const kAutoSearchHelp =
-    "policy auto: rehearsals of its per-gap search (0: none; default 256, then 128 with compression moves where densities are known)";
-
-const char* const kAutoWindowHelp =
-    "policy auto: rehearsals of its window search after the per-gap climb (0: none; default 256)";
-
-const char* const kAutoRoomHelp =
-    "policy auto: rehearsals of its \"make room\" moves after each climb, a swap's prefetch earlier with a kept tensor over the new window recomputed or swapped (0: none; default 144)";
-
-const char* const kAutoLpHelp =
-    "policy auto: the fastest candidates its linear program's rounded plans (untimed and timed) are rehearsed on, each plan's fastest a start for its search (0: none, the LP still bounds; default 3)";
-
-const char* const kAutoLpModelHelp =
-    "policy auto: the linear programs its LP starts are rounded from: compress (the bound's, and one that may also keep ReLU / max-pool outputs compressed where the densities are known; default), bound (the lower bound's alone, a copy in flight counted off the device), in-flight (a copy holds its bytes on the device until it ends; the bound stays the first's) or both (bound and in-flight; each rounding's faster rehearsal is the start)";
-
-const char* const kAutoSecondsHelp =
-    "policy auto: seconds its candidates' rehearsals may take, its search then 1.3 s more (default 8; at most 600)";
-
-const char* const kAutoWallCapHelp =
-    "policy auto, on the rehearsals clock: seconds of wall time after which planning stops as if its limits were "
-    "reached, so that a slow or loaded machine still plans in about that time (the plan then depends on the machine; "
-    "the report's planning_clock.wall_capped); 0: none, the same plan on every run and machine (default: the limits "
-    "+ 0.2 s, 9.5 s; VTENSOR_AUTO_WALL_CAP=SECONDS sets the default)";
-const char* const kAutoClockHelp =
-    "policy auto: what its planning limits count: rehearsals (default: each rehearsal a fixed time from "
-    "the model's op count and what it recomputed, compacted and evicted, a rehearsal cut only when 20x slower than "
-    "counted: the same plan on every run and machine, "
-    "whatever its speed or load, unless planning reaches --auto-wall-cap) or "
-    "wall (seconds of this machine's time)";
-
-const char* const kAutoPlacementHelp =
-    "policy auto: the device allocator's placement, search (its finish also rehearses the plan with requests of 2, 5 or 10% of the budget or more placed high, and keeps the fastest; default) or low (never)";
-
-const char* const kAutoPlanHelp =
-    "policy auto: run the plan an earlier run made (its --report, which holds it as policy_report.saved_plan) after "
-    "the measured iteration, without the search; the graph and the budget must be those it was made for";
-const char* const kAutoReplayGuardHelp =
-    "policy auto: on (default): where two guided iterations in a row each run over 2x the plan's prediction and 10 ms above it, the fastest rehearsed plan that relies on fewer modelled costs runs instead (compress, then swap, then recompute only; the report's replay_guard); off: the chosen plan runs to the end";
-
-const char* const kAutoCodecRateHelp =
-    "policy auto, off sim: measured (default: the memory manager times the backend's bitmask codec before the first iteration, and the plan charges each codec call that latency and rate; the report's codec_rate) or modelled (the modelled GPU's memory bandwidth in the rehearsals, the measured ReLU ops' rate in the planners)";
-
-const char* const kAutoCopyCostHelp =
-    "policy auto, off sim: queued (default: each copy in the rehearsals costs its bytes at the measured link rate plus what one more copy queued behind others added in the memory manager's calibration; the report's link) or bytes (its bytes alone)";
-
-const char* const kAutoCandidatesHelp =
-    "policy auto: the candidates it rehearses, comma-separated (default: all; e.g. compress+capuchin,compress+swap; `vtensor policies` names the planners)";
-
-const char* const kAutoIlpHelp =
-    "policy auto: seconds for its integer program over the LP's fractional gaps (COIN-OR Cbc), whose plan is one more start for its search (0: none; default 0)";
-
-// --auto-search / --auto-window: a count >= 0; with a single policy, that policy must be auto (a
-// sweep applies it to its auto runs).
-void check_auto_count(const std::string& option, int value, const std::string& what, const TrainConfig& cfg, bool given,
-                      bool single_policy) {
-  if (!given) return;
-  if (value < 0)
-    throw std::invalid_argument(option + " must be a rehearsal count >= 0 (0: " + what + "), got " + std::to_string(value));
-  if (single_policy && cfg.policy != "auto")
-    throw std::invalid_argument(option + " applies to --policy auto only, got --policy " + cfg.policy);
-}
-
-void check_auto_search(const TrainConfig& cfg, const CLI::App& cmd, bool single_policy) {
-  check_auto_count("--auto-search", cfg.auto_search, "no per-gap search", cfg, cmd.get_option("--auto-search")->count() > 0,
-                   single_policy);
-  check_auto_count("--auto-window", cfg.auto_window, "no window search", cfg, cmd.get_option("--auto-window")->count() > 0,
-                   single_policy);
-  check_auto_count("--auto-room", cfg.auto_room, "no make-room moves", cfg, cmd.get_option("--auto-room")->count() > 0,
-                   single_policy);
-  check_auto_count("--auto-lp", cfg.auto_lp, "no LP starts", cfg, cmd.get_option("--auto-lp")->count() > 0, single_policy);
-  if (cmd.get_option("--auto-seconds")->count() > 0) {
-    if (!(cfg.auto_seconds > 0 && cfg.auto_seconds <= 600))
-      throw std::invalid_argument("--auto-seconds must be seconds in (0, 600], got " + format_number(cfg.auto_seconds));
-    if (single_policy && cfg.policy != "auto")
-      throw std::invalid_argument("--auto-seconds applies to --policy auto only, got --policy " + cfg.policy);
+// ---- the policies' own options (PolicyInfo::options: --checkpoint-segments, --um-*, --auto-*),
+// each registered once on every command that runs a policy; the policy checks and reads them.
+struct PolicyArgs {
+  std::map<std::string, std::string> text;
+  std::vector<std::pair<std::string, CLI::Option*>> options;
+  PolicyOptions given() const {
+    PolicyOptions o;
+    for (const auto& [flag, opt] : options)
+      if (opt->count() > 0) o.set(flag, text.at(flag));
+    return o;
   }
-  if (cmd.get_option("--auto-wall-cap")->count() > 0) {
-    if (!(cfg.auto_wall_cap >= 0 && cfg.auto_wall_cap <= 600))
-      throw std::invalid_argument("--auto-wall-cap must be seconds in [0, 600] (0: no wall cap), got " + format_number(cfg.auto_wall_cap));
-    if (single_policy && cfg.policy != "auto")
-      throw std::invalid_argument("--auto-wall-cap applies to --policy auto only, got --policy " + cfg.policy);
-  }
-  if (cmd.get_option("--auto-clock")->count() > 0) {
-    if (cfg.auto_clock != "wall" && cfg.auto_clock != "rehearsals")
-      throw std::invalid_argument("--auto-clock must be wall or rehearsals, got '" + cfg.auto_clock + "'");
-    if (single_policy && cfg.policy != "auto")
-      throw std::invalid_argument("--auto-clock applies to --policy auto only, got --policy " + cfg.policy);
-  }
-  if (cmd.get_option("--auto-placement")->count() > 0) {
-    if (cfg.auto_placement != "search" && cfg.auto_placement != "low")
-      throw std::invalid_argument("--auto-placement must be search or low, got '" + cfg.auto_placement + "'");
-    if (single_policy && cfg.policy != "auto")
-      throw std::invalid_argument("--auto-placement applies to --policy auto only, got --policy " + cfg.policy);
-  }
-  if (cmd.get_option("--auto-lp-model")->count() > 0) {
-    if (cfg.auto_lp_model != "bound" && cfg.auto_lp_model != "in-flight" && cfg.auto_lp_model != "both" &&
-        cfg.auto_lp_model != "compress")
-      throw std::invalid_argument("--auto-lp-model must be bound, in-flight, both or compress, got '" + cfg.auto_lp_model + "'");
-    if (single_policy && cfg.policy != "auto")
-      throw std::invalid_argument("--auto-lp-model applies to --policy auto only, got --policy " + cfg.policy);
-  }
-  if (cmd.get_option("--auto-ilp")->count() > 0) {
-    if (!(cfg.auto_ilp >= 0 && cfg.auto_ilp <= 60))
-      throw std::invalid_argument("--auto-ilp must be seconds in [0, 60] (0: no integer program), got " + format_number(cfg.auto_ilp));
-    if (single_policy && cfg.policy != "auto")
-      throw std::invalid_argument("--auto-ilp applies to --policy auto only, got --policy " + cfg.policy);
-  }
-}
-
-// --checkpoint-segments with a single policy: it must be checkpoint (a sweep applies it to its checkpoint runs).
-void check_checkpoint_segments(const TrainConfig& cfg) {
-  if (cfg.checkpoint_segments < 0)
-    throw std::invalid_argument("--checkpoint-segments must be a positive segment count, got " +
-                                std::to_string(cfg.checkpoint_segments));
-  if (cfg.checkpoint_segments > 0 && cfg.policy != "checkpoint")
-    throw std::invalid_argument("--checkpoint-segments applies to --policy checkpoint only, got --policy " + cfg.policy);
-}
-
-// --um-page-size / --um-lookahead (policies um, um-prefetch).
-struct UmArgs {
-  std::string page_text;
-  int lookahead = -1;  // not given
 };
 
-void add_um_options(CLI::App* c, UmArgs& u) {
-  c->add_option("--um-page-size", u.page_text, "policies um, um-prefetch: unified-memory page, a power of two from 4KiB to 1GiB (default 2MiB)");
-  c->add_option("--um-lookahead", u.lookahead, "policy um-prefetch: kernels whose pages are prefetched ahead, 1 to 64 (default 4)");
+void add_policy_options(CLI::App* c, PolicyArgs& a) {
+  for (const PolicyOption& o : policy_options()) a.options.emplace_back(o.flag, c->add_option("--" + o.flag, a.text[o.flag], o.help));
 }
 
-// Validates and applies them; `policy` non-empty: a single run, whose policy they must fit.
-void apply_um_options(TrainConfig& cfg, const UmArgs& u, const std::string& policy) {
-  if (!u.page_text.empty()) cfg.um_page_bytes = parse_bytes(u.page_text, "--um-page-size");
-  if (!u.page_text.empty() && cfg.um_page_bytes == 0) check_page_bytes(0);
-  if (u.lookahead != -1) {
-    check_um_lookahead(u.lookahead);
-    cfg.um_lookahead = u.lookahead;
-  }
-  if (u.lookahead != -1 || !u.page_text.empty()) {
-    auto p = make_policy(policy.empty() ? "um-prefetch" : policy);
-    configure_um_policy(*p, cfg);  // range checks
-  }
-  if (!policy.empty() && !u.page_text.empty() && policy != "um" && policy != "um-prefetch")
-    throw std::invalid_argument("--um-page-size applies to --policy um or um-prefetch only, got --policy " + policy);
-  if (!policy.empty() && u.lookahead != -1 && policy != "um-prefetch")
-    throw std::invalid_argument("--um-lookahead applies to --policy um-prefetch only, got --policy " + policy);
+// The files the given policy options name (--auto-plan): inputs no output may overwrite.
+std::vector<std::string> policy_inputs(const PolicyOptions& given) {
+  std::vector<std::string> files;
+  for (const PolicyOption& o : policy_options())
+    if (o.input_file && given.given(o.flag)) files.push_back(*given.text(o.flag));
+  return files;
 }
 
 constexpr const char* kHostBudgetHelp = "pinned host memory for swaps, e.g. 64GB (default: unlimited)";
@@ -217,10 +94,11 @@ int cmd_train(const TrainConfig& base, const std::string& budget_text, const std
   check_output_path(report, "--report");
   check_output_path(cfg.trace_path, "--trace");
   // Checked before the run: no output overwrites another or an input.
+  std::vector<std::string> inputs = policy_inputs(cfg.policy_options);
+  inputs.push_back(cfg.densities_path), inputs.push_back(cfg.init_path);
   check_distinct({{"--report", report}, {"--html", html}, {"--trace", cfg.trace_path}, {"--densities-out", cfg.densities_out},
                   {"--save", cfg.save_path}},
-                 {cfg.densities_path, cfg.auto_plan, cfg.init_path});
-  check_checkpoint_segments(cfg);
+                 inputs);
   Trainer trainer(cfg);
   const auto& c = trainer.config();
   const auto& g = trainer.graph();
@@ -287,7 +165,7 @@ int cmd_train(const TrainConfig& base, const std::string& budget_text, const std
   if (!report.empty()) {
     write_report(r, report);
     std::printf("report written to %s\n", report.c_str());
-    if (c.auto_plan.empty() && r.policy_report.is_object() && r.policy_report.contains("saved_plan") &&
+    if (!c.policy_options.given("auto-plan") && r.policy_report.is_object() && r.policy_report.contains("saved_plan") &&
         r.policy_report["saved_plan"].is_object())
       std::printf("auto's plan is in it (policy_report.saved_plan): --auto-plan %s runs it again without the search\n",
                   report.c_str());
@@ -316,6 +194,7 @@ struct ReplayArgs {
   ReplayConfig cfg;
   std::string budget_text, host_budget_text, report, html;
   bool quiet = false;
+  PolicyArgs policy;
 };
 
 CLI::App* add_replay(CLI::App& app, ReplayArgs& a) {
@@ -332,33 +211,20 @@ CLI::App* add_replay(CLI::App& app, ReplayArgs& a) {
   c->add_option("--html", a.html, "write the last iteration's memory timeline as an HTML page");
   c->add_flag("--timeline", a.cfg.timeline, "put the last iteration's per-op memory timeline in the report");
   c->add_flag("--quiet", a.quiet, "no per-iteration lines");
-  c->add_option("--auto-ilp", a.cfg.auto_ilp, kAutoIlpHelp);
-  c->add_option("--auto-lp-model", a.cfg.auto_lp_model, kAutoLpModelHelp);
-  c->add_option("--auto-clock", a.cfg.auto_clock, kAutoClockHelp);
-  c->add_option("--auto-wall-cap", a.cfg.auto_wall_cap, kAutoWallCapHelp);
-  c->add_option("--auto-plan", a.cfg.auto_plan, kAutoPlanHelp);
+  add_policy_options(c, a.policy);
   return c;
 }
 
 int cmd_replay(ReplayArgs a) {
-  if (!a.cfg.auto_clock.empty() && a.cfg.policy != "auto")
-    throw std::invalid_argument("--auto-clock applies to --policy auto only, got --policy " + a.cfg.policy);
-  if (a.cfg.auto_wall_cap != -1 && a.cfg.policy != "auto")
-    throw std::invalid_argument("--auto-wall-cap applies to --policy auto only, got --policy " + a.cfg.policy);
-  if (a.cfg.auto_ilp != -1 && a.cfg.policy != "auto")
-    throw std::invalid_argument("--auto-ilp applies to --policy auto only, got --policy " + a.cfg.policy);
-  if (!a.cfg.auto_lp_model.empty() && a.cfg.policy != "auto")
-    throw std::invalid_argument("--auto-lp-model applies to --policy auto only, got --policy " + a.cfg.policy);
-  if (!a.cfg.auto_plan.empty() && a.cfg.policy != "auto")
-    throw std::invalid_argument("--auto-plan applies to --policy auto only, got --policy " + a.cfg.policy);
-  if (!a.cfg.auto_plan.empty() && (a.cfg.auto_ilp != -1 || !a.cfg.auto_lp_model.empty() || !a.cfg.auto_clock.empty() || a.cfg.auto_wall_cap != -1))
-    throw std::invalid_argument("--auto-ilp, --auto-lp-model, --auto-clock and --auto-wall-cap set auto's search; --auto-plan runs a saved plan without one");
+  a.cfg.policy_options = a.policy.given();
+  make_policy(a.cfg.policy, a.cfg.policy_options);  // its options checked before the trace is read
   if (!a.budget_text.empty()) a.cfg.budget = parse_bytes(a.budget_text, "--budget");
   a.cfg.host_budget = parse_host_budget(a.host_budget_text);
   check_output_path(a.report, "--report");
   check_output_path(a.html, "--html");
-  check_distinct({{"--report", a.report}, {"--html", a.html}},
-                 {a.cfg.trace.rfind("dtr:", 0) == 0 ? std::string() : a.cfg.trace, a.cfg.auto_plan});
+  std::vector<std::string> inputs = policy_inputs(a.cfg.policy_options);
+  inputs.push_back(a.cfg.trace.rfind("dtr:", 0) == 0 ? std::string() : a.cfg.trace);
+  check_distinct({{"--report", a.report}, {"--html", a.html}}, inputs);
   if (!a.html.empty()) a.cfg.timeline = true;
   std::printf("vtensor replay: %s on %s, policy %s%s\n", a.cfg.trace.c_str(), a.cfg.gpu.c_str(), a.cfg.policy.c_str(),
               host_budget_suffix(a.cfg.host_budget).c_str());
@@ -388,7 +254,7 @@ struct ExperimentArgs {
       policies_text = "none,lru,lru-recompute";
   std::string out, report, trace, optimizer = "sgd";
   int max_limit = 1 << 20;
-  UmArgs um;
+  PolicyArgs policy;
 };
 
 constexpr const char* kStepInBackwardHelp =
@@ -413,7 +279,7 @@ void add_experiment_model_options(CLI::App* c, ExperimentArgs& a, bool model_req
   c->add_option("--host-budget", a.host_budget_text, kHostBudgetHelp);
   c->add_flag("--inplace-relu-grad", a.cfg.inplace_relu_grad, "relu backward writes dx over dy where dy dies");
   c->add_flag("--step-in-backward", a.cfg.optimizer.in_backward, kStepInBackwardHelp);
-  add_um_options(c, a.um);
+  add_policy_options(c, a.policy);
 }
 
 CLI::App* add_maxbatch(CLI::App& app, ExperimentArgs& a) {
@@ -423,7 +289,6 @@ CLI::App* add_maxbatch(CLI::App& app, ExperimentArgs& a) {
   c->add_option("--budget", a.budget_text, "device memory budget (default: the GPU's memory)");
   c->add_flag("--budget-above-gpu", a.cfg.budget_above_gpu, kBudgetAboveGpuHelp);
   c->add_option("--max-batch", a.max_limit, "stop the search here");
-  c->add_option("--checkpoint-segments", a.cfg.checkpoint_segments, "policy checkpoint: segment count (default: search the segments for the lowest peak)")->check(kPositive);
   c->add_option("--densities", a.cfg.densities_path, "compress policies and auto: non-zero counts recorded by a cpu run (train --densities-out)");
   c->add_option("--report", a.report, "write the search as JSON to this file");
   return c;
@@ -435,8 +300,8 @@ int cmd_maxbatch(ExperimentArgs a) {
   if (!a.budget_text.empty()) a.cfg.budget = parse_bytes(a.budget_text, "--budget");
   a.cfg.host_budget = parse_host_budget(a.host_budget_text);
   check_output_path(a.report, "--report");
-  make_policy(a.cfg.policy);
-  check_checkpoint_segments(a.cfg);
+  a.cfg.policy_options = a.policy.given();
+  make_policy(a.cfg.policy, a.cfg.policy_options);  // the name and its options, before any probe
   const size_t budget = a.cfg.budget ? a.cfg.budget : find_gpu(a.cfg.gpu).memory_bytes;
   std::printf("vtensor maxbatch: model %s, policy %s, %s, budget %s%s, %d iterations per probe\n",
               a.cfg.model.name.c_str(), a.cfg.policy.c_str(), a.cfg.gpu.c_str(), format_bytes(budget).c_str(),
@@ -494,23 +359,15 @@ CLI::App* add_sweep(CLI::App& app, ExperimentArgs& a) {
   c->add_option("--budgets", a.budgets_text, "comma-separated budgets: % of the unmanaged peak or sizes (default 100%,75%,50%,25%); a % may exceed the GPU's memory, a size may not without --budget-above-gpu");
   c->add_flag("--budget-above-gpu", a.cfg.budget_above_gpu, kBudgetAboveGpuHelp);
   c->add_option("--batches", a.batches_text, "comma-separated batch sizes (overrides --batch)");
-  c->add_option("--checkpoint-segments", a.cfg.checkpoint_segments, "runs of policy checkpoint: segment count (default: sqrt of the layer count)")->check(kPositive);
-  c->add_option("--auto-search", a.cfg.auto_search, kAutoSearchHelp);
-  c->add_option("--auto-window", a.cfg.auto_window, kAutoWindowHelp);
-  c->add_option("--auto-room", a.cfg.auto_room, kAutoRoomHelp);
-  c->add_option("--auto-lp", a.cfg.auto_lp, kAutoLpHelp);
-  c->add_option("--auto-lp-model", a.cfg.auto_lp_model, kAutoLpModelHelp);
-  c->add_option("--auto-ilp", a.cfg.auto_ilp, kAutoIlpHelp);
-  c->add_option("--auto-seconds", a.cfg.auto_seconds, kAutoSecondsHelp);
-  c->add_option("--auto-placement", a.cfg.auto_placement, kAutoPlacementHelp);
-  c->add_option("--auto-clock", a.cfg.auto_clock, kAutoClockHelp);
-  c->add_option("--auto-wall-cap", a.cfg.auto_wall_cap, kAutoWallCapHelp);
   c->add_option("--densities", a.cfg.densities_path, "runs of the compress policies and auto: non-zero counts recorded by a cpu run (train --densities-out)");
   c->add_option("--out", a.out, "output file, .csv or .json")->required();
   return c;
 }
 
 int cmd_sweep(ExperimentArgs a) {
+  const auto policies = split_list(a.policies_text);
+  a.cfg.policy_options = a.policy.given();
+  check_policy_options(a.cfg.policy_options, policies);  // an unknown name or option fails first
   apply_optimizer(a);
   if (a.cfg.backend != "sim" && a.cfg.backend != "cpu")
     throw std::invalid_argument("sweep --backend '" + a.cfg.backend + "': accepted: sim, cpu");
@@ -523,8 +380,6 @@ int cmd_sweep(ExperimentArgs a) {
                                       a.cfg.densities_path});
   if (a.out.size() < 5 || (a.out.substr(a.out.size() - 4) != ".csv" && a.out.substr(a.out.size() - 5) != ".json"))
     throw std::invalid_argument("--out '" + a.out + "': accepted extensions: .csv, .json");
-  const auto policies = split_list(a.policies_text);
-  for (const auto& p : policies) make_policy(p);  // an unknown name fails before any output
   const auto budgets = parse_budgets(a.budgets_text, "--budgets");
   const auto batches = parse_batches(a.batches_text, "--batches");
   if (sim) find_gpu(a.cfg.gpu);
@@ -649,22 +504,6 @@ int vtensor::run_cli(int argc, char** argv, CliMode mode) {
   auto* lr = train->add_option("--lr", cfg.optimizer.lr, "learning rate (default 0.05 for sgd, 0.001 for adam / adamw)")->check(kFinite);
   train->add_option("--optimizer", optimizer, "optimizer: sgd, adam, adamw (default sgd)");
   train->add_option("--momentum", cfg.optimizer.momentum, "SGD momentum")->check(kFinite);
-  train->add_option("--checkpoint-segments", cfg.checkpoint_segments, "policy checkpoint: segment count (default: search the segments for the lowest peak)")->check(kPositive);
-  train->add_option("--auto-search", cfg.auto_search, kAutoSearchHelp);
-  train->add_option("--auto-window", cfg.auto_window, kAutoWindowHelp);
-  train->add_option("--auto-room", cfg.auto_room, kAutoRoomHelp);
-  train->add_option("--auto-lp", cfg.auto_lp, kAutoLpHelp);
-  train->add_option("--auto-lp-model", cfg.auto_lp_model, kAutoLpModelHelp);
-  train->add_option("--auto-ilp", cfg.auto_ilp, kAutoIlpHelp);
-  train->add_option("--auto-seconds", cfg.auto_seconds, kAutoSecondsHelp);
-  train->add_option("--auto-placement", cfg.auto_placement, kAutoPlacementHelp);
-  train->add_option("--auto-clock", cfg.auto_clock, kAutoClockHelp);
-  train->add_option("--auto-wall-cap", cfg.auto_wall_cap, kAutoWallCapHelp);
-  train->add_option("--auto-replay-guard", cfg.auto_replay_guard, kAutoReplayGuardHelp);
-  train->add_option("--auto-codec-rate", cfg.auto_codec_rate, kAutoCodecRateHelp);
-  train->add_option("--auto-copy-cost", cfg.auto_copy_cost, kAutoCopyCostHelp);
-  train->add_option("--auto-candidates", cfg.auto_candidates, kAutoCandidatesHelp)->delimiter(',');
-  train->add_option("--auto-plan", cfg.auto_plan, kAutoPlanHelp);
   train->add_flag("--inplace-relu-grad", cfg.inplace_relu_grad, "relu backward writes dx over dy where dy dies (cuDNN's in-place ReLU, as in vDNN)");
   train->add_flag("--step-in-backward", cfg.optimizer.in_backward, kStepInBackwardHelp);
   train->add_option("--weight-decay", cfg.optimizer.weight_decay, "weight decay (L2 for sgd and adam, decoupled for adamw)")->check(kFinite);
@@ -685,8 +524,8 @@ int vtensor::run_cli(int argc, char** argv, CliMode mode) {
   std::string html;
   train->add_option("--html", html, "write the last iteration's memory timeline as an HTML page (implies --timeline)");
   train->add_flag("--quiet", quiet, "no per-iteration lines");
-  UmArgs train_um;
-  add_um_options(train, train_um);
+  PolicyArgs train_policy;
+  add_policy_options(train, train_policy);
   bool no_sliding = false, no_persistent = false;
   train->add_flag("--no-sliding-workspace", no_sliding, "compress policies: a worst-case workspace per compression instead of one fixed sliding workspace (ablation)");
   train->add_flag("--no-persistent-buffers", no_persistent, "compress policies: allocate each compressed buffer per use instead of once per tensor (ablation)");
@@ -761,37 +600,14 @@ int vtensor::run_cli(int argc, char** argv, CliMode mode) {
     }
     if (!gpu_file.empty()) load_gpu_file(gpu_file);
     if (replay->parsed()) return done(cmd_replay(replay_args));
-    if (maxbatch->parsed()) {
-      apply_um_options(maxbatch_args.cfg, maxbatch_args.um, maxbatch_args.cfg.policy);
-      return done(cmd_maxbatch(maxbatch_args));
-    }
-    if (sweep_cmd->parsed()) {
-      check_auto_search(sweep_args.cfg, *sweep_cmd, false);
-      apply_um_options(sweep_args.cfg, sweep_args.um, "");
-      return done(cmd_sweep(sweep_args));
-    }
+    if (maxbatch->parsed()) return done(cmd_maxbatch(maxbatch_args));
+    if (sweep_cmd->parsed()) return done(cmd_sweep(sweep_args));
     if (costs->parsed()) return done(cmd_costs(costs_args));
     if (view->parsed()) return done(cmd_view(view_in, view_out));
     cfg.compression.sliding_workspace = !no_sliding;
     cfg.compression.persistent_buffers = !no_persistent;
     check_output_path(cfg.densities_out, "--densities-out");
-    apply_um_options(cfg, train_um, cfg.policy);
-    check_auto_search(cfg, *train, true);
-    if (train->get_option("--auto-replay-guard")->count() > 0) {
-      if (cfg.auto_replay_guard != "on" && cfg.auto_replay_guard != "off")
-        throw std::invalid_argument("--auto-replay-guard must be on or off, got '" + cfg.auto_replay_guard + "'");
-      if (cfg.policy != "auto")
-        throw std::invalid_argument("--auto-replay-guard applies to --policy auto only, got --policy " + cfg.policy);
-    }
-    for (const char* o : {"--auto-codec-rate", "--auto-copy-cost", "--auto-candidates", "--auto-plan"})
-      if (train->get_option(o)->count() > 0 && cfg.policy != "auto")
-        throw std::invalid_argument(std::string(o) + " applies to --policy auto only, got --policy " + cfg.policy);
-    if (!cfg.auto_plan.empty())  // what only the search reads
-      for (const char* o : {"--auto-search", "--auto-window", "--auto-room", "--auto-lp", "--auto-lp-model", "--auto-ilp",
-                            "--auto-seconds", "--auto-placement", "--auto-clock", "--auto-wall-cap", "--auto-candidates",
-                            "--auto-codec-rate", "--auto-copy-cost"})
-        if (train->get_option(o)->count() > 0)
-          throw std::invalid_argument(std::string(o) + " sets auto's search; --auto-plan runs a saved plan without one");
+    cfg.policy_options = train_policy.given();
     return done(cmd_train(cfg, budget_text, host_budget_arg, report, html, quiet, optimizer, lr->count() > 0));
   } catch (const OutOfMemoryError& e) {
     std::fprintf(stderr, "vtensor: %s\n", e.what());

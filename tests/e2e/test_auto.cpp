@@ -47,7 +47,7 @@ TrainConfig config(const std::string& model, const std::string& policy, size_t b
   // The wall clock, not the default rehearsals clock: under the sanitizers a rehearsal runs
   // several times slower than the rehearsals clock counts it, so that clock would plan as much as
   // in release and take several times as long (CI's time). The clock's own tests set rehearsals.
-  if (policy == "auto") cfg.auto_clock = "wall";
+  if (policy == "auto") cfg.policy_options.set("auto-clock", "wall");
   return cfg;
 }
 
@@ -92,7 +92,17 @@ void one_finished_plan(Trainer& t) {
 // search. With unlimited planning the choice stays the same under the sanitizers' slower clock,
 // and the run takes a few hundred rehearsals, not thousands (under ASan one took 8 minutes).
 void bounded_search(TrainConfig& cfg, int rehearsals = 32) {
-  cfg.auto_lp = 0, cfg.auto_search = rehearsals, cfg.auto_window = 0, cfg.auto_room = 0;
+  if (cfg.policy != "auto") return;  // the same row under another policy (its options are auto's)
+  cfg.policy_options.set("auto-lp", 0).set("auto-search", rehearsals).set("auto-window", 0).set("auto-room", 0);
+}
+
+// cfg running the saved plan in `file`: the search's options go (--auto-plan runs a plan without one).
+TrainConfig with_plan(TrainConfig cfg, const std::string& file) {
+  PolicyOptions o;
+  o.budget_given = cfg.policy_options.budget_given;
+  if (const auto guard = cfg.policy_options.text("auto-replay-guard")) o.set("auto-replay-guard", *guard);
+  cfg.policy_options = o.set("auto-plan", file);
+  return cfg;
 }
 
 // The densities file one cpu iteration of `compress` records for `model` (what sim's --densities reads).
@@ -953,7 +963,7 @@ TEST_P(AutoSim, NoSwapOrRecomputePlanBeatsTheBound) {
     // Counted work, not the machine's speed: a bounded search with no planning limit, and an LP
     // limit no tiny row's LP reaches (under a loaded sanitizer build Clp once stopped at 2 s).
     TrainConfig cfg = config(model, "auto", budget, 4, "p100-16g");
-    cfg.auto_search = 32, cfg.auto_window = 0, cfg.auto_room = 0;
+    cfg.policy_options.set("auto-search", 32).set("auto-window", 0).set("auto-room", 0);
     Trainer t(cfg);
     unlimited_planning(t);
     const AutoRun a = run(t, cfg);
@@ -1165,8 +1175,8 @@ TEST(AutoCodecRate, MeasuredOnTheBackendWithoutMovingTheArena) {
   for (const std::string rate : {"measured", "modelled"}) {
     TrainConfig cfg = config("resnet-tiny", "auto", align_up(max_peak(base) / 2), 2);
     bounded_search(cfg, 4);
-    cfg.auto_candidates = {"capuchin", "compress+capuchin"};
-    cfg.auto_codec_rate = rate;
+    cfg.policy_options.set("auto-candidates", "capuchin,compress+capuchin");
+    cfg.policy_options.set("auto-codec-rate", rate);
     runs.push_back(train(cfg));
     const auto& c = runs.back().report["codec_rate"];
     SCOPED_TRACE(rate + ": " + c.dump());
@@ -1188,7 +1198,7 @@ TEST(AutoCodecRate, MeasuredOnTheBackendWithoutMovingTheArena) {
   // On sim the rehearsal's codec is the run's.
   TrainConfig sim = config("resnet-tiny", "auto", align_up(max_peak(base) / 2), 2, "p100-16g");
   bounded_search(sim, 4);
-  sim.auto_candidates = {"capuchin", "compress+capuchin"};
+  sim.policy_options.set("auto-candidates", "capuchin,compress+capuchin");
   sim.densities_path = record_densities("resnet-tiny", "resnet-tiny-rate-densities.json");
   EXPECT_EQ(train(sim).report["codec_rate"]["source"], "modelled");
 }
@@ -1201,8 +1211,8 @@ TEST(AutoCopyCost, MeasuredOffSimAndItsBytesAloneWhenAsked) {
   for (const std::string cost : {"queued", "bytes"}) {
     TrainConfig cfg = config("resnet-tiny", "auto", align_up(max_peak(base) / 2), 3);
     bounded_search(cfg, 4);
-    cfg.auto_candidates = {"capuchin", "capuchin-swap"};
-    cfg.auto_copy_cost = cost;
+    cfg.policy_options.set("auto-candidates", "capuchin,capuchin-swap");
+    cfg.policy_options.set("auto-copy-cost", cost);
     const AutoRun a = train(cfg);
     const auto& l = a.report["link"];
     SCOPED_TRACE(cost + ": " + l.dump());
@@ -1217,7 +1227,7 @@ TEST(AutoCopyCost, MeasuredOffSimAndItsBytesAloneWhenAsked) {
   }
   TrainConfig sim = config("resnet-tiny", "auto", align_up(max_peak(base) / 2), 2, "p100-16g");
   bounded_search(sim, 4);
-  sim.auto_candidates = {"capuchin"};
+  sim.policy_options.set("auto-candidates", "capuchin");
   const auto l = train(sim).report["link"];
   EXPECT_EQ(l["source"], "modelled") << l.dump();
   EXPECT_TRUE(l["queued_copy_ms"].is_null()) << l.dump();
@@ -1287,7 +1297,7 @@ TEST(Auto, WithoutARehearserRunsCapuchinAndForcedNamesMustBeKnown) {
 TEST(Auto, PlanningTimeLimitKeepsThePlainPlanners) {
   const AutoRun base = train(config("resnet-tiny", "none", 0, 2, "p100-16g"));
   TrainConfig cfg = config("resnet-tiny", "auto", align_up(max_peak(base) / 2), 3, "p100-16g");
-  cfg.auto_seconds = 1e-6;  // --auto-seconds: past it at once
+  cfg.policy_options.set("auto-seconds", 1e-6);  // --auto-seconds: past it at once
   Trainer t(cfg);
   auto* a = dynamic_cast<AutoPolicy*>(&t.memory().policy());
   ASSERT_NE(a, nullptr);
@@ -1345,8 +1355,8 @@ TEST(Auto, TheSummaryNamesThePlanTheFastestCandidatesAndTheBounds) {
 TEST(Auto, TheRehearsalsClockPlansTheSameWhateverTheSpeed) {
   const AutoRun base = train(config("resnet-tiny", "none", 0, 2, "p100-16g"));
   TrainConfig cfg = config("resnet-tiny", "auto", align_up(max_peak(base) / 2), 3, "p100-16g");
-  cfg.auto_clock = "rehearsals";
-  cfg.auto_wall_cap = 0;  // the plan a function of the command alone
+  cfg.policy_options.set("auto-clock", "rehearsals");
+  cfg.policy_options.set("auto-wall-cap", 0);  // the plan a function of the command alone
   bounded_search(cfg, 16);
   auto plan = [&](int delay_ms) {
     Trainer t(cfg);
@@ -1383,8 +1393,8 @@ TEST(Auto, TheRehearsalsClockPlansTheSameWhateverTheSpeed) {
   // On cpu the plan it chooses trains bit-identically to none, within the budget.
   const AutoRun cpu_base = train(config("resnet-tiny", "none", 0, 3));
   TrainConfig c = config("resnet-tiny", "auto", align_up(max_peak(cpu_base) / 2), 3);
-  c.auto_clock = "rehearsals";
-  c.auto_wall_cap = 0;
+  c.policy_options.set("auto-clock", "rehearsals");
+  c.policy_options.set("auto-wall-cap", 0);
   bounded_search(c, 16);
   const AutoRun r = train(c);
   EXPECT_EQ(r.report["planning_clock"]["mode"], "rehearsals");
@@ -1398,11 +1408,11 @@ TEST(Auto, TheRehearsalsClockPlansTheSameWhateverTheSpeed) {
 TEST(Auto, TheWallCapStopsPlanningAndSaysSo) {
   const AutoRun base = train(config("resnet-tiny", "none", 0, 2, "p100-16g"));
   TrainConfig cfg = config("resnet-tiny", "auto", align_up(max_peak(base) / 2), 3, "p100-16g");
-  cfg.auto_clock = "rehearsals";
+  cfg.policy_options.set("auto-clock", "rehearsals");
   bounded_search(cfg, 16);
   auto plan = [&](double cap_s, int delay_ms) {
     TrainConfig c = cfg;
-    c.auto_wall_cap = cap_s;
+    c.policy_options.set("auto-wall-cap", cap_s);
     Trainer t(c);
     auto* a = dynamic_cast<AutoPolicy*>(&t.memory().policy());
     EXPECT_NE(a, nullptr);
@@ -1432,8 +1442,8 @@ TEST(Auto, TheWallCapStopsPlanningAndSaysSo) {
 static TrainConfig rehearsals_clock_config(size_t divisor) {
   const AutoRun base = train(config("resnet-tiny", "none", 0, 2, "p100-16g"));
   TrainConfig cfg = config("resnet-tiny", "auto", align_up(max_peak(base) / divisor), 3, "p100-16g");
-  cfg.auto_clock = "rehearsals";
-  cfg.auto_wall_cap = 0;  // the plan a function of the command alone
+  cfg.policy_options.set("auto-clock", "rehearsals");
+  cfg.policy_options.set("auto-wall-cap", 0);  // the plan a function of the command alone
   bounded_search(cfg, 16);
   return cfg;
 }
@@ -1550,7 +1560,7 @@ TEST(AutoSearch, PinsReplayToThePredictedRun) {
   EXPECT_EQ(rehearse(rep["search"]["start_policy"].get<std::string>(), start).time_ms,
             rep["search"]["candidate_time_ms"].get<double>());
 
-  cfg.auto_search = 0;  // --auto-search 0
+  cfg.policy_options.set("auto-search", 0);  // --auto-search 0
   Trainer off(cfg);
   auto* b = dynamic_cast<AutoPolicy*>(&off.memory().policy());
   off.run();
@@ -1610,7 +1620,7 @@ TEST(AutoSearch, TheWindowSearchCombinesMovesAndReplays) {
   const AutoRun base = train(config("gpt-tiny", "none", 0, 2, "p100-16g"));
   const size_t budget = align_up(static_cast<size_t>(static_cast<double>(max_peak(base)) * 0.36));
   TrainConfig cfg = config("gpt-tiny", "auto", budget, 4, "p100-16g");
-  cfg.auto_lp = 0;
+  cfg.policy_options.set("auto-lp", 0);
   Trainer t(cfg);
   unlimited_planning(t);
   auto* a = dynamic_cast<AutoPolicy*>(&t.memory().policy());
@@ -1630,7 +1640,7 @@ TEST(AutoSearch, TheWindowSearchCombinesMovesAndReplays) {
   ASSERT_TRUE(again.trained) << again.error;
   EXPECT_EQ(again.time_ms, rep["predicted_time_ms"].get<double>());
 
-  cfg.auto_window = 0;  // --auto-window 0
+  cfg.policy_options.set("auto-window", 0);  // --auto-window 0
   Trainer off(cfg);
   unlimited_planning(off);
   dynamic_cast<AutoPolicy&>(off.memory().policy()).set_compact_starts(false);
@@ -1651,7 +1661,7 @@ TEST(AutoSearch, AMakeRoomMoveWinsWhereTheClimbEndedAndReplays) {
   const AutoRun base = train(config("gpt-tiny", "none", 0, 2, "p100-16g"));
   const size_t budget = align_up(static_cast<size_t>(static_cast<double>(max_peak(base)) * 0.36));
   TrainConfig cfg = config("gpt-tiny", "auto", budget, 4, "p100-16g");
-  cfg.auto_lp = 0, cfg.auto_window = 0;
+  cfg.policy_options.set("auto-lp", 0).set("auto-window", 0);
   Trainer t(cfg);
   unlimited_planning(t);
   auto* a = dynamic_cast<AutoPolicy*>(&t.memory().policy());
@@ -1691,7 +1701,7 @@ TEST(AutoSearch, AMakeRoomMoveWinsWhereTheClimbEndedAndReplays) {
   ASSERT_TRUE(again.trained) << again.error;
   EXPECT_EQ(again.time_ms, rep["predicted_time_ms"].get<double>());
 
-  cfg.auto_room = 0;  // --auto-room 0
+  cfg.policy_options.set("auto-room", 0);  // --auto-room 0
   Trainer off(cfg);
   unlimited_planning(off);
   const nlohmann::json rep0 = off.run().policy_report;
@@ -1707,7 +1717,7 @@ TEST(AutoSearch, AMakeRoomMoveWinsWhereTheClimbEndedAndReplays) {
 TEST(AutoSearch, AMakeRoomPlanIsBitIdenticalToNone) {
   const AutoRun base = train(config("bert-tiny", "none", 0, 4));
   TrainConfig cfg = config("bert-tiny", "auto", align_up(static_cast<size_t>(static_cast<double>(max_peak(base)) * 0.30)), 4);
-  cfg.auto_lp = 0, cfg.auto_window = 0;
+  cfg.policy_options.set("auto-lp", 0).set("auto-window", 0);
   Trainer t(cfg);
   unlimited_planning(t);
   auto* a = dynamic_cast<AutoPolicy*>(&t.memory().policy());
@@ -1837,7 +1847,7 @@ TEST(AutoSearch, AClimbPausedByTheFirstRoundEndsWhereItWouldHaveEnded) {
   const size_t budget = align_up(static_cast<size_t>(static_cast<double>(max_peak(base)) * 0.30));
   auto search = [&](int first_round) {
     TrainConfig cfg = config("bert-tiny", "auto", budget, 2, "p100-16g");
-    cfg.auto_lp = 0, cfg.auto_search = 48, cfg.auto_window = 48, cfg.auto_room = 16;
+    cfg.policy_options.set("auto-lp", 0).set("auto-search", 48).set("auto-window", 48).set("auto-room", 16);
     Trainer t(cfg);
     unlimited_planning(t);
     auto* a = dynamic_cast<AutoPolicy*>(&t.memory().policy());
@@ -1878,7 +1888,7 @@ TEST(AutoSearch, ADuplicateClimbIsNotResumed) {
     SCOPED_TRACE(model);
     const AutoRun base = train(config(model, "none", 0, 2, "p100-16g"));
     TrainConfig cfg = config(model, "auto", align_up(max_peak(base) / 4), 2, "p100-16g");
-    cfg.auto_search = 40, cfg.auto_window = 0, cfg.auto_room = 0;
+    cfg.policy_options.set("auto-search", 40).set("auto-window", 0).set("auto-room", 0);
     Trainer t(cfg);
     unlimited_planning(t);
     const nlohmann::json r = t.run().policy_report;
@@ -1912,7 +1922,7 @@ TEST(AutoSearch, TheIntegerProgramIsAStartAndTheRunStaysBitIdentical) {
   const AutoRun base = train(config("bert-tiny", "none", 0, 2, "p100-16g"));
   const size_t budget = align_up(static_cast<size_t>(static_cast<double>(max_peak(base)) * 0.25));
   TrainConfig cfg = config("bert-tiny", "auto", budget, 4, "p100-16g");
-  cfg.auto_ilp = 30;
+  cfg.policy_options.set("auto-ilp", 30);
   Trainer t(cfg);
   auto* a = dynamic_cast<AutoPolicy*>(&t.memory().policy());
   ASSERT_NE(a, nullptr);
@@ -1941,7 +1951,7 @@ TEST(AutoSearch, TheIntegerProgramIsAStartAndTheRunStaysBitIdentical) {
   // On cpu, real training: bit-identical to none at half the peak.
   const AutoRun cpu_base = train(config("bert-tiny", "none", 0, 4));
   TrainConfig cpu = config("bert-tiny", "auto", align_up(max_peak(cpu_base) / 2), 4);
-  cpu.auto_ilp = 1;
+  cpu.policy_options.set("auto-ilp", 1);
   const AutoRun cpu_run = train(cpu);
   ASSERT_TRUE(cpu_run.report["lp"].contains("integer")) << cpu_run.report["lp"].dump();
   expect_bit_identical(cpu_base, cpu_run);
@@ -1956,10 +1966,10 @@ TEST(AutoSearch, TheInFlightLpRoundsTheStartsAndLeavesTheBound) {
   const size_t budget = align_up(static_cast<size_t>(static_cast<double>(max_peak(base)) * 0.5));
   TrainConfig plain = config("resnet-tiny", "auto", budget, 4, "p100-16g");
   bounded_search(plain, 8);
-  plain.auto_lp = 1;
-  plain.auto_lp_model = "bound";
+  plain.policy_options.set("auto-lp", 1);
+  plain.policy_options.set("auto-lp-model", "bound");
   TrainConfig cfg = plain;
-  cfg.auto_lp_model = "in-flight";
+  cfg.policy_options.set("auto-lp-model", "in-flight");
   const AutoRun b = train(plain), r = train(cfg);
   const auto& l = r.report["lp"];
   ASSERT_EQ(l["status"].get<std::string>(), "optimal") << l.dump();
@@ -1979,7 +1989,7 @@ TEST(AutoSearch, TheInFlightLpRoundsTheStartsAndLeavesTheBound) {
   EXPECT_LE(max_peak(r), budget);
   // Both: the bound's roundings and the in-flight ones not already among them.
   TrainConfig both_cfg = plain;
-  both_cfg.auto_lp_model = "both";
+  both_cfg.policy_options.set("auto-lp-model", "both");
   const AutoRun both = train(both_cfg);
   EXPECT_EQ(both.report["lp"]["model"], "both");
   auto variants = [](const AutoRun& x) {
@@ -1995,8 +2005,8 @@ TEST(AutoSearch, TheInFlightLpRoundsTheStartsAndLeavesTheBound) {
   const AutoRun cpu_base = train(config("resnet-tiny", "none", 0, 3));
   TrainConfig cpu = config("resnet-tiny", "auto", align_up(max_peak(cpu_base) / 2), 3);
   bounded_search(cpu, 8);
-  cpu.auto_lp = 1;
-  cpu.auto_lp_model = "in-flight";
+  cpu.policy_options.set("auto-lp", 1);
+  cpu.policy_options.set("auto-lp-model", "in-flight");
   const AutoRun cpu_run = train(cpu);
   EXPECT_EQ(cpu_run.report["lp"]["model"], "in-flight");
   expect_bit_identical(cpu_base, cpu_run);
@@ -2013,11 +2023,11 @@ TEST(AutoSearch, TheCompressingLpRoundsStartsThatCompress) {
   const size_t budget = align_up(static_cast<size_t>(static_cast<double>(max_peak(base)) * 0.5));
   TrainConfig plain = config("resnet-tiny", "auto", budget, 4, "p100-16g");
   bounded_search(plain, 8);
-  plain.auto_lp = 1;
+  plain.policy_options.set("auto-lp", 1);
   plain.densities_path = path;
-  plain.auto_lp_model = "bound";
+  plain.policy_options.set("auto-lp-model", "bound");
   TrainConfig cfg = plain;
-  cfg.auto_lp_model = {};  // the default
+  cfg.policy_options.erase("auto-lp-model");  // the default
   const AutoRun b = train(plain), r = train(cfg);
   const auto& l = r.report["lp"];
   ASSERT_EQ(l["status"].get<std::string>(), "optimal") << l.dump();
@@ -2040,7 +2050,7 @@ TEST(AutoSearch, TheCompressingLpRoundsStartsThatCompress) {
   const AutoRun cpu_base = train(config("resnet-tiny", "none", 0, 3));
   TrainConfig cpu = config("resnet-tiny", "auto", align_up(max_peak(cpu_base) / 2), 3);
   bounded_search(cpu, 8);
-  cpu.auto_lp = 1;
+  cpu.policy_options.set("auto-lp", 1);
   const AutoRun cpu_run = train(cpu);
   EXPECT_EQ(cpu_run.report["lp"]["compress"]["status"], "optimal") << cpu_run.report["lp"].dump();
   expect_bit_identical(cpu_base, cpu_run);
@@ -2110,7 +2120,7 @@ TEST(AutoPlanFile, ASavedPlanRunsAgainWithoutTheSearch) {
       out << nlohmann::json{{"config", {{"policy", "auto"}}}, {"policy_report", first.report}}.dump();
     }
     TrainConfig again = cfg;
-    again.auto_plan = file;
+    again = with_plan(again, file);
     const AutoRun second = train(again);
     std::filesystem::remove(file);
     EXPECT_EQ(second.report["planned_from"], "plan file");
@@ -2146,7 +2156,7 @@ TEST(AutoPlanFile, APlanForAnotherGraphOrBudgetOrMalformedIsRefused) {
       std::ofstream out(file);
       out << doc.dump();
     }
-    c.auto_plan = file;
+    c = with_plan(c, file);
     try {
       Trainer t(c);
     } catch (const std::invalid_argument& e) {
@@ -2202,7 +2212,7 @@ TEST(AutoPlanFile, APlanForAnotherGraphOrBudgetOrMalformedIsRefused) {
   EXPECT_NE(m.find("--auto-plan applies to --policy auto only"), std::string::npos) << m;
   std::filesystem::remove(file);
   TrainConfig missing = cfg;
-  missing.auto_plan = file;
+  missing = with_plan(missing, file);
   try {
     Trainer t(missing);
     ADD_FAILURE() << "a missing plan file was accepted";
@@ -2219,7 +2229,7 @@ TEST(AutoPlanFile, ACompressingPlanOnSimNeedsItsDensities) {
   const std::string densities = record_densities("resnet-tiny", "plan-densities.json");
   TrainConfig cfg = config("resnet-tiny", "auto", size_t{1} << 20, 3, "p100-16g");
   cfg.densities_path = densities;
-  cfg.auto_candidates = {"compress+capuchin"};
+  cfg.policy_options.set("auto-candidates", "compress+capuchin");
   const AutoRun made = train(cfg);
   ASSERT_EQ(made.report["saved_plan"]["policy"], "compress+capuchin") << made.report.dump();
   ASSERT_GT(made.iters.back().counters.compressions, 0u) << "the plan compresses nothing: the check proves nothing";
@@ -2229,8 +2239,7 @@ TEST(AutoPlanFile, ACompressingPlanOnSimNeedsItsDensities) {
     out << made.report["saved_plan"].dump();
   }
   TrainConfig again = cfg;
-  again.auto_candidates.clear();
-  again.auto_plan = file;
+  again = with_plan(again, file);
   again.densities_path.clear();
   try {
     Trainer t(again);

@@ -204,7 +204,7 @@ TEST(CheckpointSegments, CountFromTheConfigAndStillLossless) {
   for (int k : {1, 2, 4, 8}) {
     SCOPED_TRACE(k);
     TrainConfig cfg = config("resnet-tiny", "checkpoint", 0, 2);
-    cfg.checkpoint_segments = k;
+    cfg.policy_options.set("checkpoint-segments", k);
     const test::RunOutcome r = test::run_training(cfg);
     const auto& rep = r.result.policy_report;
     EXPECT_EQ(rep["segments"].get<int>(), k);
@@ -323,7 +323,7 @@ TEST(CheckpointSearch, FitsABudgetTheSqrtPlanDoesNot) {
   const int expected = r.policy_report["expected_recomputed_ops_per_iteration"];
   for (const auto& s : r.iterations) EXPECT_EQ(s.counters.recomputed_ops, static_cast<uint64_t>(expected));
 
-  cfg.checkpoint_segments = static_cast<int>(fixed.segments.size());
+  cfg.policy_options.set("checkpoint-segments", static_cast<int>(fixed.segments.size()));
   try {
     Trainer(cfg).run();
     FAIL() << "the sqrt(L) plan trained under the searched plan's peak";

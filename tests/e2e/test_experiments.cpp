@@ -91,7 +91,7 @@ TEST(Sweep, UnderUnifiedMemoryThePeakIsTheDevicePagesAndMigrationsCountAsMoved) 
   TrainConfig cfg;
   cfg.model.name = "resnet-tiny";
   cfg.iters = 3;
-  cfg.um_page_bytes = size_t{16} << 10;
+  cfg.policy_options.set("um-page-size", size_t{16} << 10);
   auto rows = sweep(cfg, {"um", "um-prefetch"}, parse_budgets("50%", "--budgets"), {});
   ASSERT_EQ(rows.size(), 2u);
   for (const auto& r : rows) {
@@ -100,7 +100,7 @@ TEST(Sweep, UnderUnifiedMemoryThePeakIsTheDevicePagesAndMigrationsCountAsMoved) 
     EXPECT_LE(r.run.peak_device, r.budget);           // the frames the budget holds
     EXPECT_GT(r.run.peak_allocated, r.budget);        // the managed range holds every tensor
     EXPECT_GT(r.run.swapped_in_bytes, 0u);            // pages migrated in
-    EXPECT_EQ(r.run.swapped_in_bytes % cfg.um_page_bytes, 0u);
+    EXPECT_EQ(r.run.swapped_in_bytes % (size_t{16} << 10), 0u);
     EXPECT_EQ(r.identical, "yes");
   }
 }

@@ -184,8 +184,8 @@ TEST(Replay, TheRatioIsTheGuidedIterationsOverThePrediction) {
   cfg.model.name = "resnet-tiny";
   cfg.backend = "sim", cfg.gpu = "p100-16g";
   cfg.policy = "auto";
-  cfg.auto_clock = "wall";
-  cfg.auto_seconds = 1;
+  cfg.policy_options.set("auto-clock", "wall");
+  cfg.policy_options.set("auto-seconds", 1);
   cfg.iters = 3;
   cfg.budget = 3u << 20;
   Trainer t(cfg);

@@ -109,7 +109,7 @@ TEST_P(StepInBackward, LosslessPoliciesUnderItMatchNoneUnderIt) {
   for (const std::string policy : {"capuchin", "auto"}) {
     SCOPED_TRACE(policy);
     TrainConfig cfg = config(GetParam(), true, policy, budget);
-    if (policy == "auto") cfg.auto_lp = 0, cfg.auto_search = 16, cfg.auto_window = 0, cfg.auto_room = 0;
+    if (policy == "auto") cfg.policy_options.set("auto-lp", 0).set("auto-search", 16).set("auto-window", 0).set("auto-room", 0);
     const RunOutcome r = test::run_training(cfg);
     test::expect_bit_identical(base, r);
     EXPECT_LE(r.peak, budget);

@@ -152,7 +152,7 @@ TEST(GptTiny, EveryLosslessPolicyMatchesNone) {
       r = train("gpt-tiny", info.name, b, iters, OptimizerKind::kAdam, 1e-3f);
     }
     for (const auto& s : r.iters) EXPECT_LE(s.peak_allocated, b);
-    if (info.make()->lossless()) {
+    if (info.make({})->lossless()) {
       expect_bit_identical(base, r);
       ++checked;
     }

@@ -30,7 +30,7 @@ TrainConfig config(const std::string& model, const std::string& policy, size_t b
   cfg.iters = 3;
   cfg.optimizer.kind = opt;
   if (opt != OptimizerKind::kSgd) cfg.optimizer.lr = 1e-3f;
-  if (policy.rfind("um", 0) == 0) cfg.um_page_bytes = page;
+  if (policy.rfind("um", 0) == 0) cfg.policy_options.set("um-page-size", page);
   return cfg;
 }
 
@@ -110,7 +110,7 @@ TEST(Um, SimPagesLikeTheCpuAndPrefetchingHidesFaults) {
   pre.policy = "um-prefetch";
   none.policy = "none";
   none.budget = 0;
-  none.um_page_bytes = 0;
+  none.policy_options.erase("um-page-size");
   const double t_um = run_training(um).iters.back().time_ms, t_pre = run_training(pre).iters.back().time_ms,
                t_none = run_training(none).iters.back().time_ms;
   EXPECT_GT(t_um, t_none);   // faults cost time

@@ -104,7 +104,7 @@ TEST(Timeline, UnderUnifiedMemoryPointsCountPagesFaultsAndPrefetches) {
     cfg.model.name = "resnet-tiny";
     cfg.policy = policy;
     cfg.budget = size_t{1856} << 10;
-    cfg.um_page_bytes = size_t{16} << 10;
+    cfg.policy_options.set("um-page-size", size_t{16} << 10);
     cfg.iters = 3;
     cfg.timeline = true;
     Trainer t(cfg);

@@ -124,10 +124,14 @@ struct LayoutBlock {
 };
 const char* to_string(StartState s);
 
+class RehearsingPolicy;  // vtensor/policy/planning.h
+
 class Policy {
  public:
   virtual ~Policy() = default;
   virtual std::string name() const = 0;
+  // A policy that plans by rehearsal (auto) gives its planning hooks here; null for the others.
+  virtual RehearsingPolicy* rehearsing() { return nullptr; }
   // Once, when the memory manager is built: the graph and budget a planning policy plans from.
   // The view stays valid for the policy's lifetime.
   virtual void attach(const MemoryView& view) {}

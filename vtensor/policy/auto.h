@@ -40,6 +40,7 @@
 #include "vtensor/policy/bound.h"
 #include "vtensor/policy/capuchin.h"
 #include "vtensor/policy/lp.h"
+#include "vtensor/policy/planning.h"
 
 namespace vtensor {
 
@@ -146,7 +147,6 @@ struct RehearsalTimeout : std::runtime_error {
   RehearsalTimeout() : std::runtime_error("not rehearsed to the end: planning time limit") {}
 };
 
-using Rehearser = std::function<RehearsalResult(const std::string& policy, const RehearsalSetup& setup)>;
 
 // The candidates auto rehearses, in order of preference on a tie: the planners as they are, then
 // the search's variants (NAME@F: planned for F of the budget; capuchin@F,wW: swap stall weighed W),
@@ -157,7 +157,7 @@ const std::vector<std::string>& auto_candidates();
 bool is_auto_candidate(const std::string& name);
 std::string unknown_candidate_message(const std::string& name);
 
-class AutoPolicy final : public Policy {
+class AutoPolicy final : public Policy, public RehearsingPolicy {
  public:
   // The LP's optimum rounded at each threshold (lp_pins: a gap moved where the LP moves at least
   // that fraction of it), each also timed: more starts. 0.3 rather than 1/2: the pins then cover
@@ -276,7 +276,13 @@ class AutoPolicy final : public Policy {
   bool loaded_plan_compresses() const;
   const std::string& forced() const { return forced_; }  // the candidate run without rehearsing (empty: none)
 
-  void set_rehearser(Rehearser r) { rehearser_ = std::move(r); }
+  RehearsingPolicy* rehearsing() override { return this; }
+  void set_rehearser(Rehearser r) override { rehearser_ = std::move(r); }
+  // --auto-plan: a saved plan (a report holding one, as read) that prepare() loads, once the graph
+  // and budget are known (auto_options.cpp).
+  void set_plan_file(nlohmann::json plan, std::string source) { plan_file_ = std::move(plan), plan_source_ = std::move(source); }
+  const std::string& plan_source() const { return plan_source_; }
+  void prepare(const Graph& graph, size_t budget, bool sim_without_densities) override;
   // A rehearsal's policy: past this point after_op and choose_victims throw RehearsalTimeout.
   void set_deadline(std::chrono::steady_clock::time_point t) { deadline_ = t, has_deadline_ = true; }
   void set_candidates(std::vector<std::string> c) { candidates_ = std::move(c); }
@@ -444,6 +450,8 @@ class AutoPolicy final : public Policy {
   std::vector<TriggerMove> trigger_moves_;  // the plan's feedback moves, replayed (the warm start)
   std::vector<LayoutBlock> saved_layout_;  // start_layout_ as the plan was made (saved_plan)
   std::string loaded_from_;  // load_plan's source
+  nlohmann::json plan_file_;  // set_plan_file's, loaded by prepare()
+  std::string plan_source_;  // its path (empty: none)
   nlohmann::json loaded_;    // load_plan's plan, as read
   std::vector<LayoutBlock> warm_layout_;  // start_layout_ as the warm start chose it (kept)
   static constexpr size_t kStartStates = 3;  // StartState's values, in its order

@@ -619,4 +619,17 @@ std::string CheckpointPolicy::summary() const {
          std::to_string(iterations_) + " iterations";
 }
 
+const std::vector<PolicyOption>& checkpoint_options() {
+  static const std::vector<PolicyOption> options = {
+      {"checkpoint-segments", "policy checkpoint: segment count (default: search the segments for the lowest peak)"}};
+  return options;
+}
+
+std::unique_ptr<Policy> make_checkpoint_policy(const PolicyOptions& options) {
+  auto p = std::make_unique<CheckpointPolicy>();
+  p->set_segments(options.positive("checkpoint-segments").value_or(0));
+  p->set_budget_aware(options.budget_given);
+  return p;
+}
+
 }  // namespace vtensor

@@ -17,6 +17,9 @@
 #include <vector>
 
 #include "vtensor/memory/policy.h"
+#include <memory>
+
+#include "vtensor/policy/options.h"
 
 namespace vtensor {
 
@@ -90,5 +93,9 @@ class CheckpointPolicy final : public Policy {
   uint64_t restores_ = 0;                     // backward accesses that found a tensor dropped
   double recompute_ms_ = 0;                   // their recomputation chains, summed over iterations
 };
+
+// Its options (--checkpoint-segments) and the registry's maker.
+const std::vector<PolicyOption>& checkpoint_options();
+std::unique_ptr<Policy> make_checkpoint_policy(const PolicyOptions& options);
 
 }  // namespace vtensor

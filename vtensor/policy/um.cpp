@@ -139,4 +139,20 @@ std::string UmPolicy::summary() const {
   return s;
 }
 
+const std::vector<PolicyOption>& um_options(bool prefetch) {
+  static const PolicyOption page{"um-page-size",
+                                 "policies um, um-prefetch: unified-memory page, a power of two from 4KiB to 1GiB (default 2MiB)"};
+  static const PolicyOption lookahead{"um-lookahead",
+                                      "policy um-prefetch: kernels whose pages are prefetched ahead, 1 to 64 (default 4)"};
+  static const std::vector<PolicyOption> um = {page}, deepum = {page, lookahead};
+  return prefetch ? deepum : um;
+}
+
+std::unique_ptr<Policy> make_um_policy(bool prefetch, const PolicyOptions& options) {
+  auto p = std::make_unique<UmPolicy>(prefetch);
+  if (const auto b = options.bytes("um-page-size")) p->set_page_bytes(*b);  // validated
+  if (const auto d = options.whole("um-lookahead")) p->set_lookahead(*d);
+  return p;
+}
+
 }  // namespace vtensor

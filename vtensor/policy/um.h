@@ -23,6 +23,9 @@
 #include <vector>
 
 #include "vtensor/memory/policy.h"
+#include <memory>
+
+#include "vtensor/policy/options.h"
 
 namespace vtensor {
 
@@ -91,5 +94,9 @@ class UmPolicy final : public Policy, public PagePolicy {
   CorrelationTable table_;
   std::unordered_set<PageId> window_;  // pages of the current kernel and the predicted next ones
 };
+
+// Their options (--um-page-size; --um-lookahead for um-prefetch) and the registry's maker.
+const std::vector<PolicyOption>& um_options(bool prefetch);
+std::unique_ptr<Policy> make_um_policy(bool prefetch, const PolicyOptions& options);
 
 }  // namespace vtensor

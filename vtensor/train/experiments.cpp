@@ -54,11 +54,7 @@ TrainResult replay_trace(const ReplayConfig& c, const std::function<void(const I
   cfg.budget_above_gpu = c.budget_above_gpu;
   cfg.iters = c.iters;
   cfg.timeline = c.timeline;
-  cfg.auto_ilp = c.auto_ilp;
-  cfg.auto_lp_model = c.auto_lp_model;
-  cfg.auto_clock = c.auto_clock;
-  cfg.auto_plan = c.auto_plan;
-  cfg.auto_wall_cap = c.auto_wall_cap;
+  cfg.policy_options = c.policy_options;
   Trainer t(cfg);
   return t.run(on_iteration);
 }
@@ -219,7 +215,7 @@ std::vector<SweepRow> sweep(const TrainConfig& base, const std::vector<std::stri
                             const std::vector<SweepBudget>& budgets, const std::vector<int>& batches,
                             const std::function<void(const SweepRow&)>& on_row) {
   if (policies.empty()) throw std::invalid_argument("--policies: give at least one policy");
-  for (const auto& p : policies) make_policy(p);  // validate every name before any run
+  check_policy_options(base.policy_options, policies);  // every name and option before any run
   std::vector<int> bs = batches;
   if (bs.empty()) bs.push_back(base.model.batch);  // 0: the preset's
   std::vector<SweepRow> rows;
@@ -227,6 +223,7 @@ std::vector<SweepRow> sweep(const TrainConfig& base, const std::vector<std::stri
     TrainConfig unmanaged = base;
     unmanaged.model.batch = batch;
     unmanaged.policy = "none";
+    unmanaged.policy_options = base.policy_options.only({});
     unmanaged.densities_path.clear();
     unmanaged.budget = base.backend == "sim" ? kSimUnlimitedBudget : kDefaultCpuBudget;
     unmanaged.budget_above_gpu = base.backend == "sim";  // the unmanaged peak, whatever the GPU holds
@@ -248,6 +245,7 @@ std::vector<SweepRow> sweep(const TrainConfig& base, const std::vector<std::stri
           TrainConfig cfg = base;
           cfg.model.batch = batch;
           cfg.policy = policy;
+          cfg.policy_options = base.policy_options.only(find_policy(policy).options);  // its own flags
           // An input of the compress policies and of auto (its compression candidates) only.
           if (policy.rfind("compress", 0) != 0 && policy != "auto") cfg.densities_path.clear();
           cfg.budget = row.budget;

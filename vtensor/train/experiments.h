@@ -21,11 +21,7 @@ struct ReplayConfig {
   bool budget_above_gpu = false;  // TrainConfig::budget_above_gpu
   int iters = 3;
   bool timeline = false;  // the last iteration's per-op memory timeline
-  double auto_ilp = -1;   // policy auto: TrainConfig::auto_ilp
-  std::string auto_lp_model;  // policy auto: TrainConfig::auto_lp_model
-  std::string auto_clock;     // policy auto: TrainConfig::auto_clock
-  double auto_wall_cap = -1;  // policy auto: TrainConfig::auto_wall_cap
-  std::string auto_plan;      // policy auto: TrainConfig::auto_plan
+  PolicyOptions policy_options;  // TrainConfig::policy_options
 };
 TrainResult replay_trace(const ReplayConfig& c, const std::function<void(const IterationStats&)>& on_iteration = {});
 

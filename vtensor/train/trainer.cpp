@@ -14,10 +14,8 @@
 #include "vtensor/core/fault.h"
 #include "vtensor/core/output.h"
 #include "vtensor/memory/allocator.h"
-#include "vtensor/policy/auto.h"
-#include "vtensor/policy/checkpoint.h"
 #include "vtensor/policy/compress.h"
-#include "vtensor/policy/um.h"
+#include "vtensor/policy/planning.h"
 #include "vtensor/train/densities.h"
 #include "vtensor/train/rehearsal.h"
 #include "vtensor/train/safetensors.h"
@@ -35,105 +33,14 @@ namespace {
 constexpr const char* kCompressPolicies = "compress, compress+swap or compress+capuchin";
 }  // namespace
 
-void configure_um_policy(Policy& policy, const TrainConfig& cfg) {
-  if (cfg.um_page_bytes != 0) check_page_bytes(cfg.um_page_bytes);
-  if (cfg.um_lookahead != 0) check_um_lookahead(cfg.um_lookahead);
-  auto* um = dynamic_cast<UmPolicy*>(&policy);
-  if (!um) return;  // a sweep applies the flags to its um runs only
-  if (cfg.um_page_bytes != 0) um->set_page_bytes(cfg.um_page_bytes);
-  if (cfg.um_lookahead != 0) um->set_lookahead(cfg.um_lookahead);
-}
-
 Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
   if (cfg_.iters <= 0) throw std::invalid_argument("--iters must be positive, got " + std::to_string(cfg_.iters));
   if (!cfg_.graph) cfg_.model = resolve_model(cfg_.model);
-  auto policy = make_policy(cfg_.policy);  // validate names before any work
-  if (cfg_.checkpoint_segments < 0)
-    throw std::invalid_argument("--checkpoint-segments must be a positive segment count, got " +
-                                std::to_string(cfg_.checkpoint_segments));
-  if (auto* c = dynamic_cast<CheckpointPolicy*>(policy.get())) {
-    c->set_segments(cfg_.checkpoint_segments);
-    // cpu or sim without a GPU and no --budget: the default arena stands for "unlimited".
-    c->set_budget_aware(cfg_.budget != 0 || cfg_.backend == "cuda" || (cfg_.backend == "sim" && !cfg_.gpu.empty()));
-  }
-  configure_um_policy(*policy, cfg_);
-  if (cfg_.auto_search < -1)
-    throw std::invalid_argument("--auto-search must be a rehearsal count >= 0 (0: no per-gap search), got " +
-                                std::to_string(cfg_.auto_search));
-  if (cfg_.auto_window < -1)
-    throw std::invalid_argument("--auto-window must be a rehearsal count >= 0 (0: no window search), got " +
-                                std::to_string(cfg_.auto_window));
-  if (cfg_.auto_room < -1)
-    throw std::invalid_argument("--auto-room must be a rehearsal count >= 0 (0: no make-room moves), got " +
-                                std::to_string(cfg_.auto_room));
-  if (cfg_.auto_lp < -1)
-    throw std::invalid_argument("--auto-lp must be a rehearsal count >= 0 (0: no LP starts), got " + std::to_string(cfg_.auto_lp));
-  if (!(cfg_.auto_ilp == -1 || (cfg_.auto_ilp >= 0 && cfg_.auto_ilp <= 60)))
-    throw std::invalid_argument("--auto-ilp must be seconds in [0, 60] (0: no integer program), got " + format_number(cfg_.auto_ilp));
-  if (!(cfg_.auto_seconds == -1 || (cfg_.auto_seconds > 0 && cfg_.auto_seconds <= 600)))
-    throw std::invalid_argument("--auto-seconds must be seconds in (0, 600], got " + format_number(cfg_.auto_seconds));
-  if (!cfg_.auto_placement.empty() && cfg_.auto_placement != "search" && cfg_.auto_placement != "low")
-    throw std::invalid_argument("--auto-placement must be search or low, got '" + cfg_.auto_placement + "'");
-  if (!cfg_.auto_replay_guard.empty() && cfg_.auto_replay_guard != "on" && cfg_.auto_replay_guard != "off")
-    throw std::invalid_argument("--auto-replay-guard must be on or off, got '" + cfg_.auto_replay_guard + "'");
-  if (!cfg_.auto_codec_rate.empty() && cfg_.auto_codec_rate != "measured" && cfg_.auto_codec_rate != "modelled")
-    throw std::invalid_argument("--auto-codec-rate must be measured or modelled, got '" + cfg_.auto_codec_rate + "'");
-  if (!cfg_.auto_copy_cost.empty() && cfg_.auto_copy_cost != "queued" && cfg_.auto_copy_cost != "bytes")
-    throw std::invalid_argument("--auto-copy-cost must be queued or bytes, got '" + cfg_.auto_copy_cost + "'");
-  for (const std::string& c : cfg_.auto_candidates)
-    if (!is_auto_candidate(c)) throw std::invalid_argument("--auto-candidates: " + unknown_candidate_message(c));
-  if (cfg_.auto_wall_cap == -1) {  // the environment's default (bench/run.py sets 0 so that its tables reproduce)
-    if (const char* v = std::getenv("VTENSOR_AUTO_WALL_CAP"); v && *v) {
-      char* end = nullptr;
-      const double s = std::strtod(v, &end);
-      if (end == v || *end != '\0' || !(s >= 0 && s <= 600))
-        throw std::invalid_argument(std::string("VTENSOR_AUTO_WALL_CAP must be seconds in [0, 600] (0: no wall cap), got '") + v + "'");
-      cfg_.auto_wall_cap = s;
-    }
-  }
-  if (!(cfg_.auto_wall_cap == -1 || (cfg_.auto_wall_cap >= 0 && cfg_.auto_wall_cap <= 600)))
-    throw std::invalid_argument("--auto-wall-cap must be seconds in [0, 600] (0: no wall cap), got " + format_number(cfg_.auto_wall_cap));
-  if (!cfg_.auto_clock.empty() && cfg_.auto_clock != "wall" && cfg_.auto_clock != "rehearsals")
-    throw std::invalid_argument("--auto-clock must be wall or rehearsals, got '" + cfg_.auto_clock + "'");
-  if (!cfg_.auto_lp_model.empty() && cfg_.auto_lp_model != "bound" && cfg_.auto_lp_model != "in-flight" && cfg_.auto_lp_model != "both" &&
-      cfg_.auto_lp_model != "compress")
-    throw std::invalid_argument("--auto-lp-model must be bound, in-flight, both or compress, got '" + cfg_.auto_lp_model + "'");
-  nlohmann::json saved_plan;
-  if (!cfg_.auto_plan.empty()) {
-    if (!dynamic_cast<AutoPolicy*>(policy.get()))
-      throw std::invalid_argument("--auto-plan applies to --policy auto only, got --policy " + cfg_.policy);
-    try {
-      saved_plan = read_json_file(cfg_.auto_plan);
-    } catch (const std::invalid_argument& e) {
-      throw std::invalid_argument(std::string("--auto-plan: ") + e.what());
-    }
-  }
-  if (auto* a = dynamic_cast<AutoPolicy*>(policy.get())) {
-    a->set_rehearser(rehearse);
-    if (!cfg_.auto_placement.empty()) a->set_placement_search(cfg_.auto_placement == "search");
-    if (cfg_.auto_codec_rate == "modelled") a->set_measure_codecs(false);
-    if (cfg_.auto_copy_cost == "bytes") a->set_queued_copies(false);
-    if (!cfg_.auto_candidates.empty()) a->set_candidates(cfg_.auto_candidates);
-    if (cfg_.auto_replay_guard == "off") {
-      AutoPolicy::ReplayGuard g;
-      g.on = false;
-      a->set_replay_guard(g);
-    }
-    if (!cfg_.auto_clock.empty())
-      a->set_planning_clock(cfg_.auto_clock == "rehearsals" ? AutoPolicy::PlanningClock::kRehearsals : AutoPolicy::PlanningClock::kWall);
-    if (cfg_.auto_seconds > 0) a->set_time_limit_ms(cfg_.auto_seconds * 1e3);
-    if (cfg_.auto_wall_cap >= 0) a->set_wall_cap_ms(cfg_.auto_wall_cap * 1e3);
-    if (cfg_.auto_ilp >= 0) a->set_ilp_seconds(cfg_.auto_ilp);
-    if (cfg_.auto_lp >= 0) a->set_lp_rehearsals(cfg_.auto_lp);
-    if (!cfg_.auto_lp_model.empty())
-      a->set_lp_model(cfg_.auto_lp_model == "both"        ? AutoPolicy::LpModel::kBoth
-                      : cfg_.auto_lp_model == "in-flight" ? AutoPolicy::LpModel::kInFlight
-                      : cfg_.auto_lp_model == "compress"  ? AutoPolicy::LpModel::kCompress
-                                                          : AutoPolicy::LpModel::kBound);
-    if (cfg_.auto_search >= 0) a->set_search_rehearsals(cfg_.auto_search);
-    if (cfg_.auto_window >= 0) a->set_window_rehearsals(cfg_.auto_window);
-    if (cfg_.auto_room >= 0) a->set_room_rehearsals(cfg_.auto_room);
-  }
+  // cpu or sim without a GPU and no --budget: the default arena stands for "unlimited".
+  cfg_.policy_options.budget_given = cfg_.budget != 0 || cfg_.backend == "cuda" || (cfg_.backend == "sim" && !cfg_.gpu.empty());
+  auto policy = make_policy(cfg_.policy, cfg_.policy_options);  // names and values checked before any work
+  RehearsingPolicy* rehearsing = policy->rehearsing();
+  if (rehearsing) rehearsing->set_rehearser(rehearse);
   auto* compress_policy = dynamic_cast<CompressPolicy*>(policy.get());
   if (!cfg_.codecs.empty()) {
     cfg_.compression.bitmask = cfg_.compression.sign = false;
@@ -153,7 +60,7 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
                                   "' is lossless only; accepted: --policy " + kCompressPolicies);
   }
   // auto reads densities too: on sim they size its compression candidates' rehearsals.
-  const bool auto_policy = dynamic_cast<AutoPolicy*>(policy.get()) != nullptr;
+  const bool auto_policy = rehearsing != nullptr;
   if (!compress_policy) {
     auto only = [&](const std::string& flag) {
       return std::invalid_argument(flag + " applies to --policy " + kCompressPolicies + " only, got --policy " + cfg_.policy);
@@ -230,13 +137,7 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
     throw std::invalid_argument("--planner applies to --allocator planned only, got --allocator " + cfg_.allocator);
   backend_ = make_backend(cfg_.backend, {.arena_bytes = cfg_.budget, .gpu = cfg_.gpu, .deterministic = cfg_.deterministic});
   cfg_.budget = backend_->arena_bytes();
-  if (!cfg_.auto_plan.empty()) {  // a file holding JSON null is no plan either: load_plan says so
-    auto& a = dynamic_cast<AutoPolicy&>(*policy);
-    a.load_plan(saved_plan, graph_, cfg_.budget, cfg_.auto_plan);
-    if (a.loaded_plan_compresses() && cfg_.backend == "sim" && !densities)
-      throw std::invalid_argument("--auto-plan '" + cfg_.auto_plan + "': the plan compresses (" + a.forced() +
-                                  "), which on --backend sim needs --densities FILE, the non-zero counts it was made with");
-  }
+  if (rehearsing) rehearsing->prepare(graph_, cfg_.budget, cfg_.backend == "sim" && !densities);
   if (densities) backend_->set_densities(densities);
   auto allocator = make_allocator(cfg_.allocator, cfg_.budget, cfg_.planner);
   mm_ = std::make_unique<MemoryManager>(*backend_, graph_, std::move(allocator), std::move(policy));

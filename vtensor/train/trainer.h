@@ -12,6 +12,7 @@
 #include "vtensor/memory/memory_manager.h"
 #include "vtensor/models/models.h"
 #include "vtensor/train/executor.h"
+#include "vtensor/policy/options.h"
 #include "vtensor/train/safetensors.h"
 
 namespace vtensor {
@@ -33,24 +34,9 @@ struct TrainConfig {
   uint64_t seed = 1;  // weight init
   OptimizerConfig optimizer;
   bool inplace_relu_grad = false;  // share_relu_gradients(): relu backward writes dx over a dying dy
-  int checkpoint_segments = 0;     // policy checkpoint's segment count (0: search); others ignore it
-  int auto_window = -1;            // policy auto: the window search's rehearsals (0: none; -1: its default)
-  int auto_room = -1;              // policy auto: the "make room" moves' rehearsals per climb (0: none; -1: its default)
-  double auto_ilp = -1;            // policy auto: seconds for its integer program (0: none; -1: its default)
-  double auto_seconds = -1;        // policy auto: its candidates' time limit in seconds (-1: its default)
-  std::string auto_placement;      // policy auto: "search" (its default) or "low" (AutoPolicy::set_placement_search)
-  double auto_wall_cap = -1;       // policy auto: its wall cap in seconds (0: none; -1: VTENSOR_AUTO_WALL_CAP, else its default; AutoPolicy::set_wall_cap_ms)
-  std::string auto_replay_guard;   // policy auto: "on" (its default) or "off" (AutoPolicy::ReplayGuard)
-  std::string auto_codec_rate;     // policy auto: "measured" (its default) or "modelled" (AutoPolicy::set_measure_codecs)
-  std::string auto_copy_cost;      // policy auto: "queued" (its default) or "bytes" (AutoPolicy::set_queued_copies)
-  std::vector<std::string> auto_candidates;  // policy auto: the candidates it rehearses (empty: all; AutoPolicy::set_candidates)
-  std::string auto_clock;          // policy auto: "rehearsals" (its default) or "wall": what its planning limits count (AutoPolicy::set_planning_clock)
-  int auto_lp = -1;                // policy auto: rehearsals of the LP's rounded plan as search starts (0: none; -1: its default)
-  std::string auto_lp_model;       // policy auto: "compress" (its default), "bound", "in-flight" or "both": the LPs its starts are rounded from (AutoPolicy::set_lp_model)
-  std::string auto_plan;           // policy auto: run this saved plan (a report, or its saved_plan) instead of searching (AutoPolicy::load_plan)
-  int auto_search = -1;            // policy auto: the per-gap search's rehearsals (0: none; -1: its default); others ignore it
-  size_t um_page_bytes = 0;  // policies um, um-prefetch: page size (0: kDefaultPageBytes)
-  int um_lookahead = 0;      // policy um-prefetch: kernels prefetched ahead (0: kDefaultUmLookahead)
+  // The policy's own options (--checkpoint-segments, --um-*, --auto-*: PolicyInfo::options), as
+  // given; the policy reads them as it is made (registry.h).
+  PolicyOptions policy_options;
   // Policies compress / compress+swap: mechanism switches and codecs (the ablation flags), the
   // densities a sim run sizes compressed tensors by, and where a run with data writes its own.
   CompressionOptions compression;
@@ -82,10 +68,6 @@ struct TrainResult {
   std::vector<CompressionStat> compression;  // the last iteration's, per compressed tensor
   std::vector<std::string> tensor_names;     // by id, for the report
 };
-
-// --um-page-size / --um-lookahead onto a um policy (other policies ignore them); throws
-// std::invalid_argument naming the flag and what is accepted.
-void configure_um_policy(Policy& policy, const TrainConfig& cfg);
 
 class Trainer {
  public:

@@ -87,7 +87,7 @@ TEST_P(CudaInternalsTraining, UnifiedMemoryAtHalfThePeakMatchesNoneWithinTheBudg
   const size_t budget = align_up(static_cast<size_t>(static_cast<double>(peak) * 0.75), page);
   cfg.policy = "um-prefetch";
   cfg.budget = budget;
-  cfg.um_page_bytes = page;
+  cfg.policy_options.set("um-page-size", page);
   size_t worst = 0;
   const auto [res, params] = run_sampled(cfg, worst);
   EXPECT_LE(worst, budget + runtime_bytes + (size_t{32} << 20))
