@@ -12,7 +12,7 @@
 //   in-trigger found by walking back from the back-access until the decompression hides, never
 //   into ops where the tensor back would exceed the budget; keep a choice only if it lowers the
 //   bytes over the budget; stop once the predicted peak fits. Passive eviction is the last resort.
-//   The rest (CompressPlanInput::rest): Capuchin's planner (capuchin.h) run on the curve the
+//   The rest (CompressPlanInput::rest): Capuchin's planner (capuchin_planner.h) run on the curve the
 //   compression plan leaves, the compressed tensors excluded: compress+swap in swap mode,
 //   compress+capuchin in hybrid mode (swap or recompute per tensor; with a plan that fits, a
 //   request within the budget is compacted, as in Capuchin, not swapped). set_plan_fraction plans
