@@ -1,13 +1,11 @@
 // CapuchinPolicy (capuchin.h): the measured iteration's passive LRU fallback, the plan made at its
 // end (plan_capuchin, capuchin_planner.cpp), the guided iterations' actions and feedback, and what
-// each candidate's gap cost (policy auto reads it).
+// each candidate's gap cost (policy auto reads it). The cycle between them: MeasuredCycle.
 #include "vtensor/policy/capuchin.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <stdexcept>
-
-#include "vtensor/memory/allocator.h"
 
 namespace vtensor {
 
@@ -22,14 +20,13 @@ std::string CapuchinPolicy::name() const {
 
 void CapuchinPolicy::begin_iteration(int iteration) {
   std::fill(late_.begin(), late_.end(), 0);
-  if (guided_) std::fill(cost_ms_.begin(), cost_ms_.end(), 0.0), std::fill(wrap_cost_ms_.begin(), wrap_cost_ms_.end(), 0.0);
+  if (cycle_.guided()) std::fill(cost_ms_.begin(), cost_ms_.end(), 0.0), std::fill(wrap_cost_ms_.begin(), wrap_cost_ms_.end(), 0.0);
   current_op_ = -1;
 }
 
 std::vector<Action> CapuchinPolicy::after_op(int op_index) {
   current_op_ = op_index;
-  if (!guided_ || op_index < 0 || static_cast<size_t>(op_index) >= at_op_.size()) return {};
-  return at_op_[static_cast<size_t>(op_index)];
+  return cycle_.actions_after(op_index);
 }
 
 std::optional<size_t> guided_fallback_bytes(size_t bytes, size_t allocated, size_t budget, bool fits, bool compact_unfit) {
@@ -43,13 +40,13 @@ std::vector<Victim> CapuchinPolicy::choose_victims(size_t bytes, const MemoryVie
   // Guided, with the request within the budget: the space is fragmented, not short. Nothing to
   // evict; the memory manager compacts instead of swapping out what the plan keeps. Where the
   // plan does not fit, so too with compact_unfit_ (and over the budget, the shortfall only).
-  if (guided_) {
+  if (cycle_.guided()) {
     const auto need = guided_fallback_bytes(bytes, view.allocated(), view.budget(), plan_.fits, compact_unfit_);
     if (!need) return {};
     bytes = *need;
   }
   auto awaited = [&](TensorId id) {
-    if (!guided_ || static_cast<size_t>(id) >= candidates_of_.size()) return false;
+    if (!cycle_.guided() || static_cast<size_t>(id) >= candidates_of_.size()) return false;
     for (int k : candidates_of_[static_cast<size_t>(id)]) {
       const auto& c = plan_.candidates[static_cast<size_t>(k)];
       if (c.decision == CapuchinDecision::kSwap && c.trigger_op <= current_op_ && current_op_ < c.back_op) return true;
@@ -106,28 +103,21 @@ bool CapuchinPolicy::feed_back(size_t k) {
   return true;
 }
 
-void CapuchinPolicy::index_plan() { at_op_ = actions_by_op(plan_.plan, view_ ? view_->graph().num_ops() : 0); }
+void CapuchinPolicy::index_plan() { cycle_.index(plan_.plan, view_ ? view_->graph().num_ops() : 0); }
 
 void CapuchinPolicy::end_iteration(const AccessTrace& trace) {
   if (!view_) throw std::logic_error("capuchin: end_iteration before attach");
-  const auto seq = use_sequence(trace);
-  repeats_ = false;
-  if (guided_) {
-    if (seq != measured_sequence_) {  // new shapes or a new graph: measure again
-      guided_ = false;
-      return;
-    }
-    repeats_ = true;
-    ++guided_iterations_;
+  const MeasuredCycle::End end = cycle_.end_iteration(trace);
+  if (end == MeasuredCycle::End::kChanged) return;
+  if (end == MeasuredCycle::End::kGuided) {
     // Feedback: a prefetch that was late at its back-access starts one op earlier next time.
-    const bool feedback = feedback_iterations_ < 0 || guided_iterations_ <= feedback_iterations_;
+    const bool feedback = feedback_iterations_ < 0 || cycle_.guided_iterations() <= feedback_iterations_;
     for (size_t k = 0; k < plan_.candidates.size() && feedback; ++k)
       if (late_[k]) feed_back(k);
     index_plan();
     return;
   }
-  const auto planned = static_cast<size_t>(static_cast<double>(view_->budget()) * plan_fraction_);
-  PlannerInput in = planner_input(view_->graph(), trace, planned);
+  PlannerInput in = planner_input(view_->graph(), trace, planned_budget(*view_, plan_fraction_));
   in.swap_cost_weight = swap_cost_weight_;  // policy auto's extensions (PlannerInput's last block)
   in.pins = pins_;
   in.wrap_persistent = wrap_persistent_;
@@ -135,12 +125,9 @@ void CapuchinPolicy::end_iteration(const AccessTrace& trace) {
   in.deadline_swap_outs = deadline_swap_outs_;
   in.need_ordered_prefetches = need_ordered_prefetches_;
   in.fifo_prefetches = fifo_prefetches_;
-  for (const Op& op : view_->graph().ops()) {  // what the memory manager allocated (aligned) at each op
-    const size_t ws = view_->workspace_bytes(op);
-    in.workspace_bytes.push_back(ws ? align_up(ws) : 0);
-  }
+  in.workspace_bytes = allocated_workspaces(*view_);
   plan_ = plan_capuchin(in, mode_);
-  measured_sequence_ = std::move(seq);
+  cycle_.planned();
   candidates_of_.assign(view_->graph().num_tensors(), {});
   for (size_t k = 0; k < plan_.candidates.size(); ++k)
     candidates_of_[static_cast<size_t>(plan_.candidates[k].id)].push_back(static_cast<int>(k));
@@ -150,7 +137,7 @@ void CapuchinPolicy::end_iteration(const AccessTrace& trace) {
   wrap_cost_ms_.assign(view_->graph().num_tensors(), 0.0);
   first_use_.assign(view_->graph().num_tensors(), -1);
   last_use_.assign(view_->graph().num_tensors(), -1);
-  for (const auto& [id, op] : measured_sequence_) {
+  for (const auto& [id, op] : cycle_.sequence()) {
     const auto i = static_cast<size_t>(id);
     if (i >= first_use_.size()) continue;
     if (first_use_[i] < 0) first_use_[i] = op;
@@ -166,8 +153,6 @@ void CapuchinPolicy::end_iteration(const AccessTrace& trace) {
     }
   }
   index_plan();
-  guided_ = true;
-  ++measurements_;
 }
 
 // A persistent tensor's gap over the iteration's end: from its last use to its first.
@@ -177,7 +162,7 @@ bool CapuchinPolicy::wrap_gap(TensorId id, int op_index) const {
 }
 
 void CapuchinPolicy::on_restore(TensorId id, int op_index, Residency from, double waited_ms) {
-  if (!guided_) return;
+  if (!cycle_.guided()) return;
   if (wrap_gap(id, op_index)) {  // a wrap swap's late prefetch, or the fallback's eviction
     wrap_cost_ms_[static_cast<size_t>(id)] += waited_ms;
     return;
@@ -194,7 +179,7 @@ void CapuchinPolicy::on_restore(TensorId id, int op_index, Residency from, doubl
 }
 
 void CapuchinPolicy::on_swap_out_wait(TensorId id, double waited_ms) {
-  if (!guided_ || static_cast<size_t>(id) >= candidates_of_.size()) return;
+  if (!cycle_.guided() || static_cast<size_t>(id) >= candidates_of_.size()) return;
   int k = -1;  // the gap of id this op is in (a planned swap, or the passive fallback's)
   for (int ci : candidates_of_[static_cast<size_t>(id)]) {
     const auto& c = plan_.candidates[static_cast<size_t>(ci)];
@@ -207,7 +192,7 @@ void CapuchinPolicy::on_swap_out_wait(TensorId id, double waited_ms) {
 // The wrap swaps' tensors: copied out after their last use, back before their first.
 std::vector<TensorId> CapuchinPolicy::on_host_at_start() const {
   std::vector<TensorId> ids;
-  if (guided_)
+  if (cycle_.guided())
     for (const auto& w : plan_.wrap_swaps) ids.push_back(w.id);
   return ids;
 }
@@ -276,9 +261,9 @@ nlohmann::json CapuchinPolicy::report() const {
                          {"measured_cost_ms", wrap_cost_ms_[i]}});
     }
   return {{"mode", name()},
-          {"guided", guided_},
-          {"measurements", measurements_},
-          {"guided_iterations", guided_iterations_},
+          {"guided", cycle_.guided()},
+          {"measurements", cycle_.measurements()},
+          {"guided_iterations", cycle_.guided_iterations()},
           {"swap_ns_per_byte", swap_ns_per_byte_},
           {"predicted_peak_before_bytes", plan_.peak_before},
           {"predicted_peak_after_bytes", plan_.peak_after},
@@ -308,7 +293,7 @@ std::string CapuchinPolicy::summary() const {
   std::snprintf(buf, sizeof buf,
                 "%s: measured %d time(s); plan swaps %zu tensors (%.2f MiB), recomputes %zu (%.2f MiB); predicted peak "
                 "%.2f -> %.2f MiB%s; %d trigger(s) moved earlier",
-                name().c_str(), measurements_, ns, static_cast<double>(bs) / mib, nr, static_cast<double>(br) / mib,
+                name().c_str(), cycle_.measurements(), ns, static_cast<double>(bs) / mib, nr, static_cast<double>(br) / mib,
                 static_cast<double>(plan_.peak_before) / mib, static_cast<double>(plan_.peak_after) / mib,
                 plan_.fits ? "" : " (does not fit: passive eviction covers the rest)", trigger_moves_);
   return buf;

@@ -3,7 +3,7 @@
 //   Measured iteration: passive (LRU swap on OOM, swap in on access) while every access is timed.
 //   Plan: plan_capuchin (capuchin_planner.h, device-free) from its trace.
 //   Guided iterations run the plan; a late prefetch moves its trigger earlier next time; a
-//   changed access sequence goes back to measuring.
+//   changed access sequence goes back to measuring (the cycle: MeasuredCycle, measured.h).
 // Deviations: the passive fallback stays on; for policy auto only, the feedback stops after the
 // guided iterations auto rehearsed (set_feedback_iterations), where the plan does not fit its
 // fallback may compact and evict only the shortfall (set_compact_unfit), and the planner's
@@ -17,6 +17,7 @@
 
 #include "vtensor/memory/policy.h"
 #include "vtensor/policy/capuchin_planner.h"
+#include "vtensor/policy/measured.h"
 
 namespace vtensor {
 
@@ -47,8 +48,8 @@ class CapuchinPolicy final : public Policy {
   void on_restore(TensorId id, int op_index, Residency from, double waited_ms) override;
   void on_swap_out_wait(TensorId id, double waited_ms) override;
   std::vector<TensorId> on_host_at_start() const override;
-  bool iteration_repeats() const override { return repeats_; }
-  bool measuring() const override { return !guided_; }
+  bool iteration_repeats() const override { return cycle_.repeats(); }
+  bool measuring() const override { return !cycle_.guided(); }
   nlohmann::json report() const override;
   std::string summary() const override;
 
@@ -82,7 +83,7 @@ class CapuchinPolicy final : public Policy {
   const std::vector<double>& measured_wrap_cost_ms() const { return wrap_cost_ms_; }
   int first_use(TensorId id) const { return static_cast<size_t>(id) < first_use_.size() ? first_use_[static_cast<size_t>(id)] : -1; }
   int last_use(TensorId id) const { return static_cast<size_t>(id) < last_use_.size() ? last_use_[static_cast<size_t>(id)] : -1; }
-  bool guided() const { return guided_; }
+  bool guided() const { return cycle_.guided(); }
   // Where the plan does not fit, the guided fallback as where it does: no victims for a request
   // within the budget (the memory manager compacts), and over it victims for the shortfall only,
   // not the whole request. Off: the whole request, LRU (the passive fallback). Policy auto
@@ -90,7 +91,7 @@ class CapuchinPolicy final : public Policy {
   void set_compact_unfit(bool on) { compact_unfit_ = on; }
   bool compact_unfit() const { return compact_unfit_; }
   const CapuchinPlan& plan() const { return plan_; }
-  int measurements() const { return measurements_; }
+  int measurements() const { return cycle_.measurements(); }
   int trigger_moves() const { return trigger_moves_; }
   // Per plan candidate, the ops its trigger moved earlier by the feedback so far.
   const std::vector<int>& fed_back() const { return fed_back_; }
@@ -101,19 +102,16 @@ class CapuchinPolicy final : public Policy {
 
   CapuchinMode mode_;
   const MemoryView* view_ = nullptr;
-  bool guided_ = false;
   bool compact_unfit_ = false;
-  bool repeats_ = false;  // the last iteration was guided by the plan the next one runs
+  MeasuredCycle cycle_;
   CapuchinPlan plan_;
-  std::vector<std::vector<Action>> at_op_;
-  std::vector<std::pair<TensorId, int>> measured_sequence_;  // (tensor, op) of every access
   std::vector<char> late_;                                   // per candidate, this iteration
   std::vector<int> fed_back_;                                // per candidate, its feedback moves
   std::vector<double> cost_ms_;                              // per candidate, last guided iteration
   std::vector<std::vector<int>> candidates_of_;              // tensor -> its candidates (one per gap)
   std::vector<double> wrap_cost_ms_;                         // per tensor, its gap over the iteration's end
   std::vector<int> first_use_, last_use_;                    // per tensor, in the measured iteration
-  int measurements_ = 0, trigger_moves_ = 0, guided_iterations_ = 0;
+  int trigger_moves_ = 0;
   int current_op_ = -1;
   double swap_ns_per_byte_ = 0;
   double plan_fraction_ = 1.0;
