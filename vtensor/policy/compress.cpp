@@ -314,7 +314,7 @@ std::string CompressPolicy::name() const {
 
 std::vector<Action> CompressPolicy::after_op(int op_index) {
   if (!view_ || op_index < 0) return {};
-  if (guided_) return static_cast<size_t>(op_index) < at_op_.size() ? at_op_[static_cast<size_t>(op_index)] : std::vector<Action>{};
+  if (cycle_.guided()) return cycle_.actions_after(op_index);
   // Measured iteration: how dense each compressible output is, while it is on the device.
   const Graph& g = view_->graph();
   nonzeros_.resize(g.num_tensors());
@@ -330,22 +330,17 @@ std::vector<Victim> CompressPolicy::choose_victims(size_t bytes, const MemoryVie
   // compress+capuchin does as Capuchin: with a plan that fits, a request within the budget is
   // fragmentation, compacted rather than swapped (its recomputations' inputs would otherwise be
   // swapped out under them).
-  if (rest_ == CapuchinMode::kHybrid && guided_ && plan_.fits && view.allocated() + bytes <= view.budget()) return {};
+  if (rest_ == CapuchinMode::kHybrid && cycle_.guided() && plan_.fits && view.allocated() + bytes <= view.budget()) return {};
   return lru_swap_victims(view, bytes);
 }
 
-void CompressPolicy::index_plan() { at_op_ = actions_by_op(plan_.plan, view_->graph().num_ops()); }
+void CompressPolicy::index_plan() { cycle_.index(plan_.plan, view_->graph().num_ops()); }
 
 void CompressPolicy::end_iteration(const AccessTrace& trace) {
   if (!view_) throw std::logic_error("compress: end_iteration before attach");
-  const auto seq = use_sequence(trace);
-  repeats_ = false;
-  if (guided_) {
-    if (seq != measured_sequence_) {  // new shapes or a new graph: measure again
-      guided_ = false;
-      return;
-    }
-    repeats_ = true;
+  const MeasuredCycle::End end = cycle_.end_iteration(trace);
+  if (end == MeasuredCycle::End::kChanged) return;
+  if (end == MeasuredCycle::End::kGuided) {
     // Feedback: a decompression late at its back-access starts one op earlier next time, where
     // the tensor back still fits under the budget.
     for (size_t k = 0; k < plan_.candidates.size(); ++k) {
@@ -364,26 +359,20 @@ void CompressPolicy::end_iteration(const AccessTrace& trace) {
     return;
   }
   CompressPlanInput in;
-  const auto planned = static_cast<size_t>(static_cast<double>(view_->budget()) * plan_fraction_);
-  in.base = planner_input(view_->graph(), trace, planned);
-  for (const Op& op : view_->graph().ops()) {
-    const size_t ws = view_->workspace_bytes(op);
-    in.base.workspace_bytes.push_back(ws ? align_up(ws) : 0);
-  }
+  in.base = planner_input(view_->graph(), trace, planned_budget(*view_, plan_fraction_));
+  in.base.workspace_bytes = allocated_workspaces(*view_);
   in.nonzeros = nonzeros_;
   in.nonzeros.resize(view_->graph().num_tensors());
   in.options = options_;
   in.rest = rest_;
   plan_ = plan_compress(view_->graph(), in);
-  measured_sequence_ = std::move(seq);
+  cycle_.planned();
   late_.assign(plan_.candidates.size(), 0);
   index_plan();
-  guided_ = true;
-  ++measurements_;
 }
 
 void CompressPolicy::on_restore(TensorId id, int op_index, Residency from, double waited_ms) {
-  if (!guided_ || (from != Residency::kCompressed && !(from == Residency::kDecompressing && waited_ms > 0))) return;
+  if (!cycle_.guided() || (from != Residency::kCompressed && !(from == Residency::kDecompressing && waited_ms > 0))) return;
   for (size_t k = 0; k < plan_.candidates.size(); ++k)
     if (plan_.candidates[k].chosen && plan_.candidates[k].id == id && plan_.candidates[k].back_op == op_index) late_[k] = 1;
 }
@@ -409,8 +398,8 @@ nlohmann::json CompressPolicy::report() const {
                        {"predicted_stall_ms", c.stall_ns * 1e-6}});
   }
   json j = {{"mode", name()},
-            {"guided", guided_},
-            {"measurements", measurements_},
+            {"guided", cycle_.guided()},
+            {"measurements", cycle_.measurements()},
             {"sliding_workspace", options_.sliding_workspace},
             {"persistent_buffers", options_.persistent_buffers},
             {"on_compute_stream", options_.on_compute_stream},
@@ -459,7 +448,7 @@ std::string CompressPolicy::summary() const {
   std::snprintf(buf, sizeof buf,
                 "%s: measured %d time(s); plan compresses %zu tensors (%.2f -> %.2f MiB in buffers)%s; predicted peak "
                 "%.2f -> %.2f MiB%s",
-                name().c_str(), measurements_, n, static_cast<double>(before) / mib, static_cast<double>(after) / mib,
+                name().c_str(), cycle_.measurements(), n, static_cast<double>(before) / mib, static_cast<double>(after) / mib,
                 rest.c_str(),
                 static_cast<double>(plan_.peak_before) / mib, static_cast<double>(plan_.peak_after) / mib,
                 plan_.fits ? "" : " (does not fit: passive eviction covers the rest)");

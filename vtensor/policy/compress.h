@@ -12,7 +12,7 @@
 //   in-trigger found by walking back from the back-access until the decompression hides, never
 //   into ops where the tensor back would exceed the budget; keep a choice only if it lowers the
 //   bytes over the budget; stop once the predicted peak fits. Passive eviction is the last resort.
-//   The rest (CompressPlanInput::rest): Capuchin's planner (capuchin.h) run on the curve the
+//   The rest (CompressPlanInput::rest): Capuchin's planner (capuchin_planner.h) run on the curve the
 //   compression plan leaves, the compressed tensors excluded: compress+swap in swap mode,
 //   compress+capuchin in hybrid mode (swap or recompute per tensor; with a plan that fits, a
 //   request within the budget is compacted, as in Capuchin, not swapped). set_plan_fraction plans
@@ -36,6 +36,7 @@
 
 #include "vtensor/policy/capuchin.h"
 #include "vtensor/memory/policy.h"
+#include "vtensor/policy/measured.h"
 
 namespace vtensor {
 
@@ -114,12 +115,12 @@ class CompressPolicy final : public Policy {
   std::vector<Victim> choose_victims(size_t bytes, const MemoryView& view) override;
   void end_iteration(const AccessTrace& trace) override;
   void on_restore(TensorId id, int op_index, Residency from, double waited_ms) override;
-  bool iteration_repeats() const override { return repeats_; }
-  bool measuring() const override { return !guided_; }
+  bool iteration_repeats() const override { return cycle_.repeats(); }
+  bool measuring() const override { return !cycle_.guided(); }
   nlohmann::json report() const override;
   std::string summary() const override;
 
-  bool guided() const { return guided_; }
+  bool guided() const { return cycle_.guided(); }
   const CompressPlan& plan() const { return plan_; }
 
  private:
@@ -128,13 +129,10 @@ class CompressPolicy final : public Policy {
   double plan_fraction_ = 1.0;
   CompressionOptions options_;
   const MemoryView* view_ = nullptr;
-  bool guided_ = false;
-  bool repeats_ = false;  // the last iteration was guided by the plan the next one runs
-  int measurements_ = 0, trigger_moves_ = 0;
+  MeasuredCycle cycle_;
+  int trigger_moves_ = 0;
   CompressPlan plan_;
   std::vector<std::optional<size_t>> nonzeros_;
-  std::vector<std::vector<Action>> at_op_;
-  std::vector<std::pair<TensorId, int>> measured_sequence_;
   std::vector<char> late_;  // per candidate, this iteration
 };
 
