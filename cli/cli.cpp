@@ -54,7 +54,10 @@ struct PolicyArgs {
 };
 
 void add_policy_options(CLI::App* c, PolicyArgs& a) {
-  for (const PolicyOption& o : policy_options()) a.options.emplace_back(o.flag, c->add_option("--" + o.flag, a.text[o.flag], o.help));
+  for (const PolicyOption& o : policy_options()) {
+    a.text[o.flag] = "true";  // a switch's value once given
+    a.options.emplace_back(o.flag, o.is_switch ? c->add_flag("--" + o.flag, o.help) : c->add_option("--" + o.flag, a.text[o.flag], o.help));
+  }
 }
 
 // The files the given policy options name (--auto-plan): inputs no output may overwrite.
@@ -526,12 +529,6 @@ int vtensor::run_cli(int argc, char** argv, CliMode mode) {
   train->add_flag("--quiet", quiet, "no per-iteration lines");
   PolicyArgs train_policy;
   add_policy_options(train, train_policy);
-  bool no_sliding = false, no_persistent = false;
-  train->add_flag("--no-sliding-workspace", no_sliding, "compress policies: a worst-case workspace per compression instead of one fixed sliding workspace (ablation)");
-  train->add_flag("--no-persistent-buffers", no_persistent, "compress policies: allocate each compressed buffer per use instead of once per tensor (ablation)");
-  train->add_flag("--compress-on-compute-stream", cfg.compression.on_compute_stream, "compress policies: run the codecs on the compute stream (ablation: no overlap)");
-  train->add_option("--lossy", cfg.lossy, "compress policies: opt-in lossy codec for what no lossless codec fits, read only by backward: bf16, fp16, int8 (default: none; losses then drift from `none`)");
-  train->add_option("--codecs", cfg.codecs, "compress policies: codecs to use, comma-separated: bitmask, sign (default: both)");
   train->add_option("--densities", cfg.densities_path, "compress policies and auto on sim: non-zero counts recorded by a cpu run (--densities-out)");
   train->add_option("--densities-out", cfg.densities_out, "compress policies on cpu / cuda: write the measured non-zero counts to this file");
 
@@ -604,8 +601,6 @@ int vtensor::run_cli(int argc, char** argv, CliMode mode) {
     if (sweep_cmd->parsed()) return done(cmd_sweep(sweep_args));
     if (costs->parsed()) return done(cmd_costs(costs_args));
     if (view->parsed()) return done(cmd_view(view_in, view_out));
-    cfg.compression.sliding_workspace = !no_sliding;
-    cfg.compression.persistent_buffers = !no_persistent;
     check_output_path(cfg.densities_out, "--densities-out");
     cfg.policy_options = train_policy.given();
     return done(cmd_train(cfg, budget_text, host_budget_arg, report, html, quiet, optimizer, lr->count() > 0));

@@ -65,7 +65,7 @@ TEST_P(Compress, BitIdenticalToNoneAtTheSmallestBudget) {
                           Variant{"compress+capuchin", true}}) {
     SCOPED_TRACE(std::string(v.policy) + (v.persistent_buffers ? "" : " --no-persistent-buffers"));
     TrainConfig cfg = config(model, v.policy, budget, iters);
-    cfg.compression.persistent_buffers = v.persistent_buffers;
+    if (!v.persistent_buffers) cfg.policy_options.set("no-persistent-buffers", "true");
     const RunOutcome r = run_training(cfg);
     expect_bit_identical(base, r);
     for (const auto& s : r.iters) EXPECT_LE(s.peak_allocated, budget);
@@ -151,9 +151,8 @@ TEST(Compress, SignCodecWhereOnlyTheSignIsRead) {
   const auto run = [&](int percent, bool on_compute_stream) {
     SCOPED_TRACE(std::to_string(percent) + "%" + (on_compute_stream ? " on the compute stream" : ""));
     TrainConfig cfg = config("resnet-tiny", "compress", align_up(base.peak * static_cast<size_t>(percent) / 100), 3);
-    cfg.codecs = "sign";
-    cfg.compression.persistent_buffers = false;
-    cfg.compression.on_compute_stream = on_compute_stream;
+    cfg.policy_options.set("codecs", "sign").set("no-persistent-buffers", "true");
+    if (on_compute_stream) cfg.policy_options.set("compress-on-compute-stream", "true");
     const RunOutcome r = run_training(cfg);
     expect_bit_identical(base, r);
     int here = 0;
@@ -171,8 +170,7 @@ TEST(Compress, SignCodecWhereOnlyTheSignIsRead) {
   TrainConfig sim = config("resnet-tiny", "compress", align_up(size_t{3000} << 10), 3);
   sim.backend = "sim";
   sim.gpu = "p100-16g";
-  sim.codecs = "sign";  // no densities needed: its size does not depend on the data
-  sim.compression.persistent_buffers = false;
+  sim.policy_options.set("codecs", "sign").set("no-persistent-buffers", "true");  // sign: no densities needed
   const RunOutcome r = run_training(sim);
   ASSERT_EQ(r.result.compression.size(), 1u);
   EXPECT_EQ(r.result.compression[0].codec, Codec::kSign);
@@ -221,24 +219,20 @@ TEST(Compress, AblationSwitchesChangeWhatTheyShould) {
   TrainConfig cpu = config("resnet-tiny", "compress", 0, 1);
   cpu.densities_out = path;
   run_training(cpu);
-  auto sim_run = [&](CompressionOptions o) {
+  auto sim_run = [&](const std::string& ablation) {  // a switch of the compress policies, or none
     TrainConfig c = config("resnet-tiny", "compress", 0, 3);
     c.backend = "sim";
     c.gpu = "p100-16g";
     c.densities_path = path;
     c.budget = align_up(size_t{3600} << 10);  // predicted peak 3.56 MiB unmanaged: a little under
-    c.compression = o;
+    if (!ablation.empty()) c.policy_options.set(ablation, "true");
     return run_training(c);
   };
-  const RunOutcome def = sim_run({});
+  const RunOutcome def = sim_run("");
   ASSERT_GT(def.iters.back().counters.compressions, 0u);
-  CompressionOptions compute;
-  compute.on_compute_stream = true;
-  const RunOutcome on_compute = sim_run(compute);
+  const RunOutcome on_compute = sim_run("compress-on-compute-stream");
   EXPECT_GT(on_compute.iters.back().time_ms, def.iters.back().time_ms);
-  CompressionOptions no_sliding;
-  no_sliding.sliding_workspace = false;
-  const RunOutcome ns = sim_run(no_sliding);
+  const RunOutcome ns = sim_run("no-sliding-workspace");
   EXPECT_GT(ns.iters.back().counters.compressions, 0u);
   EXPECT_NE(ns.iters.back().peak_allocated, def.iters.back().peak_allocated);
   std::filesystem::remove(path);
@@ -290,7 +284,7 @@ TEST(Compress, LossyCodecsDriftALittleAndSaySo) {
   for (const std::string mode : {"bf16", "fp16", "int8"}) {
     SCOPED_TRACE(mode);
     TrainConfig cfg = config("resnet-tiny", "compress", budget, iters);
-    cfg.lossy = mode;
+    cfg.policy_options.set("lossy", mode);
     const RunOutcome r = run_training(cfg);
     bool lossy_used = false, differs = false;
     for (const auto& c : r.result.compression) lossy_used = lossy_used || c.codec == parse_lossy(mode);
@@ -307,7 +301,7 @@ TEST(Compress, LossyCodecsDriftALittleAndSaySo) {
   }
   const auto r = run_cli("train --model resnet-tiny --policy capuchin --lossy bf16 --iters 1");
   EXPECT_EQ(r.code, 2) << r.output;
-  EXPECT_NE(r.output.find("is lossless only; accepted: --policy compress, compress+swap or compress+capuchin"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--lossy applies to --policy compress, compress+swap or compress+capuchin only"), std::string::npos) << r.output;
   const auto u = run_cli("train --model resnet-tiny --policy compress --lossy fp8 --iters 1");
   EXPECT_EQ(u.code, 2) << u.output;
   EXPECT_NE(u.output.find("unknown lossy mode 'fp8'; accepted: bf16, fp16, int8"), std::string::npos) << u.output;

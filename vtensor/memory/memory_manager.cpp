@@ -54,6 +54,7 @@ const char* to_string(Residency r) {
 MemoryManager::MemoryManager(Backend& backend, const Graph& graph, std::unique_ptr<DeviceAllocator> allocator,
                              std::unique_ptr<Policy> policy)
     : backend_(backend), graph_(graph), allocator_(std::move(allocator)), policy_(std::move(policy)), host_(backend) {
+  if (const CompressionOptions* c = policy_->compression()) compression_ = *c;  // what the policy's options chose
   states_.resize(graph_.num_tensors());
   base_.resize(graph_.num_tensors());
   for (const auto& t : graph_.tensors()) {

@@ -132,6 +132,9 @@ class Policy {
   virtual std::string name() const = 0;
   // A policy that plans by rehearsal (auto) gives its planning hooks here; null for the others.
   virtual RehearsingPolicy* rehearsing() { return nullptr; }
+  // A policy that compresses (compress, compress+swap, compress+capuchin): the codecs and mechanism
+  // its options chose, which the memory manager runs them with; null: the defaults.
+  virtual const CompressionOptions* compression() const { return nullptr; }
   // Once, when the memory manager is built: the graph and budget a planning policy plans from.
   // The view stays valid for the policy's lifetime.
   virtual void attach(const MemoryView& view) {}

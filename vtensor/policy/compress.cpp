@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "vtensor/backend/codec.h"
 #include "vtensor/memory/allocator.h"
 #include "vtensor/policy/lru.h"
 
@@ -453,6 +454,38 @@ std::string CompressPolicy::summary() const {
                 static_cast<double>(plan_.peak_before) / mib, static_cast<double>(plan_.peak_after) / mib,
                 plan_.fits ? "" : " (does not fit: passive eviction covers the rest)");
   return buf;
+}
+
+const std::vector<PolicyOption>& compress_options() {
+  static const std::vector<PolicyOption> options = {
+      {"codecs", "compress policies: codecs to use, comma-separated: bitmask, sign (default: both)"},
+      {"lossy", "compress policies: opt-in lossy codec for what no lossless codec fits, read only by backward: bf16, fp16, "
+                "int8 (default: none; losses then drift from `none`)"},
+      {"no-sliding-workspace", "compress policies: a worst-case workspace per compression instead of one fixed sliding "
+                               "workspace (ablation)", false, true},
+      {"no-persistent-buffers", "compress policies: allocate each compressed buffer per use instead of once per tensor "
+                                "(ablation)", false, true},
+      {"compress-on-compute-stream", "compress policies: run the codecs on the compute stream (ablation: no overlap)",
+       false, true},
+  };
+  return options;
+}
+
+std::unique_ptr<Policy> make_compress_policy(std::optional<CapuchinMode> rest, const PolicyOptions& o) {
+  CompressionOptions c;
+  if (o.given("codecs")) {
+    c.bitmask = c.sign = false;
+    const std::vector<std::string> codecs = o.list("codecs");
+    if (codecs.empty()) parse_codec("");  // throws naming the accepted ones
+    for (const std::string& name : codecs) (parse_codec(name) == Codec::kBitmask ? c.bitmask : c.sign) = true;
+  }
+  if (const auto lossy = o.text("lossy")) c.lossy = parse_lossy(*lossy);  // throws naming the accepted modes
+  c.sliding_workspace = !o.given("no-sliding-workspace");
+  c.persistent_buffers = !o.given("no-persistent-buffers");
+  c.on_compute_stream = o.given("compress-on-compute-stream");
+  auto p = std::make_unique<CompressPolicy>(rest);
+  p->set_options(c);
+  return p;
 }
 
 }  // namespace vtensor

@@ -30,12 +30,14 @@
 // only in gaps whose later readers are all backward ops. compress+capuchin is ours (the paper's
 // hybrid swaps only).
 #pragma once
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "vtensor/policy/capuchin.h"
 #include "vtensor/memory/policy.h"
+#include "vtensor/policy/options.h"
 #include "vtensor/policy/measured.h"
 
 namespace vtensor {
@@ -97,12 +99,18 @@ double element_ns_per_byte(const Graph& g, const std::vector<double>& op_ns);
 
 CompressPlan plan_compress(const Graph& g, const CompressPlanInput& in);
 
+// The compress policies' options (--codecs, --lossy, the ablation switches) and the registry's
+// maker; rest as CompressPolicy's.
+const std::vector<PolicyOption>& compress_options();
+std::unique_ptr<Policy> make_compress_policy(std::optional<CapuchinMode> rest, const PolicyOptions& options);
+
 class CompressPolicy final : public Policy {
  public:
   // rest: what plans what compression leaves over the budget (CompressPlanInput::rest).
   explicit CompressPolicy(std::optional<CapuchinMode> rest = std::nullopt) : rest_(rest) {}
   std::string name() const override;
   void set_options(const CompressionOptions& o) { options_ = o; }
+  const CompressionOptions* compression() const override { return &options_; }
   // Plan (compression and the rest) for this fraction of the budget; 1 by default. The passive
   // fallback and the feedback still use the whole budget.
   void set_plan_fraction(double f) { plan_fraction_ = f; }

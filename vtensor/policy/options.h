@@ -18,6 +18,7 @@ struct PolicyOption {
   std::string flag;  // without the dashes: "auto-search"
   std::string help;
   bool input_file = false;  // a path the run reads: the CLI keeps outputs off it
+  bool is_switch = false;   // takes no value (given: "true")
 };
 
 class PolicyOptions {

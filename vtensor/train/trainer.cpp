@@ -14,7 +14,6 @@
 #include "vtensor/core/fault.h"
 #include "vtensor/core/output.h"
 #include "vtensor/memory/allocator.h"
-#include "vtensor/policy/compress.h"
 #include "vtensor/policy/planning.h"
 #include "vtensor/train/densities.h"
 #include "vtensor/train/rehearsal.h"
@@ -41,43 +40,16 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
   auto policy = make_policy(cfg_.policy, cfg_.policy_options);  // names and values checked before any work
   RehearsingPolicy* rehearsing = policy->rehearsing();
   if (rehearsing) rehearsing->set_rehearser(rehearse);
-  auto* compress_policy = dynamic_cast<CompressPolicy*>(policy.get());
-  if (!cfg_.codecs.empty()) {
-    cfg_.compression.bitmask = cfg_.compression.sign = false;
-    std::string list = cfg_.codecs;
-    for (size_t at = 0; at <= list.size();) {
-      const size_t comma = std::min(list.find(',', at), list.size());
-      const std::string name = list.substr(at, comma - at);
-      const Codec c = parse_codec(name);  // throws naming the accepted ones
-      (c == Codec::kBitmask ? cfg_.compression.bitmask : cfg_.compression.sign) = true;
-      at = comma + 1;
-    }
-  }
-  if (!cfg_.lossy.empty()) {
-    cfg_.compression.lossy = parse_lossy(cfg_.lossy);  // throws naming the accepted modes
-    if (!compress_policy)
-      throw std::invalid_argument("--lossy " + cfg_.lossy + ": policy '" + cfg_.policy +
-                                  "' is lossless only; accepted: --policy " + kCompressPolicies);
-  }
+  const CompressionOptions* compression = policy->compression();  // a compress policy's
+  if (!compression && !cfg_.densities_out.empty())
+    throw std::invalid_argument(std::string("--densities-out applies to --policy ") + kCompressPolicies + " only, got --policy " +
+                                cfg_.policy);
   // auto reads densities too: on sim they size its compression candidates' rehearsals.
-  const bool auto_policy = rehearsing != nullptr;
-  if (!compress_policy) {
-    auto only = [&](const std::string& flag) {
-      return std::invalid_argument(flag + " applies to --policy " + kCompressPolicies + " only, got --policy " + cfg_.policy);
-    };
-    if (!cfg_.compression.sliding_workspace) throw only("--no-sliding-workspace");
-    if (!cfg_.compression.persistent_buffers) throw only("--no-persistent-buffers");
-    if (cfg_.compression.on_compute_stream) throw only("--compress-on-compute-stream");
-    if (!cfg_.codecs.empty()) throw only("--codecs");
-    if (!cfg_.densities_out.empty()) throw only("--densities-out");
-    if (!cfg_.densities_path.empty() && !auto_policy)
-      throw std::invalid_argument("--densities applies to --policy compress, compress+swap, compress+capuchin or auto "
-                                  "only, got --policy " + cfg_.policy);
-  } else {
-    if (!cfg_.densities_out.empty() && cfg_.backend == "sim")
-      throw std::invalid_argument("--densities-out needs a backend with data (cpu, cuda), got --backend sim");
-    compress_policy->set_options(cfg_.compression);
-  }
+  if (!compression && !rehearsing && !cfg_.densities_path.empty())
+    throw std::invalid_argument("--densities applies to --policy compress, compress+swap, compress+capuchin or auto "
+                                "only, got --policy " + cfg_.policy);
+  if (compression && !cfg_.densities_out.empty() && cfg_.backend == "sim")
+    throw std::invalid_argument("--densities-out needs a backend with data (cpu, cuda), got --backend sim");
   if (cfg_.backend == "sim" && (!cfg_.init_path.empty() || !cfg_.save_path.empty() || !cfg_.save_dir.empty() ||
                                 !cfg_.resume_dir.empty()))
     throw std::invalid_argument("--save, --init, --save-dir and --resume need a backend that holds values (cpu, cuda), "
@@ -114,7 +86,7 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
     build_backward(graph_, cfg_.optimizer);
     if (cfg_.inplace_relu_grad) share_relu_gradients(graph_);
   }
-  if (compress_policy && cfg_.backend == "sim" && cfg_.densities_path.empty() && cfg_.compression.bitmask) {
+  if (compression && cfg_.backend == "sim" && cfg_.densities_path.empty() && compression->bitmask) {
     bool sparse = false;  // ReLU or max-pool outputs: what the bitmask codec is for
     for (const Op& op : graph_.ops()) sparse = sparse || op.kind == OpKind::kRelu || op.kind == OpKind::kMaxPool;
     if (sparse)
@@ -143,7 +115,6 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
   mm_ = std::make_unique<MemoryManager>(*backend_, graph_, std::move(allocator), std::move(policy));
   mm_->set_timeline_enabled(cfg_.timeline);
   mm_->set_host_budget(cfg_.host_budget);
-  mm_->set_compression(cfg_.compression);
   exec_ = std::make_unique<Executor>(graph_, *backend_, *mm_);
   if (!cfg_.resume_dir.empty()) {
     resume();
@@ -533,7 +504,8 @@ std::string report_json(const TrainResult& r) {
         {"width", c.model.width},
         {"classes", c.model.classes},
         {"policy", c.policy},
-        {"lossy", c.lossy.empty() ? json(nullptr) : json(c.lossy)},  // lossy compression: the math changes
+        {"lossy", c.policy_options.text("lossy") ? json(*c.policy_options.text("lossy")) : json(nullptr)},  // the math changes
+        {"policy_options", c.policy_options.values()},  // as given
         {"backend", c.backend},
         {"gpu", c.gpu.empty() ? json(nullptr) : json(c.gpu)},
         {"allocator", c.allocator},

@@ -37,11 +37,8 @@ struct TrainConfig {
   // The policy's own options (--checkpoint-segments, --um-*, --auto-*: PolicyInfo::options), as
   // given; the policy reads them as it is made (registry.h).
   PolicyOptions policy_options;
-  // Policies compress / compress+swap: mechanism switches and codecs (the ablation flags), the
-  // densities a sim run sizes compressed tensors by, and where a run with data writes its own.
-  CompressionOptions compression;
-  std::string codecs;              // --codecs: comma-separated (empty: all)
-  std::string lossy;               // --lossy: bf16, fp16, int8 (empty: lossless only)
+  // The densities a sim run sizes compressed tensors by (compress policies, auto), and where a
+  // compress policy's run with data writes its own.
   std::string densities_path, densities_out;
   bool timeline = false;    // per-op allocated / reserved bytes of the last iteration
   std::string trace_path;   // access trace as JSON lines
