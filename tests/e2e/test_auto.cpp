@@ -19,7 +19,7 @@
 #include "vtensor/backend/sim/gpu_specs.h"
 #include "vtensor/core/errors.h"
 #include "vtensor/memory/allocator.h"
-#include "vtensor/policy/auto.h"
+#include "vtensor/policy/auto/auto.h"
 #include "vtensor/train/densities.h"
 #include "vtensor/train/rehearsal.h"
 #include "vtensor/train/trainer.h"

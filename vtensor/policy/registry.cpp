@@ -3,7 +3,7 @@
 
 #include <stdexcept>
 
-#include "vtensor/policy/auto.h"
+#include "vtensor/policy/auto/auto.h"
 #include "vtensor/policy/capuchin.h"
 #include "vtensor/policy/checkpoint.h"
 #include "vtensor/policy/compress.h"

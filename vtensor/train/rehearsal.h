@@ -5,7 +5,7 @@
 #pragma once
 #include <string>
 
-#include "vtensor/policy/auto.h"
+#include "vtensor/policy/auto/auto.h"
 
 namespace vtensor {
 

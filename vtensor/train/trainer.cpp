@@ -14,7 +14,7 @@
 #include "vtensor/core/fault.h"
 #include "vtensor/core/output.h"
 #include "vtensor/memory/allocator.h"
-#include "vtensor/policy/auto.h"
+#include "vtensor/policy/auto/auto.h"
 #include "vtensor/policy/checkpoint.h"
 #include "vtensor/policy/compress.h"
 #include "vtensor/policy/um.h"

@@ -1,4 +1,4 @@
-#include "vtensor/policy/auto.h"
+#include "vtensor/policy/auto/auto.h"
 
 #include <algorithm>
 #include <atomic>
