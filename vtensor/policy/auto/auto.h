@@ -1,21 +1,18 @@
 // auto (ours): keep / swap / recompute / compress chosen per access gap, each choice costed by
 // its effect on the whole iteration (copy queues, compute stream, arena), not alone.
-//   It measures one passive iteration (LRU swap on OOM, parameters last), every access and kernel
-//   timed, and rehearses candidates on the sim backend's model of it (the run's memory manager,
-//   allocator, queues and measured times; out of memory discards one): the planners as they are
-//   (Capuchin's modes, checkpointing, DTR, lru-recompute), Capuchin for part of the budget or with
-//   its swap stall weighed, DTR's eviction as fallback, FreeLunch's compression where densities
-//   are known, and persistent tensors swapped over the iteration's end (",wrap").
-//   From the fastest and from the rounded optima of a linear program (lp.h) it climbs over
-//   PlanPins (capuchin.h), one gap's decision per move, Capuchin's greedy planning the rest; then
-//   "make room" moves and an exhaustive window. The fastest ends are finished (start state, warm
-//   start, H2D issue order, high placement) and the fastest runs. Limits count rehearsals, so the
-//   plan does not depend on the machine; a replay guard hands over to a plan relying on fewer
-//   modelled costs where guided iterations run far over the prediction.
-// Deviations: an LP rounded, then local search with the rehearsal as the cost model, not an ILP /
-// DP (a gap's cost depends on the queues and arena the rest leaves; the integer program is built
-// but off); one arena placement per run, not per block. Without a Rehearser (set by the Trainer)
-// it runs Capuchin's hybrid. Full notes: docs/design.md, "vtensor/policy/auto/".
+//   It measures one passive iteration (LRU swap on OOM, parameters last) and rehearses candidates
+//   on the sim backend's model of it (the run's memory manager, allocator, queues and measured
+//   times): the planners as they are (Capuchin, checkpointing, DTR, lru-recompute), Capuchin for
+//   part of the budget or with its swap stall weighed, DTR's eviction as fallback, FreeLunch's
+//   compression where densities are known, persistent tensors swapped over the iteration's end.
+//   From the fastest and the rounded optima of a linear program (lp.h) it climbs over PlanPins
+//   (capuchin.h), one gap's decision per move, then "make room" moves and an exhaustive window;
+//   the fastest ends are finished (start state, warm start, issue order, placement). Limits count
+//   rehearsals, so the plan does not depend on the machine; a replay guard hands over to a plan
+//   relying on fewer modelled costs where guided iterations run far over the prediction.
+// Deviations: an LP rounded and local search with the rehearsal as cost model, not an ILP / DP (a
+// gap's cost depends on the queues and arena the rest leaves; the integer program is built but
+// off); one placement per run, not per block. Notes: docs/design.md, "vtensor/policy/auto/".
 //
 // Where each part lives (vtensor/policy/auto/): choose.cpp the planning pipeline, starts.cpp the
 // search's starts and climbs, search.cpp one climb, moves.cpp its moves, finish.cpp the finish,
@@ -164,6 +161,7 @@ class AutoPolicy final : public Policy {
   bool loaded_plan_compresses() const;
   const std::string& forced() const { return forced_; }  // the candidate run without rehearsing (empty: none)
 
+  // Set by the Trainer; without one auto runs Capuchin's hybrid.
   void set_rehearser(Rehearser r) { rehearser_ = std::move(r); }
   // A rehearsal's policy: past this point after_op and choose_victims throw RehearsalTimeout.
   void set_deadline(std::chrono::steady_clock::time_point t) { deadline_ = t, has_deadline_ = true; }
