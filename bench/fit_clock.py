@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Fits auto's planning-clock rates (AutoPolicy::kClockNsPerOp, kClockNsPerRecompute,
-kClockNsPerCompaction, kClockNsPerEvictionTensor in vtensor/policy/auto.h) to this machine.
+"""Fits auto's planning-clock rates (kClockNsPerOp, kClockNsPerRecompute,
+kClockNsPerCompaction, kClockNsPerEvictionTensor in vtensor/policy/auto/tuning.h) to this machine.
 
 Reads the rows of `bench/run.py planning-clock` (bench-out/planning-clock.json): per row, the
 rehearsals' counts (iterations x ops, recomputed ops, compactions, evictions x tensors) and their

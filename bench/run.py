@@ -1662,7 +1662,7 @@ def _auto(c):
     cand = trained.get(start)
     # the search started from the LP's rounded plan (timed: its prefetch times) pinned on that
     # candidate, or from the candidate planned for another fraction of the budget / swap weight
-    # The start's label: its origin, then what it was rehearsed again with (auto.cpp): ",restored"
+    # The start's label: its origin, then what it was rehearsed again with (vtensor/policy/auto/starts.cpp): ",restored"
     # (the climb rehearsed restored start states), ",compact" (the compacting fallback where the
     # plan does not fit), ",large-wraps" (no wrap swap under the floor); a twin's time is its own.
     origin, *twins = search.get("start", "").split(",")

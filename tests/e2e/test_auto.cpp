@@ -1,4 +1,4 @@
-// End-to-end: policy auto (vtensor/policy/auto.h). On cpu it trains every tiny preset
+// End-to-end: policy auto (vtensor/policy/auto/). On cpu it trains every tiny preset
 // bit-identically to `none` at the smallest budget of a ladder it reaches (whichever candidate the
 // wall clock makes it choose: every candidate is lossless); on sim its rehearsal is the run, so
 // the predicted peak and time equal the measured ones, and it is no slower than any candidate
@@ -19,7 +19,7 @@
 #include "vtensor/backend/sim/gpu_specs.h"
 #include "vtensor/core/errors.h"
 #include "vtensor/memory/allocator.h"
-#include "vtensor/policy/auto.h"
+#include "vtensor/policy/auto/auto.h"
 #include "vtensor/train/densities.h"
 #include "vtensor/train/rehearsal.h"
 #include "vtensor/train/trainer.h"
@@ -1363,8 +1363,8 @@ TEST(Auto, TheRehearsalsClockPlansTheSameWhateverTheSpeed) {
     auto* a = dynamic_cast<AutoPolicy*>(&t.memory().policy());
     EXPECT_NE(a, nullptr);
     if (!a) return nlohmann::json{};
-    const double iteration_ms = static_cast<double>(t.graph().num_ops()) * AutoPolicy::kClockNsPerOp * 1e-6;
-    a->set_time_limit_ms(9.5 * kRehearsedIterations * iteration_ms / AutoPolicy::kClockWorkers);  // candidate 10 starts past it
+    const double iteration_ms = static_cast<double>(t.graph().num_ops()) * kClockNsPerOp * 1e-6;
+    a->set_time_limit_ms(9.5 * kRehearsedIterations * iteration_ms / kClockWorkers);  // candidate 10 starts past it
     a->set_rehearser([delay_ms](const std::string& policy, const RehearsalSetup& s) {
       std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
       return rehearse(policy, s);
@@ -1465,9 +1465,9 @@ TEST(Auto, TheRehearsalsClockChargesWhatARehearsalRecomputesCompactsAndEvicts) {
     std::lock_guard<std::mutex> lock(m);
     iterations += s.iterations;
     if (r.trained) {
-      const double ns = s.iterations * (static_cast<double>(r.recomputed_ops) * AutoPolicy::kClockNsPerRecompute +
-                                        static_cast<double>(r.compactions) * AutoPolicy::kClockNsPerCompaction +
-                                        static_cast<double>(r.evictions) * AutoPolicy::kClockNsPerEvictionTensor *
+      const double ns = s.iterations * (static_cast<double>(r.recomputed_ops) * kClockNsPerRecompute +
+                                        static_cast<double>(r.compactions) * kClockNsPerCompaction +
+                                        static_cast<double>(r.evictions) * kClockNsPerEvictionTensor *
                                             static_cast<double>(g.num_tensors()));
       charged_ns += static_cast<double>(std::llround(ns));
       charged_rehearsals += ns > 0;
@@ -1478,9 +1478,9 @@ TEST(Auto, TheRehearsalsClockChargesWhatARehearsalRecomputesCompactsAndEvicts) {
   const auto& c = rep["planning_clock"];
   EXPECT_EQ(c["rehearsed_iterations"].get<long long>(), iterations);
   EXPECT_GT(charged_rehearsals, 0u) << "no rehearsal at a third of the peak recomputed, compacted or evicted";
-  EXPECT_NEAR(c["charged_ms"].get<double>(), charged_ns * 1e-6 / AutoPolicy::kClockWorkers, 1e-6);
-  const double ops_ms = static_cast<double>(iterations) * static_cast<double>(g.num_ops()) * AutoPolicy::kClockNsPerOp * 1e-6;
-  EXPECT_NEAR(c["clock_ms"].get<double>(), (ops_ms + charged_ns * 1e-6) / AutoPolicy::kClockWorkers, 1e-3);
+  EXPECT_NEAR(c["charged_ms"].get<double>(), charged_ns * 1e-6 / kClockWorkers, 1e-6);
+  const double ops_ms = static_cast<double>(iterations) * static_cast<double>(g.num_ops()) * kClockNsPerOp * 1e-6;
+  EXPECT_NEAR(c["clock_ms"].get<double>(), (ops_ms + charged_ns * 1e-6) / kClockWorkers, 1e-3);
 }
 
 // On the rehearsals clock a rehearsal is cut only where it runs far slower than the clock counts
@@ -1490,7 +1490,7 @@ TEST(Auto, TheRehearsalsClockCutsOnlyARehearsalFarSlowerThanItCounts) {
   Trainer t(rehearsals_clock_config(2));
   auto* a = dynamic_cast<AutoPolicy*>(&t.memory().policy());
   ASSERT_NE(a, nullptr);
-  const double iteration_ms = static_cast<double>(t.graph().num_ops()) * AutoPolicy::kClockNsPerOp * 1e-6;
+  const double iteration_ms = static_cast<double>(t.graph().num_ops()) * kClockNsPerOp * 1e-6;
   std::mutex m;
   std::vector<std::pair<std::string, double>> limits;  // (policy, its rehearsal's time limit)
   a->set_rehearser([&](const std::string& policy, const RehearsalSetup& s) {
@@ -1507,7 +1507,7 @@ TEST(Auto, TheRehearsalsClockCutsOnlyARehearsalFarSlowerThanItCounts) {
     return rehearse(policy, s);
   });
   const nlohmann::json rep = t.run().policy_report;
-  const double net = std::max(AutoPolicy::kClockNetMinMs, AutoPolicy::kClockNetFactor * kRehearsedIterations * iteration_ms);
+  const double net = std::max(kClockNetMinMs, kClockNetFactor * kRehearsedIterations * iteration_ms);
   ASSERT_FALSE(limits.empty());
   EXPECT_TRUE(std::any_of(limits.begin(), limits.end(), [](const auto& p) { return p.first == auto_candidates()[0] && p.second == 0; }))
       << "the first candidate (the fallback) runs uncut";

@@ -14,7 +14,7 @@
 #include "vtensor/memory/memory_manager.h"
 #include "vtensor/memory/trace_io.h"
 #include "vtensor/models/models.h"
-#include "vtensor/policy/auto.h"
+#include "vtensor/policy/auto/auto.h"
 #include "vtensor/train/executor.h"
 #include "vtensor/train/densities.h"
 #include "vtensor/train/experiments.h"

@@ -13,7 +13,7 @@
 
 #include "tests/fuzz/targets.h"
 #include "vtensor/core/graph.h"
-#include "vtensor/policy/auto.h"
+#include "vtensor/policy/auto/auto.h"
 
 namespace fs = std::filesystem;
 

@@ -22,7 +22,7 @@
 #include "vtensor/models/models.h"
 #include "vtensor/memory/plan.h"
 #include "vtensor/memory/policy.h"
-#include "vtensor/policy/auto.h"
+#include "vtensor/policy/auto/auto.h"
 #include "vtensor/policy/registry.h"
 #include "vtensor/train/executor.h"
 #include "vtensor/train/rehearsal.h"

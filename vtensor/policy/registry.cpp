@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "vtensor/policy/auto_options.h"
+#include "vtensor/policy/auto/options.h"
 #include "vtensor/policy/capuchin.h"
 #include "vtensor/policy/checkpoint.h"
 #include "vtensor/policy/compress.h"

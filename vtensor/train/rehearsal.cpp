@@ -7,6 +7,7 @@
 #include "vtensor/backend/sim/sim_backend.h"
 #include "vtensor/core/errors.h"
 #include "vtensor/memory/allocator.h"
+#include "vtensor/policy/auto/auto.h"
 #include "vtensor/train/executor.h"
 
 namespace vtensor {

@@ -1,11 +1,11 @@
 // Rehearsal: one candidate planner run on the sim backend's model of a measured iteration, for
-// policy auto (vtensor/policy/auto.h). The same graph, memory manager, caching allocator, copy
+// policy auto (vtensor/policy/auto/). The same graph, memory manager, caching allocator, copy
 // queues and compute stream as a run; kernel times and the host link from the measurement (or the
 // run's own GPU model on sim). Device-free: nothing but virtual clocks.
 #pragma once
 #include <string>
 
-#include "vtensor/policy/auto.h"
+#include "vtensor/policy/auto/rehearsal.h"
 
 namespace vtensor {
 

@@ -1,11 +1,11 @@
-#include "vtensor/policy/auto_options.h"
+#include "vtensor/policy/auto/options.h"
 
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
 
 #include "vtensor/core/input.h"
-#include "vtensor/policy/auto.h"
+#include "vtensor/policy/auto/auto.h"
 
 namespace vtensor {
 

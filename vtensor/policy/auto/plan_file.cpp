@@ -9,7 +9,7 @@
 #include <string>
 
 #include "vtensor/memory/allocator.h"
-#include "vtensor/policy/auto.h"
+#include "vtensor/policy/auto/auto.h"
 
 namespace vtensor {
 

@@ -1,26 +1,24 @@
-// auto (ours): keep / swap / recompute / compress chosen per access gap, each choice
-// costed by its effect on the whole iteration (queues, compute stream, arena), not alone.
-//   Measured iteration: passive (LRU swap on OOM, parameters last), every access and kernel timed.
-//   Candidates (auto_candidates()): the planners as they are (Capuchin's modes, checkpointing,
-//   DTR, lru-recompute), Capuchin for 85-97% of the budget, its swap stall weighed 0.25-16x or
-//   DTR's eviction as its fallback, FreeLunch's compress+capuchin / compress+swap where densities
-//   are known, and the fastest swapping plans with weights and momentum swapped across the
-//   iteration boundary (",wrap"). Each is rehearsed on the sim backend's model of the measured
-//   iteration (the run's memory manager, caching allocator, copy queues and compute stream, the
-//   measured kernel times and link); out of memory discards it.
-//   Search: from the fastest candidates and from the rounded optima of a linear program over the
-//   iteration (lp.h), hill climbing over PlanPins (capuchin.h), one gap's decision per move, each
-//   neighbour rehearsed with Capuchin's greedy planning the rest; then "make room" moves and an
-//   exhaustive window over the costliest gaps. The fastest ends are finished (start state, warm
-//   start, H2D issue order, large blocks placed high) and the fastest is the plan. The limits
-//   count rehearsals, so the plan does not depend on the machine (wall cap 9.5 s). The report
-//   adds two lower bounds (bound.h; the LP's optimum). A replay guard hands over to a plan that
-//   relies on fewer modelled costs where guided iterations run far over the prediction.
-// Deviations from the issue: an LP rounded, then local and windowed search with the rehearsal as
-// the cost model, not an ILP / DP (a gap's cost depends on the queues and arena the rest leaves;
-// the integer program is built but off: it bought under 1%); arena placement is one choice for
-// the run, not per block (the planned pool ran slower under it). Without a Rehearser (set by the
-// Trainer) it runs Capuchin's hybrid. Full notes: docs/design.md, "vtensor/policy/auto.h".
+// auto (ours): keep / swap / recompute / compress chosen per access gap, each choice costed by
+// its effect on the whole iteration (copy queues, compute stream, arena), not alone.
+//   It measures one passive iteration (LRU swap on OOM, parameters last) and rehearses candidates
+//   on the sim backend's model of it (the run's memory manager, allocator, queues and measured
+//   times): the planners as they are (Capuchin, checkpointing, DTR, lru-recompute), Capuchin for
+//   part of the budget or with its swap stall weighed, DTR's eviction as fallback, FreeLunch's
+//   compression where densities are known, persistent tensors swapped over the iteration's end.
+//   From the fastest and the rounded optima of a linear program (lp.h) it climbs over PlanPins
+//   (capuchin.h), one gap's decision per move, then "make room" moves and an exhaustive window;
+//   the fastest ends are finished (start state, warm start, issue order, placement). Limits count
+//   rehearsals, so the plan does not depend on the machine; a replay guard hands over to a plan
+//   relying on fewer modelled costs where guided iterations run far over the prediction.
+// Deviations: an LP rounded and local search with the rehearsal as cost model, not an ILP / DP (a
+// gap's cost depends on the queues and arena the rest leaves; the integer program is built but
+// off); one placement per run, not per block. Notes: docs/design.md, "vtensor/policy/auto/".
+//
+// Where each part lives (vtensor/policy/auto/): choose.cpp the planning pipeline, starts.cpp the
+// search's starts and climbs, search.cpp one climb, moves.cpp its moves, finish.cpp the finish,
+// clock.cpp the planning clock, replay_guard.cpp the plans run and the guard, report.cpp the
+// report, plan_file.cpp the saved plan, candidates.cpp the names, options.cpp the --auto-*
+// options, tuning.h the constants.
 #pragma once
 #include <array>
 #include <atomic>
@@ -30,13 +28,15 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
 #include "vtensor/memory/policy.h"
+#include "vtensor/policy/auto/candidates.h"
+#include "vtensor/policy/auto/rehearsal.h"
+#include "vtensor/policy/auto/tuning.h"
 #include "vtensor/policy/bound.h"
 #include "vtensor/policy/capuchin.h"
 #include "vtensor/policy/lp.h"
@@ -44,125 +44,10 @@
 
 namespace vtensor {
 
-// The iterations a rehearsal runs by default: the measured one and three guided ones (as the
-// benchmarks run).
-constexpr int kRehearsedIterations = 4;
-// The iterations the chosen plan is rehearsed for with each start state: a drift that only shows
-// after the fourth iteration decides too.
-constexpr int kLongRunIterations = 10;
-// Where the chosen plan's long run is slower than the search saw (by more than kLongRunDrift),
-// the fastest other plans the search rehearsed (at most kLongRunFinalists, distinct, within
-// kFinalistSlack of its time, as many as the planning limit leaves time for) are rehearsed over
-// the long run too, and the fastest there runs.
-constexpr double kLongRunDrift = 0.01;
-constexpr int kLongRunFinalists = 2;
-constexpr double kFinalistSlack = 0.02;
-// What those rehearsals cost, in rehearsals of kRehearsedIterations (a long one about 2.5): the
-// plan's three long ones and each finalist's three (two at a time: two rounds each), the
-// prediction's again, with margin; kept out of the search's time.
-constexpr double kStartStateRehearsals = 2 * 2.5 * (1 + kLongRunFinalists) + 1.5;
-// The warm start's (AutoPolicy::warm_start): three variants, each rehearsed short and long, two at
-// a time.
-constexpr double kWarmStartRehearsals = 3 * (1 + 2.5) / 2;
-// The search's ends given a start state and a warm start each (the kFinishedPlans fastest
-// distinct ones; AutoPolicy::choose): the fastest as it then runs is the plan. A plan's short
-// rehearsal does not say how it settles (BERT-base at 50% on h100-80g: a climb's end 0.5 ms
-// faster than another's ran 1.2 ms slower after its warm start). Each one past the first costs
-// its three long rehearsals (two rounds) and a warm start, without finalists.
-constexpr size_t kFinishedPlans = 4;
-constexpr double kFinishRehearsals = 2 * 2.5 + 1.5 + kWarmStartRehearsals;
-
-// What a rehearsal of one candidate needs from the run.
-struct RehearsalSetup {
-  const Graph* graph = nullptr;
-  size_t budget = 0;
-  std::string gpu;                 // the GPU the sim models (the run's own on sim)
-  std::vector<double> op_ms;       // per op, the measured kernel time (empty: the cost model's)
-  double link_ms_per_byte = 0;     // measured host link (0: the GPU's)
-  // measured codec calls (MemoryView::codec_rate; ms_per_byte 0: the GPU's memory bandwidth)
-  double codec_latency_ms = 0, codec_ms_per_byte = 0;
-  double copy_queued_ms = 0;       // what each copy adds queued (MemoryView::copy_queued_ms; 0: its bytes alone)
-  // per op, the device's scratch with the fast / lean convolution algorithm (empty: the op's own)
-  std::vector<size_t> workspace, workspace_lean;
-  std::string allocator = "caching";  // the run's device allocator (its default planner)
-  size_t host_budget = 0;          // the run's --host-budget (0: unlimited)
-  int iterations = kRehearsedIterations;  // the measured one and the guided ones
-  double time_limit_ms = 0;        // wall time the rehearsal may take (0: no limit)
-  std::vector<PlanPin> pins;       // the search's fixed decisions (Capuchin-based candidates)
-  StartState start_state = StartState::kPacked;  // what each iteration's end leaves (Policy::start_state)
-  // The layout the measured iteration's end leaves instead of its start state (empty: none; the
-  // warm start, Policy::take_start_layout).
-  std::vector<LayoutBlock> start_layout;
-  std::vector<TriggerMove> trigger_moves;  // replayed on the plan (CapuchinPolicy::set_trigger_moves)
-  bool compact_unfit = false;      // the fallback where the plan does not fit (CapuchinPolicy::set_compact_unfit)
-  size_t min_wrap_bytes = 0;       // the smallest unpinned wrap swap (CapuchinPolicy::set_min_wrap_bytes)
-  size_t high_placement_bytes = 0;  // requests placed high from the first guided iteration (Policy::high_placement_bytes)
-  // Non-zero counts of the compressible outputs (the run's --densities on sim, or those auto's
-  // measured iteration counted): what sizes the compression candidates' tensors. Null: the
-  // compression candidates are not rehearsed.
-  std::shared_ptr<const DensityTable> densities;
-  bool measured_only = false;      // run the measured iteration only; its trace comes back (measured_trace)
-};
-
-// One access gap of a rehearsed Capuchin-based plan: what the plan decided and what it cost in
-// the last guided iteration (stall on its swap-in or swap-out, or its recomputation; a kept gap
-// costs when the passive fallback evicted it). The search's input. A wrap swap's gap
-// (CapuchinPlan::wrap_swaps) runs from evict_op over the iteration's end to back_op.
-struct RehearsedGap {
-  TensorId id = kNoTensor;
-  int evict_op = -1, back_op = -1, trigger_op = -1;
-  CapuchinDecision decision = CapuchinDecision::kKeep;
-  size_t bytes = 0;
-  double cost_ms = 0;
-  bool wrap = false;
-  int fed_back = 0;  // ops its trigger moved earlier by Capuchin's feedback (the one trigger_op has)
-};
-
-struct RehearsalResult {
-  std::string policy;
-  bool trained = false;
-  std::string error;               // why not (out of memory, ...)
-  double time_ms = 0;              // mean over the guided iterations
-  double measured_ms = 0;          // the measured iteration's time (its end's moves included)
-  bool start_layout_applied = false;  // the measured iteration ended in setup.start_layout
-  size_t peak_allocated = 0;       // over the guided iterations
-  double stall_ms = 0, recompute_ms = 0;  // means over the guided iterations
-  double compact_ms = 0;                  // the compaction moves' compute time (mean)
-  uint64_t compactions = 0, evictions = 0, swapped_out_bytes = 0, recomputed_ops = 0;  // per guided iteration (mean)
-  double wall_ms = 0;              // how long the rehearsal took
-  std::vector<PlanPin> pins;       // as rehearsed
-  StartState start_state = StartState::kPacked;  // as rehearsed
-  bool compact_unfit = false;                    // as rehearsed (RehearsalSetup::compact_unfit)
-  size_t min_wrap_bytes = 0;                     // as rehearsed (RehearsalSetup::min_wrap_bytes)
-  size_t high_placement_bytes = 0;               // as rehearsed (RehearsalSetup::high_placement_bytes)
-  std::vector<RehearsedGap> gaps;  // the gaps the plan swaps or recomputes (Capuchin-based candidates)
-  std::vector<LayoutBlock> end_layout;  // the arena the last iteration's end left
-  // The measured iteration's trace as the rehearsal recorded it (RehearsalSetup::measured_only):
-  // what each rehearsed plan was made from.
-  std::shared_ptr<const AccessTrace> measured_trace;
-};
-
-// A rehearsal ran past its time limit (thrown by the rehearsed policy, caught by the rehearsal).
-struct RehearsalTimeout : std::runtime_error {
-  RehearsalTimeout() : std::runtime_error("not rehearsed to the end: planning time limit") {}
-};
-
-
-// The candidates auto rehearses, in order of preference on a tie: the planners as they are, then
-// the search's variants (NAME@F: planned for F of the budget; capuchin@F,wW: swap stall weighed W),
-// then the compression candidates (compress+capuchin, compress+swap; rehearsed only with densities).
-const std::vector<std::string>& auto_candidates();
-// Whether `name` is a candidate auto can rehearse (those above, and their suffixes); the message
-// for one that is not, naming what is accepted.
-bool is_auto_candidate(const std::string& name);
-std::string unknown_candidate_message(const std::string& name);
-
 class AutoPolicy final : public Policy, public RehearsingPolicy {
  public:
-  // The LP's optimum rounded at each threshold (lp_pins: a gap moved where the LP moves at least
-  // that fraction of it), each also timed: more starts. 0.3 rather than 1/2: the pins then cover
-  // more of what the LP frees, and the climbs end lower (docs/experiments/auto.md, "The linear program").
-  static constexpr double kLpThresholds[] = {0.3};
+  // One rounding of the LP's optimum (lp_pins at a threshold of kLpThresholds, with a timing):
+  // one more start for the search.
   struct LpVariant {
     std::vector<PlanPin> pins;
     double threshold = 0.5;
@@ -172,6 +57,9 @@ class AutoPolicy final : public Policy, public RehearsingPolicy {
     bool integer = false;  // the integer program's plan (LpResult::integer), not the LP's rounding
     bool in_flight = false;  // a rounding of the LP with copies in flight on the device ("lpf...")
     bool compress = false;   // a rounding of the LP that also compresses ("lpc...")
+    // "lp", "lp-timed", "lp-whole" (at the first threshold), "lp@0.5", ... (at another): its name
+    // in the report.
+    std::string label() const;
   };
   // forced: run that candidate after the measured iteration without rehearsing (what a
   // rehearsal itself runs); empty: choose by rehearsal.
@@ -189,8 +77,7 @@ class AutoPolicy final : public Policy, public RehearsingPolicy {
   void on_swap_out_wait(TensorId id, double waited_ms) override { current().on_swap_out_wait(id, waited_ms); }
   // The replay guard: where `iterations` guided iterations in a row each run over `ratio` times
   // the running plan's prediction and more than `min_excess_ms` above it (off sim, a cost the
-  // rehearsal models rather than measures was wrong: the H200's bitmask codec ran ~8 ms a call,
-  // 15x the plan), the next iteration runs the fastest rehearsed plan that relies on fewer
+  // rehearsal models rather than measures was wrong, as a codec's modelled time can be), the next iteration runs the fastest rehearsed plan that relies on fewer
   // modelled costs (PlanKind: a compressing plan gives way to one that only swaps and recomputes,
   // a swapping one to one that only recomputes), planned from the same measured iteration. A plan
   // it fell back to that runs `iterations` iterations slower than one before it gives way to the
@@ -277,9 +164,10 @@ class AutoPolicy final : public Policy, public RehearsingPolicy {
   const std::string& forced() const { return forced_; }  // the candidate run without rehearsing (empty: none)
 
   RehearsingPolicy* rehearsing() override { return this; }
+  // Set by the Trainer; without one auto runs Capuchin's hybrid.
   void set_rehearser(Rehearser r) override { rehearser_ = std::move(r); }
   // --auto-plan: a saved plan (a report holding one, as read) that prepare() loads, once the graph
-  // and budget are known (auto_options.cpp).
+  // and budget are known (auto/options.cpp).
   void set_plan_file(nlohmann::json plan, std::string source) { plan_file_ = std::move(plan), plan_source_ = std::move(source); }
   const std::string& plan_source() const { return plan_source_; }
   void prepare(const Graph& graph, size_t budget, bool sim_without_densities) override;
@@ -295,20 +183,8 @@ class AutoPolicy final : public Policy, public RehearsingPolicy {
   // cut only past the net below, and the plan is the same on every run and machine. kWall (`--auto-clock wall`):
   // the wall clock, so what the search rehearses depends on the machine's speed and load.
   enum class PlanningClock { kWall, kRehearsals };
-  // The clock's rates: this machine's rehearsals fitted over 13 rows (recomputed ops, compactions,
-  // and evictions, each a choice over the tensors on the device), scaled up 1.5x so that the
-  // slowest for its counts rehearses in 0.9 of its count here (bench/fit_clock.py; docs/design.md).
-  static constexpr double kClockNsPerOp = 2000;           // per op of each rehearsed iteration
-  static constexpr double kClockNsPerRecompute = 12000;   // per recomputed op
-  static constexpr double kClockNsPerCompaction = 14000;  // per compaction of the arena
-  static constexpr double kClockNsPerEvictionTensor = 8;  // per eviction and tensor of the graph
-  static constexpr double kClockWorkers = 2;
-  // On the rehearsals clock a rehearsal is cut only past kClockNetFactor times what the clock
-  // counts it for, and at least kClockNetMinMs of wall time (the report's planning_clock.net_cuts):
-  // a plan that thrashes (the DTR logs' unroll_gan at 25%: chains of recomputations hundreds deep)
-  // would otherwise run for many minutes. Only such a rehearsal's end depends on the machine.
-  static constexpr double kClockNetFactor = 20;
-  static constexpr double kClockNetMinMs = 1000;
+  // The clock's rates and its net (kClockNsPerOp ..., kClockNetFactor: tuning.h); a rehearsal the
+  // net cuts is counted in the report's planning_clock.net_cuts.
   void set_planning_clock(PlanningClock c) { clock_ = c; }
   // The wall cap of the rehearsals clock: once planning has taken this long on the wall clock
   // (from the measured iteration's end, the LP included; less the finish's rehearsals, which run
@@ -317,7 +193,6 @@ class AutoPolicy final : public Policy, public RehearsingPolicy {
   // that plan then depends on the machine). Default (negative): the candidates' limit +
   // kSearchTimeMs + kWallCapSlackMs; 0: none (the plan is the same on every run and machine).
   void set_wall_cap_ms(double ms) { wall_cap_ms_ = ms; }
-  static constexpr double kWallCapSlackMs = 200;
   double wall_cap_ms() const { return wall_cap_ms_ < 0 ? time_limit_ms_ + kSearchTimeMs + kWallCapSlackMs : wall_cap_ms_; }
   const std::string& chosen() const { return chosen_; }
   const std::vector<RehearsalResult>& rehearsals() const { return rehearsals_; }
@@ -374,8 +249,17 @@ class AutoPolicy final : public Policy, public RehearsingPolicy {
  private:
   Policy& current() { return active_ ? *active_ : *measuring_; }
   const Policy& current() const { return active_ ? *active_ : *measuring_; }
+  using TimePoint = std::chrono::steady_clock::time_point;
+  // The planning (choose.cpp): each stage of choose in the order it runs.
   void choose(const AccessTrace& trace);
-  void choose_start_state(const RehearsalSetup& setup, std::chrono::steady_clock::time_point t0);
+  RehearsalSetup measure_setup(const AccessTrace& trace, std::string* no_densities);
+  void bound_and_lps(const AccessTrace& trace, const RehearsalSetup& s);
+  void solve_lps(const PlannerInput& in);
+  void round_lps();
+  void rehearse_candidates(const RehearsalSetup& s, const std::string& no_densities, TimePoint t0);
+  void rehearse_lp_variants(const RehearsalSetup& s, TimePoint t0);
+  void plan_from_rehearsed_iteration(const RehearsalSetup& s, const AccessTrace& trace);
+  void install_chosen(const AccessTrace& trace);
   // One start's search (the climb, then the window search), resumable where its share of the
   // planning time ended it.
   struct Climb {
@@ -401,12 +285,54 @@ class AutoPolicy final : public Policy, public RehearsingPolicy {
   };
   nlohmann::json climbs_ = nlohmann::json::array();  // each start's climb, for the report
   int duplicate_climbs_ = 0;  // climbs not resumed as another's duplicate (Climb::duplicate_of)
-  void search(const RehearsalSetup& setup, Climb& c, std::chrono::steady_clock::time_point t0);
+  // The search's starts (starts.cpp), each a rehearsal and its label. It owns the rehearsals they
+  // point to that no member holds, sized before any pointer is taken: keep it alive while the
+  // starts are read, and do not copy it.
+  struct Starts {
+    const RehearsalResult* best = nullptr;   // the fastest candidate without wrap swaps (the plan so far)
+    const RehearsalResult* other = nullptr;  // the fastest with them (null: none, or no gaps)
+    std::vector<const RehearsalResult*> lp_best;  // per LP variant, its fastest rehearsal (null: none)
+    std::vector<const RehearsalResult*> starts;
+    std::vector<std::string> labels;  // per start, what it is (the report's climbs[].start)
+    size_t packed = 0;                // the starts before the restored ones
+    std::vector<RehearsalResult> edf, restored, compact, large_wrap;  // the twins' rehearsals
+    Starts() = default;
+    Starts(const Starts&) = delete;
+    Starts& operator=(const Starts&) = delete;
+  };
+  bool first_starts(Starts& st);
+  void gather_starts(const RehearsalSetup& s, Starts& st, TimePoint t0);
+  void add_headroom_starts(const RehearsalSetup& s, Starts& st, TimePoint t0);
+  void add_edf_starts(const RehearsalSetup& s, Starts& st, TimePoint t0);
+  void add_restored_starts(const RehearsalSetup& s, Starts& st, TimePoint t0);
+  void add_compact_starts(const RehearsalSetup& s, Starts& st, TimePoint t0);
+  void add_large_wrap_starts(const RehearsalSetup& s, Starts& st, TimePoint t0);
+  std::vector<RehearsalResult> rehearse_twins(const RehearsalSetup& s, const Starts& st, const std::vector<size_t>& origins,
+                                              const std::function<void(RehearsalSetup&)>& vary, TimePoint t0);
+  std::vector<Climb> climb_starts(const RehearsalSetup& s, const Starts& st, TimePoint t0);
+  // One start's search (search.cpp).
+  void search(const RehearsalSetup& setup, Climb& c, TimePoint t0);
   using CompressMove = std::function<std::optional<PlanPin>(const RehearsedGap&)>;
-  void window_search(const RehearsalSetup& setup, Climb& c, const CompressMove& compress,
-                     std::chrono::steady_clock::time_point t0);
+  CompressMove compress_move(const RehearsalSetup& setup) const;
+  bool rehearse_round(const RehearsalSetup& setup, Climb& c, const std::vector<std::vector<PlanPin>>& batch,
+                      const std::vector<std::string>& policies, const std::vector<std::string>& moves, TimePoint t0);
+  bool climb_moves(const RehearsalSetup& setup, Climb& c, const CompressMove& compress, TimePoint t0);
+  bool room_search(const RehearsalSetup& setup, Climb& c, TimePoint t0);
+  void window_search(const RehearsalSetup& setup, Climb& c, const CompressMove& compress, TimePoint t0);
+  // The finish (finish.cpp).
+  void finish_ends(const RehearsalSetup& s, const std::vector<Climb>& climbs, TimePoint t0);
+  void record_climbs(const std::vector<Climb>& climbs);
+  void choose_start_state(const RehearsalSetup& setup, TimePoint t0);
   bool counts_nonzeros() const;
   std::shared_ptr<const DensityTable> measured_densities(std::string* why) const;
+  // The report's parts (report.cpp).
+  void report_clock(nlohmann::json& out) const;
+  void report_guard(nlohmann::json& out) const;
+  void report_search(nlohmann::json& out) const;
+  void report_finish(nlohmann::json& out) const;
+  void report_lp(nlohmann::json& out) const;
+  std::string summary_rehearsals() const;
+  std::string summary_bounds() const;
 
   std::string forced_;
   std::vector<std::string> candidates_;
@@ -429,6 +355,8 @@ class AutoPolicy final : public Policy, public RehearsingPolicy {
   double iteration_ms_ = 0;
   double eviction_ns_ = 0;     // what one eviction counts for (kClockNsPerEvictionTensor)
   long long batch_base_ = -1;  // clock_ns_ as the batch started
+  // The planning clock (clock.cpp): reset as planning starts at t0.
+  void start_planning_clock(TimePoint t0);
   // ms of planning since t0 on the planning clock; within a batch, as its item `item` starts.
   double elapsed_ms(std::chrono::steady_clock::time_point t0, size_t item = 0) const;
   // What a rehearsal of `iterations` counts for on the planning clock (wall: as `r` took).
@@ -457,7 +385,12 @@ class AutoPolicy final : public Policy, public RehearsingPolicy {
   static constexpr size_t kStartStates = 3;  // StartState's values, in its order
   using LongRun = std::array<double, kStartStates>;  // a plan over kLongRunIterations from each (0: OOM)
   LongRun long_ms_{};  // the plan's
-  std::array<RehearsalResult, kStartStates> steady_;  // the plan's long rehearsals, from each start state
+  using LongRehearsals = std::array<RehearsalResult, kStartStates>;
+  LongRehearsals steady_;  // the plan's long rehearsals, from each start state
+  std::vector<LongRun> long_runs(const RehearsalSetup& setup, const std::vector<const RehearsalResult*>& plans,
+                                 std::vector<LongRehearsals>& runs);
+  static StartState fastest_start(const LongRun& l);
+  void replace_drifted(const RehearsalSetup& setup, TimePoint t0, double plan_ms, StartState& state, double& long_ms);
   void warm_start(const RehearsalSetup& setup);
   // The finish's variants of the plan (each a candidate name and a high placement), rehearsed in
   // its start state and warm start: the fastest whose measured and guided iterations take less
@@ -611,15 +544,6 @@ class AutoPolicy final : public Policy, public RehearsingPolicy {
   std::chrono::steady_clock::time_point deadline_{};
   bool has_deadline_ = false;
   void check_deadline() const;
-
- public:
-  static constexpr double kDefaultTimeLimitMs = 8000;
-  static constexpr double kSearchTimeMs = 1300;
-  static constexpr int kDefaultSearchRehearsals = 256;
-  static constexpr int kDefaultWindowRehearsals = 256;
-  static constexpr int kDefaultRoomRehearsals = 144;
-  static constexpr int kDefaultFirstRoundRehearsals = 32;
-  static constexpr int kDefaultLpRehearsals = 3;
 };
 
 const char* to_string(AutoPolicy::PlanKind k);
