@@ -224,7 +224,10 @@ class Names(unittest.TestCase):
         # every name a script reads must be bound somewhere in it, imported, or a builtin.
         import ast
         import builtins
-        for name in ("run.py", "cuda_policies.py", "cuda_vs_pytorch.py", "sim_vs_device.py", "calibrate_gpu.py"):
+        package = sorted(os.path.relpath(p, os.path.join(ROOT, "bench"))
+                         for p in glob.glob(os.path.join(ROOT, "bench", "vtbench", "**", "*.py"), recursive=True))
+        self.assertIn(os.path.join("vtbench", "engine.py"), package)
+        for name in ("run.py", "cuda_policies.py", "cuda_vs_pytorch.py", "sim_vs_device.py", "calibrate_gpu.py", *package):
             path = os.path.join(ROOT, "bench", name)
             with open(path) as f:
                 tree = ast.parse(f.read(), path)
@@ -242,6 +245,28 @@ class Names(unittest.TestCase):
                     bound.add(n.name)
             read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
             self.assertEqual(sorted(read - bound), [], f"bench/{name} reads names it never binds")
+
+
+    def test_every_experiment_module_is_registered(self):
+        """Every module under bench/vtbench/experiments/ is one of the registry's, each experiment is
+        declared in exactly one of them (the registry refuses a name declared twice or missing from
+        its ORDER), and `bench/run.py list` prints ORDER: every experiment, once, in that order."""
+        sys.path.insert(0, os.path.join(ROOT, "bench"))
+        from vtbench import experiments
+        folder = os.path.join(ROOT, "bench", "vtbench", "experiments")
+        files = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(folder, "*.py")))
+        files.remove("__init__")
+        self.assertEqual(sorted(m.__name__.rsplit(".", 1)[1] for m in experiments.MODULES), files)
+        self.assertEqual(len(set(experiments.ORDER)), len(experiments.ORDER))
+        self.assertEqual(list(experiments.EXPERIMENTS), experiments.ORDER)
+        for m in experiments.MODULES:
+            self.assertTrue(m.__doc__, m.__name__)
+            for name, spec in m.EXPERIMENTS.items():
+                self.assertEqual(experiments.MODULE[name], m.__name__)
+                self.assertIs(experiments.EXPERIMENTS[name], spec)
+        self.assertEqual(sum(len(m.EXPERIMENTS) for m in experiments.MODULES), len(experiments.ORDER))
+        listed = subprocess.run([*RUN, "list"], capture_output=True, text=True, check=True).stdout
+        self.assertEqual([l.split()[0] for l in listed.splitlines() if l.strip()], experiments.ORDER)
 
 
 class SimVsDevice(unittest.TestCase):
