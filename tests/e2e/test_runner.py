@@ -108,7 +108,7 @@ class Runner(unittest.TestCase):
         """Kind runs: a run named again with {"args": ..., "repeat": k} runs once more per k (the
         auto-repeat spread), while the same arguments named plainly are run once."""
         sys.path.insert(0, os.path.join(ROOT, "bench"))
-        import run
+        from vtbench import engine
         args = ["train", "--model", "mlp-tiny", "--backend", "cpu", "--iters", "1"]
         exp = {"rows": [{"name": "mlp-tiny"}],
                "runs": [("plain", lambda r, got: args), ("plain again", lambda r, got: args),
@@ -116,7 +116,7 @@ class Runner(unittest.TestCase):
                "columns": [("same", lambda c: c.rep["plain"] is c.rep["plain again"]),
                            ("repeats", lambda c: len({id(c.rep[n]) for n in ("plain", "repeat0", "repeat1")}))]}
         with tempfile.TemporaryDirectory() as tmp:
-            rows = run.run_runs("repeat-test", exp, tmp, 1)
+            rows = engine.run_runs("repeat-test", exp, tmp, 1)
         self.assertEqual(rows, [{"same": True, "repeats": 3}])
 
     def test_auto_search_names_a_twin_start_and_takes_its_own_time(self):
@@ -124,7 +124,7 @@ class Runner(unittest.TestCase):
         ',large-wraps', ',restored' after its origin) keeps its origin's name and shows its own time,
         not its plain candidate's."""
         sys.path.insert(0, os.path.join(ROOT, "bench"))
-        import run
+        from vtbench.experiments import auto
         import types
 
         def cell(start, start_policy="capuchin@1,w4,dtr", chosen=None):
@@ -134,7 +134,7 @@ class Runner(unittest.TestCase):
                  "candidates": [{"policy": start_policy, "predicted_time_ms": 300.0, "trained": True},
                                 {"policy": "dtr", "predicted_time_ms": 320.0, "trained": True}],
                  "search": search}
-            return run._auto(types.SimpleNamespace(rep={"auto": {"policy_report": r},
+            return auto._auto(types.SimpleNamespace(rep={"auto": {"policy_report": r},
                                                         "budgets": [{"unmanaged_ms": 200.0}]}))["choice"]
         self.assertEqual(cell("lp-rec,compact"), "LP recomputations on capuchin@1,w4,dtr [compacting] 254.2 ms")
         self.assertEqual(cell("lp-timed,compact,large-wraps"),
@@ -147,7 +147,7 @@ class Runner(unittest.TestCase):
         """auto-recompute's cells: the guided iteration's re-runs with their repeats summed over the
         kinds, the three kinds that took most time, and the LP's figures where it was solved."""
         sys.path.insert(0, os.path.join(ROOT, "bench"))
-        import run
+        from vtbench.experiments import auto
         import types
         kinds = [{"kind": "conv2d", "ops": 30, "ms": 3.04, "restored_bytes": 2**30, "repeats": 5, "repeat_ms": 0.37},
                  {"kind": "batchnorm", "ops": 60, "ms": 1.86, "restored_bytes": 2**30, "repeats": 15, "repeat_ms": 0.46},
@@ -162,7 +162,7 @@ class Runner(unittest.TestCase):
 
         def cells(lp):
             r = {"lp": lp, "predicted_time_ms": 42.93}
-            return run._recompute(types.SimpleNamespace(rep={"auto": {"iterations": [it], "policy_report": r},
+            return auto._recompute(types.SimpleNamespace(rep={"auto": {"iterations": [it], "policy_report": r},
                                                              "budgets": [{"unmanaged_ms": 31.24}]}))
         c = cells({"time_ms": 33.6, "recompute_ms": 2.37, "recomputed_bytes": 1.5 * 2**30, "swapped_bytes": 0.75 * 2**30})
         self.assertEqual(c["time"], "1.374×")
@@ -178,7 +178,7 @@ class Runner(unittest.TestCase):
         the others against the default's run (compress on the paper rows, bound on the logs), the
         in-flight LP's status ('-' without its run), and the two LPs' optima over the kernels."""
         sys.path.insert(0, os.path.join(ROOT, "bench"))
-        import run
+        from vtbench.experiments import EXPERIMENTS, auto_options
         import types
 
         def rep(times, lp):
@@ -188,17 +188,17 @@ class Runner(unittest.TestCase):
         c = types.SimpleNamespace(row={"name": "m"}, rep={"budgets": [{"unmanaged_ms": 100.0}], "compress": rep([110.0, 120.0], lpc),
                                                           "in-flight": rep([105.0, 105.0], {"model": "in-flight", "in_flight": {"status": "infeasible"}}),
                                                           "both": None})
-        self.assertEqual(run._lp_model_col("compress", "compress")(c), "1.1500×")
-        self.assertEqual(run._lp_model_col("in-flight", "compress")(c), "1.0500× (-8.7%)")
-        self.assertEqual(run._lp_model_col("both", "compress")(c), "OOM")
-        self.assertEqual(run._lp_flight_status(c), "infeasible")
-        self.assertEqual(run._lp_flight_status(types.SimpleNamespace(rep={})), "-")
-        self.assertEqual(run._lp_compress_cell(c), "1.080× → 1.020× (1.50 GiB)")
-        self.assertEqual(run._lp_compress_cell(types.SimpleNamespace(rep={})), "-")
+        self.assertEqual(auto_options._lp_model_col("compress", "compress")(c), "1.1500×")
+        self.assertEqual(auto_options._lp_model_col("in-flight", "compress")(c), "1.0500× (-8.7%)")
+        self.assertEqual(auto_options._lp_model_col("both", "compress")(c), "OOM")
+        self.assertEqual(auto_options._lp_flight_status(c), "infeasible")
+        self.assertEqual(auto_options._lp_flight_status(types.SimpleNamespace(rep={})), "-")
+        self.assertEqual(auto_options._lp_compress_cell(c), "1.080× → 1.020× (1.50 GiB)")
+        self.assertEqual(auto_options._lp_compress_cell(types.SimpleNamespace(rep={})), "-")
         lpc["compress"] = {"status": "not run"}
-        self.assertEqual(run._lp_compress_cell(c), "not run")
-        self.assertEqual([n for n, _ in run.EXPERIMENTS["auto-lp-model"]["runs"]], ["budgets", "compress", "bound", "in-flight", "both"])
-        self.assertEqual([n for n, _ in run.EXPERIMENTS["auto-lp-model-logs"]["runs"]], ["budgets", "bound", "in-flight", "both"])
+        self.assertEqual(auto_options._lp_compress_cell(c), "not run")
+        self.assertEqual([n for n, _ in EXPERIMENTS["auto-lp-model"]["runs"]], ["budgets", "compress", "bound", "in-flight", "both"])
+        self.assertEqual([n for n, _ in EXPERIMENTS["auto-lp-model-logs"]["runs"]], ["budgets", "bound", "in-flight", "both"])
 
     def test_bad_names_fail_naming_what_is_accepted(self):
         p = subprocess.run([*RUN, "nope"], capture_output=True, text=True)
@@ -224,7 +224,10 @@ class Names(unittest.TestCase):
         # every name a script reads must be bound somewhere in it, imported, or a builtin.
         import ast
         import builtins
-        for name in ("run.py", "cuda_policies.py", "cuda_vs_pytorch.py", "sim_vs_device.py", "calibrate_gpu.py"):
+        package = sorted(os.path.relpath(p, os.path.join(ROOT, "bench"))
+                         for p in glob.glob(os.path.join(ROOT, "bench", "vtbench", "**", "*.py"), recursive=True))
+        self.assertIn(os.path.join("vtbench", "engine.py"), package)
+        for name in ("run.py", "cuda_policies.py", "cuda_vs_pytorch.py", "sim_vs_device.py", "calibrate_gpu.py", *package):
             path = os.path.join(ROOT, "bench", name)
             with open(path) as f:
                 tree = ast.parse(f.read(), path)
@@ -242,6 +245,28 @@ class Names(unittest.TestCase):
                     bound.add(n.name)
             read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
             self.assertEqual(sorted(read - bound), [], f"bench/{name} reads names it never binds")
+
+
+    def test_every_experiment_module_is_registered(self):
+        """Every module under bench/vtbench/experiments/ is one of the registry's, each experiment is
+        declared in exactly one of them (the registry refuses a name declared twice or missing from
+        its ORDER), and `bench/run.py list` prints ORDER: every experiment, once, in that order."""
+        sys.path.insert(0, os.path.join(ROOT, "bench"))
+        from vtbench import experiments
+        folder = os.path.join(ROOT, "bench", "vtbench", "experiments")
+        files = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(folder, "*.py")))
+        files.remove("__init__")
+        self.assertEqual(sorted(m.__name__.rsplit(".", 1)[1] for m in experiments.MODULES), files)
+        self.assertEqual(len(set(experiments.ORDER)), len(experiments.ORDER))
+        self.assertEqual(list(experiments.EXPERIMENTS), experiments.ORDER)
+        for m in experiments.MODULES:
+            self.assertTrue(m.__doc__, m.__name__)
+            for name, spec in m.EXPERIMENTS.items():
+                self.assertEqual(experiments.MODULE[name], m.__name__)
+                self.assertIs(experiments.EXPERIMENTS[name], spec)
+        self.assertEqual(sum(len(m.EXPERIMENTS) for m in experiments.MODULES), len(experiments.ORDER))
+        listed = subprocess.run([*RUN, "list"], capture_output=True, text=True, check=True).stdout
+        self.assertEqual([l.split()[0] for l in listed.splitlines() if l.strip()], experiments.ORDER)
 
 
 class SimVsDevice(unittest.TestCase):

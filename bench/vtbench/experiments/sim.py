@@ -1,0 +1,133 @@
+"""The sim backend's tables (docs/experiments/sim.md): unmanaged peaks and predicted iterations,
+maximum batches of the passive policies, the DTR Transformer log swept over budgets, the maximum
+batch with the pinned host memory bounded; and docs/benchmarks.md's sim calibrated to the H100
+against the sim on its spec."""
+import json
+import os
+import re
+import sys
+
+from ..helpers import PAPER_MODELS, ROOT, UNLIMITED, gib, maxbatch, sweep_cell, train
+from .auto_options import _lp_cell, _lp_sweep
+
+
+SIM_MODELS = [("ResNet-50, 224x224", "resnet50", 32), ("ResNet-50, 224x224", "resnet50", 1000),
+              ("VGG-16, 224x224", "vgg16", 64), ("VGG-16, 224x224", "vgg16", 256)]
+
+
+EXPERIMENTS = {
+    "sim-peaks": {
+        "kind": "runs", "about": "policy none, unlimited budget, 2 iterations; the second iteration's predicted time",
+        "defaults": {"backend": "sim", "iters": 2},
+        "rows": [{"label": l, "model": m, "batch": b} for l, m, b in SIM_MODELS] +
+                [{"label": "DTR Transformer log (recorded on a Titan V)", "trace": "dtr:transformer", "batch": 10}],
+        "runs": [(g, lambda r, got, g=g: train({**r, "gpu": g}, *UNLIMITED, "--policy", "none",
+                                                cmd="replay" if "trace" in r else "train"))
+                 for g in ("p100-16g", "titan-x-12g")],
+        "columns": [("workload", lambda c: c.row["label"]), ("batch", lambda c: c.row["batch"]),
+                    ("peak allocated", lambda c: gib(c.rep["p100-16g"]["summary"]["peak_allocated_bytes"])),
+                    ("peak reserved", lambda c: gib(c.rep["p100-16g"]["summary"]["peak_reserved_bytes"])),
+                    ("iteration, p100-16g", lambda c: c.rep["p100-16g"]["iterations"][-1]["time_ms"], "{:.2f} ms"),
+                    ("iteration, titan-x-12g", lambda c: c.rep["titan-x-12g"]["iterations"][-1]["time_ms"], "{:.2f} ms")]},
+    "sim-maxbatch": {
+        "kind": "runs", "about": "`vtensor maxbatch --model M --gpu G --policy P`, budget = the GPU's memory",
+        "rows": [{"label": l, "model": m, "gpu": g, "policy": p}
+                 for l, m in (("ResNet-50", "resnet50"), ("VGG-16", "vgg16")) for g in ("p100-16g", "titan-x-12g")
+                 for p in ("none", "lru", "lru-recompute")],
+        "runs": [("mb", lambda r, got: maxbatch(r, "--policy", r["policy"]))],
+        "columns": [("model", lambda c: c.row["label"]), ("GPU", lambda c: c.row["gpu"]), ("policy", lambda c: c.row["policy"]),
+                    ("max batch", lambda c: c.rep["mb"]["max_batch"]),
+                    ("peak allocated", lambda c: gib(c.rep["mb"]["peak_allocated_bytes"])),
+                    ("predicted iteration", lambda c: c.rep["mb"]["iteration_ms"], "{:.2f} ms"),
+                    ("samples/s", lambda c: 1e3 * c.rep["mb"]["max_batch"] / c.rep["mb"]["iteration_ms"], "{:.1f}"),
+                    ("non-monotonic", lambda c: " ".join(map(str, c.rep["mb"]["non_monotonic"])) or "none")]},
+}
+
+
+TRANSFORMER_BUDGETS = ["100%", "75%", "50%", "40%", "30%", "25%", "20%"]
+EXPERIMENTS["dtr-transformer-sweep"] = {
+    "kind": "runs", "about": "`vtensor sweep --trace dtr:transformer --gpu p100-16g --budgets "
+                             f"{','.join(TRANSFORMER_BUDGETS)}` (3 iterations), time against the unmanaged replay",
+    "rows": [{"budget": b} for b in TRANSFORMER_BUDGETS],
+    "runs": [("sweep", lambda r, got: ["sweep", "--trace", "dtr:transformer", "--gpu", "p100-16g",
+                                       "--budgets", ",".join(TRANSFORMER_BUDGETS)])],
+    "columns": [("budget", lambda c: c.row["budget"]),
+                ("none", lambda c: sweep_cell(c, "none", lambda x: f"{float(x['overhead']):.3f}")),
+                ("lru: time vs unmanaged", lambda c: sweep_cell(c, "lru", lambda x: f"{float(x['overhead']):.3f}")),
+                ("lru: swapped out / iter", lambda c: sweep_cell(c, "lru", lambda x: f"{int(x['swapped_out_bytes']) / 2**20:.0f} MiB")),
+                ("lru: stall", lambda c: sweep_cell(c, "lru", lambda x: f"{float(x['stall_ms']):.1f} ms")),
+                ("lru-recompute: time vs unmanaged", lambda c: sweep_cell(c, "lru-recompute", lambda x: f"{float(x['overhead']):.3f}")),
+                ("lru-recompute: recomputed ops", lambda c: sweep_cell(c, "lru-recompute", lambda x: x["recomputed_ops"]))]}
+
+
+def next_batch_ran_out_of(rep):
+    """maxbatch: what the batch above the maximum ran out of, from the search's printed probes."""
+    m = re.search(r"batch\s+%d\s+out of memory( \(host\))?" % (rep["max_batch"] + 1), rep["_stdout"])
+    return ("host" if m.group(1) else "device") if m else "not probed"
+
+
+EXPERIMENTS["host-budget"] = {
+    "kind": "runs",
+    "about": "`vtensor maxbatch --model resnet50 --gpu p100-16g --policy P [--host-budget 64GB]`: the maximum batch "
+             "with the pinned host memory unlimited or bounded (64 GB = 59.60 GiB); peak host at that batch, cached free "
+             "buffers included; what the batch above it ran out of",
+    "rows": [{"model": "resnet50", "gpu": "p100-16g", "policy": p, "host": h}
+             for p in ("lru", "lru-recompute", "capuchin") for h in ("unlimited", "64GB")],
+    "runs": [("mb", lambda r, got: maxbatch(r, "--policy", r["policy"], *(["--host-budget", r["host"]] if r["host"] != "unlimited" else [])))],
+    "columns": [("policy", lambda c: c.row["policy"]), ("host budget", lambda c: c.row["host"].replace("GB", " GB")),
+                ("max batch", lambda c: c.rep["mb"]["max_batch"]),
+                ("peak host", lambda c: gib(c.rep["mb"]["peak_host_bytes"])),
+                ("predicted iteration", lambda c: c.rep["mb"]["iteration_ms"], "{:.2f} ms"),
+                ("samples/s", lambda c: 1e3 * c.rep["mb"]["max_batch"] / c.rep["mb"]["iteration_ms"], "{:.1f}"),
+                ("next batch", lambda c: next_batch_ran_out_of(c.rep["mb"]))]}
+
+
+# The sim calibrated to the H100 (bench/calibrate_gpu.py, from the op times CUPTI measured there):
+# none's iteration and auto's overhead at 50% / 25% on the spec's figures, on the calibrated ones,
+# and as measured on the H100 (docs/gpu-runs/2026-11-27/device-waits, budgets from the device's
+# own peak of none).
+CALIBRATED_GPU = ("h100-80g-cupti", os.path.join("bench", "gpus", "h100-80g-cupti.json"))
+H100_RUNS = os.path.join(ROOT, "docs", "gpu-runs", "2026-11-27", "device-waits", "cuda_policies.json")
+
+
+def _calibrated_sweep(row, gpu, gpu_file=None):
+    args = _lp_sweep({**row, "gpu": gpu}, False)
+    return args + (["--gpu-file", os.path.join(ROOT, gpu_file)] if gpu_file else [])
+
+
+def _h100(model, policy, fraction):
+    try:
+        with open(H100_RUNS) as f:
+            runs = json.load(f)
+    except OSError as e:
+        sys.exit(f"sim-calibrated: {H100_RUNS}: {e.strerror}")
+    hit = [r for r in runs if r["model"] == model and r["policy"] == policy and r["fraction"] == fraction]
+    return hit[0] if hit else None
+
+
+def _calibrated_cell(c, budget):
+    h = _h100(c.row["model"], "auto", {"50%": 0.5, "25%": 0.25}[budget])
+    measured = f"{h['overhead']:.2f}×" if h and h["status"] == "ok" else ("OOM" if h else "not run")
+    return f"{_lp_cell(c, 'spec', budget)} → {_lp_cell(c, 'calibrated', budget)} (H100: {measured})"
+
+
+def _calibrated_none(c):
+    t = {k: float(c.rep[k][0]["unmanaged_ms"]) for k in ("spec", "calibrated")}
+    h = _h100(c.row["model"], "none", 1.0)
+    return f"{t['spec']:.1f} → {t['calibrated']:.1f} ms (H100: {h['iter_ms']:.1f} ms)" if h else ""
+
+
+EXPERIMENTS["sim-calibrated"] = {
+    "kind": "runs", "serial": True,  # auto's planning limit makes its choice depend on the machine's speed
+    "about": "the sim on the H100's spec (h100-80g) against the sim calibrated per op kind to the op times measured "
+             "on an H100 (h100-80g-cupti: `bench/calibrate_gpu.py`, bench/gpus/h100-80g-cupti.json): `vtensor sweep "
+             "--model M --batch B [--seq S] --backend sim --gpu G [--gpu-file bench/gpus/h100-80g-cupti.json] --iters 4 "
+             "--policies none,auto --budgets 50%,25% [--densities D]`; in brackets the same run measured on the H100 "
+             "(docs/gpu-runs/2026-11-27/device-waits/cuda_policies.json, budgets from the device's peak of none)",
+    "rows": [dict(m) for m in PAPER_MODELS],
+    "runs": [("spec", lambda r, got: _calibrated_sweep(r, "h100-80g")),
+             ("calibrated", lambda r, got: _calibrated_sweep(r, *CALIBRATED_GPU))],
+    "columns": [("model", lambda c: c.row["model"]),
+                ("none's iteration: spec → calibrated", _calibrated_none),
+                ("auto at 50%: spec → calibrated", lambda c: _calibrated_cell(c, "50%")),
+                ("auto at 25%: spec → calibrated", lambda c: _calibrated_cell(c, "25%"))]}
