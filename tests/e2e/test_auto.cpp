@@ -2125,8 +2125,13 @@ TEST(AutoPlanFile, ASavedPlanRunsAgainWithoutTheSearch) {
     }
     const nlohmann::json& plan = first.report["saved_plan"];
     ASSERT_TRUE(plan.is_object()) << first.report.dump();
-    ASSERT_FALSE(plan["pins"].empty()) << plan.dump();
-    ASSERT_FALSE(plan["start_layout"].empty()) << "the warm layout did not win: the check proves less";
+    // On sim the plan is a function of the command: it pins gaps and its warm layout wins. On cpu
+    // it comes from measured kernel times, so on a loaded machine it may pin nothing; the replay
+    // of the file is checked either way.
+    if (!gpu.empty()) {
+      ASSERT_FALSE(plan["pins"].empty()) << plan.dump();
+      ASSERT_FALSE(plan["start_layout"].empty()) << "the warm layout did not win: the check proves less";
+    }
     const std::string file = test::temp_path("auto_plan", "report.json");
     {
       std::ofstream out(file);
