@@ -55,8 +55,12 @@ struct PolicyArgs {
 
 void add_policy_options(CLI::App* c, PolicyArgs& a) {
   for (const PolicyOption& o : policy_options()) {
-    a.text[o.flag] = "true";  // a switch's value once given
-    a.options.emplace_back(o.flag, o.is_switch ? c->add_flag("--" + o.flag, o.help) : c->add_option("--" + o.flag, a.text[o.flag], o.help));
+    if (o.is_switch) {  // no value: given reads as "true"
+      a.text[o.flag] = "true";
+      a.options.emplace_back(o.flag, c->add_flag("--" + o.flag, o.help));
+    } else {
+      a.options.emplace_back(o.flag, c->add_option("--" + o.flag, a.text[o.flag], o.help));
+    }
   }
 }
 
