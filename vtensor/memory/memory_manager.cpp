@@ -38,6 +38,16 @@ const char* to_string(StartState s) {
   return "?";
 }
 
+const char* to_string(Move::Kind k) {
+  switch (k) {
+    case Move::Kind::kSwapOut: return "swap_out";
+    case Move::Kind::kPrefetch: return "prefetch";
+    case Move::Kind::kDrop: return "drop";
+    case Move::Kind::kCompress: return "compress";
+  }
+  return "?";
+}
+
 const char* to_string(Residency r) {
   switch (r) {
     case Residency::kUnallocated: return "unallocated";
@@ -169,6 +179,8 @@ void MemoryManager::begin_iteration(int iteration) {
   counters_ = {};
   if (paged_) paged_->begin_iteration();
   timeline_.clear();
+  moves_.clear();
+  move_point_ = 0;
   timeline_prev_ = {};
   timeline_prev_faults_ = timeline_prev_prefetches_ = 0;
   op_scratch_ = 0;
@@ -188,6 +200,7 @@ void MemoryManager::begin_iteration(int iteration) {
 }
 
 void MemoryManager::end_iteration() {
+  move_point_ = static_cast<int>(graph_.num_ops());
   while (finish_oldest_swap_out()) {
   }
   while (finish_oldest_compress()) {
@@ -458,6 +471,12 @@ void MemoryManager::after_op(int op_index) {
   finish_swap_outs_due(seq);
   finish_compressions_due(seq);
   ++op_seq_;
+  move_point_ = op_index + 1;
+  in_after_op_ = true;
+  struct Unset {
+    bool& b;
+    ~Unset() { b = false; }
+  } unset{in_after_op_};
   for (Action a : policy_->after_op(op_index)) {
     a.tensor = storage_of(a.tensor);  // actions on a view act on its base
     const State& s = st(a.tensor);

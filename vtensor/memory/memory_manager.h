@@ -110,6 +110,20 @@ struct TimelinePoint {
   MemoryCounters events;  // what happened since the previous point (swaps, drops, recomputations, stalls)
 };
 
+// One residency move the memory manager made, at an op boundary: `point` is the op before which it
+// is done (after_op(k)'s actions and op k+1's allocations: k+1; num_ops: after the last op). The
+// moves of an iteration are its executed plan, whoever decided them (the policy's actions or the
+// OOM ladder's evictions): what a runtime outside vtensor can follow (vtensor.torch.auto).
+struct Move {
+  enum class Kind { kSwapOut, kPrefetch, kDrop, kCompress };
+  Kind kind;
+  TensorId id;  // the storage (a view's base)
+  int point;
+  bool planned;  // a policy action after an op; false: an eviction or an on-demand restore
+  bool operator==(const Move&) const = default;
+};
+const char* to_string(Move::Kind k);
+
 class MemoryManager final : public MemoryView {
  public:
   // Re-runs the producer of a dropped tensor (the executor provides it).
@@ -121,6 +135,9 @@ class MemoryManager final : public MemoryView {
 
   void set_recompute_fn(RecomputeFn fn) { recompute_ = std::move(fn); }
   void set_timeline_enabled(bool on) { timeline_enabled_ = on; }
+  // Keep each iteration's moves (moves(): the last iteration's, cleared when one begins).
+  void set_move_log_enabled(bool on) { move_log_enabled_ = on; }
+  const std::vector<Move>& moves() const { return moves_; }
   void set_host_budget(size_t bytes) { host_.set_budget(bytes); }  // 0: unlimited
   void set_compression(const CompressionOptions& o) { compression_ = o; }
   const CompressionOptions& compression() const { return compression_; }
@@ -330,6 +347,13 @@ class MemoryManager final : public MemoryView {
   double swap_out_waits_ms_ = 0;  // the stall on_swap_out_wait was told, in all (access() leaves it out of a restore's)
   int iteration_ = 0;
   bool timeline_enabled_ = false;
+  bool move_log_enabled_ = false;
+  int move_point_ = 0;     // the op boundary a move now is made at (Move::point)
+  bool in_after_op_ = false;  // moves now are the policy's actions (Move::planned)
+  std::vector<Move> moves_;
+  void log_move(Move::Kind k, TensorId id) {
+    if (move_log_enabled_) moves_.push_back({k, id, move_point_, in_after_op_});
+  }
   size_t op_scratch_ = 0;          // scratch bytes allocated since the last timeline point
   MemoryCounters timeline_prev_;   // the counters at the last timeline point
   uint64_t timeline_prev_faults_ = 0, timeline_prev_prefetches_ = 0;  // paging counters at it

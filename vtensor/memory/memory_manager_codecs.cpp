@@ -140,6 +140,7 @@ bool MemoryManager::compress(TensorId id, Codec codec, size_t capacity, uint64_t
   s.residency = Residency::kCompressing;
   s.release_seq = release_seq;
   compressing_.push_back(id);
+  log_move(Move::Kind::kCompress, id);
   return true;
 }
 
@@ -197,6 +198,7 @@ void MemoryManager::decompress(TensorId id) {
   s.result = {};
   backend_.decompress_async(cs, s.codec, graph_.tensor(id), arena_at(s.comp_offset), s.comp_bytes, arena_at(s.offset), &s.result);
   s.event = backend_.record(cs);
+  log_move(Move::Kind::kPrefetch, id);
   s.residency = Residency::kDecompressing;
   ++counters_.decompressions;
 }

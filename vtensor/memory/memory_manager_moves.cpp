@@ -18,6 +18,8 @@ float* MemoryManager::access(TensorId id, AccessKind kind, int op_index) {
   id = storage_of(id);  // the trace and the policy see the base
   State& s = st(id);
   const Residency from = s.residency;
+  // A recomputation's accesses name the producer's op; its moves happen before the op running now.
+  if (kind != AccessKind::kRecomputeRead && kind != AccessKind::kRecomputeWrite) move_point_ = op_index;
   // A swap-out the restore waited for (its allocation needed the block) is that swap's cost,
   // told to the policy by on_swap_out_wait, not this access's.
   const double waited0 = counters_.stall_ms + counters_.recompute_ms, out0 = swap_out_waits_ms_;
@@ -142,6 +144,7 @@ void MemoryManager::start_swap_out(TensorId id, uint64_t release_seq) {
   s.residency = Residency::kSwappingOut;
   s.release_seq = release_seq;
   swapping_out_.push_back(id);
+  log_move(Move::Kind::kSwapOut, id);
   counters_.swapped_out_bytes += s.bytes;
   ++counters_.swap_outs;
 }
@@ -158,6 +161,7 @@ void MemoryManager::prefetch(TensorId id) {
   s.residency = Residency::kSwappingIn;
   backend_.copy_async(Stream::kH2D, static_cast<char*>(backend_.arena_base()) + s.offset, s.host, s.bytes);
   s.event = backend_.record(Stream::kH2D);
+  log_move(Move::Kind::kPrefetch, id);
   counters_.swapped_in_bytes += s.bytes;
   ++counters_.swap_ins;
 }
@@ -175,6 +179,7 @@ void MemoryManager::drop(TensorId id) {
     free_device(s);
   }
   s.residency = Residency::kDropped;
+  log_move(Move::Kind::kDrop, id);
   add_lineage_refs(id, +1);
   ++counters_.dropped;
 }
@@ -195,6 +200,7 @@ void MemoryManager::cancel_swap_out(TensorId id) {
   swapping_out_.erase(std::find(swapping_out_.begin(), swapping_out_.end(), id));
   free_host(s);
   s.residency = Residency::kResident;
+  log_move(Move::Kind::kPrefetch, id);  // kept on the device: the swap-out is undone
 }
 
 void MemoryManager::finish_swap_outs_due(uint64_t op_seq) {
