@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "vtensor/memory/allocator.h"
+#include "vtensor/models/models.h"
 #include "vtensor/train/trainer.h"
 
 using namespace vtensor;
@@ -64,6 +65,40 @@ TEST(MoveLog, TellsAPlanFromTheLaddersEvictions) {
 TEST(MoveLog, IsEmptyWhereNothingMovesOrNothingIsLogged) {
   EXPECT_TRUE(run_logged("none", 1.0).moves.empty());
   EXPECT_TRUE(run_logged("lru", 0.5, false).moves.empty());
+}
+
+}  // namespace
+
+namespace {
+
+// A pinned tensor (TensorInfo::pinned: a PyTorch step's tensors autograd does not save) never
+// moves, under any policy: the moves fall on the others only.
+TEST(MoveLog, APinnedTensorNeverMoves) {
+  TrainConfig cfg;
+  cfg.model.name = "resnet-tiny";
+  cfg.backend = "sim";
+  cfg.gpu = "p100-16g";
+  cfg.iters = 1;
+  const size_t peak = Trainer(cfg).run().iterations[0].peak_allocated;
+  auto g = std::make_shared<Graph>(build_model(resolve_model(cfg.model)));
+  build_backward(*g, cfg.optimizer);
+  size_t pinned = 0;
+  for (size_t i = 0; i < g->num_tensors(); i += 2)  // every other activation
+    if (!g->tensor(static_cast<TensorId>(i)).persistent()) g->tensor(static_cast<TensorId>(i)).pinned = true, ++pinned;
+  ASSERT_GT(pinned, 0u);
+  for (const std::string policy : {"lru", "lru-recompute", "capuchin", "dtr"}) {
+    SCOPED_TRACE(policy);
+    TrainConfig c = cfg;
+    c.graph = g;
+    c.policy = policy;
+    c.budget = align_up(peak * 3 / 4);
+    c.iters = 3;
+    Trainer t(c);
+    t.memory().set_move_log_enabled(true);
+    t.run();
+    ASSERT_FALSE(t.memory().moves().empty());
+    for (const Move& m : t.memory().moves()) EXPECT_FALSE(g->tensor(m.id).pinned) << g->tensor(m.id).name << " moved";
+  }
 }
 
 }  // namespace

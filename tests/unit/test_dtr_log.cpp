@@ -215,3 +215,59 @@ TEST(TraceLimits, SizesNearInt64sLimitAreBadInputNotOverflow) {
   std::istringstream ok(head + R"("bytes":1125899906842624}]})");
   EXPECT_EQ(read_vtensor_trace(ok, "t").tensor(0).bytes(), size_t{1} << 50);
 }
+
+namespace {
+
+// vtensor.torch's SAVED lines: only the storages autograd saved may move; every other is pinned,
+// and neither the memory manager's eviction nor the planners' candidates touch it.
+TEST(DtrLog, SavedLinesPinEveryOtherStorage) {
+  const std::string path = write_log(R"({"ANNOTATION":"START","INSTRUCTION":"ANNOTATE"}
+{"INSTRUCTION":"CONSTANT","NAME":"w"}
+{"INSTRUCTION":"MEMORY","MEMORY":"64","NAME":"w"}
+{"ARGS":["w"],"INSTRUCTION":"CALL","NAME":"mm","RESULT":["y"],"TIME":"100"}
+{"INSTRUCTION":"MEMORY","MEMORY":"256","NAME":"y"}
+{"ALIAS":"-1","INSTRUCTION":"ALIAS","NAME":"y"}
+{"ARGS":["y"],"INSTRUCTION":"CALL","NAME":"view","RESULT":["v"],"TIME":"5"}
+{"INSTRUCTION":"MEMORY","MEMORY":"256","NAME":"v"}
+{"ALIAS":"0","INSTRUCTION":"ALIAS","NAME":"v"}
+{"INSTRUCTION":"SAVED","NAME":"v"}
+{"ARGS":["w"],"INSTRUCTION":"CALL","NAME":"relu","RESULT":["z"],"TIME":"7"}
+{"INSTRUCTION":"MEMORY","MEMORY":"128","NAME":"z"}
+{"ALIAS":"-1","INSTRUCTION":"ALIAS","NAME":"z"}
+{"ARGS":["z"],"INSTRUCTION":"MUTATE","MUTATE":[0],"NAME":"div_","TIME":"3"}
+{"INSTRUCTION":"SAVED","NAME":"z"}
+{"ARGS":["y"],"INSTRUCTION":"CALL","NAME":"tanh","RESULT":["u"],"TIME":"7"}
+{"INSTRUCTION":"MEMORY","MEMORY":"128","NAME":"u"}
+{"ALIAS":"-1","INSTRUCTION":"ALIAS","NAME":"u"}
+{"ANNOTATION":"BACKWARD","INSTRUCTION":"ANNOTATE"}
+{"ARGS":["v","z","u"],"INSTRUCTION":"CALL","NAME":"mm_backward","RESULT":["g"],"TIME":"20"}
+{"INSTRUCTION":"MEMORY","MEMORY":"64","NAME":"g"}
+{"ALIAS":"-1","INSTRUCTION":"ALIAS","NAME":"g"}
+)");
+  const Graph g = load_dtr_log(path);
+  ASSERT_EQ(g.num_tensors(), 5u);  // w, y (v is its view), z, u, g
+  EXPECT_TRUE(g.tensor(0).pinned);
+  EXPECT_FALSE(g.tensor(1).pinned) << "saved through its view";
+  EXPECT_FALSE(g.tensor(2).pinned);
+  EXPECT_TRUE(g.tensor(3).pinned);
+  EXPECT_TRUE(g.tensor(4).pinned);
+  EXPECT_TRUE(g.tensor(1).recomputable);
+  EXPECT_FALSE(g.tensor(2).recomputable) << "div_ wrote it after relu made it";
+  const PlannerInput in = planner_input(g, recorded_access_trace(g), 1000);
+  EXPECT_FALSE(in.tensors[1].pinned);
+  EXPECT_TRUE(in.tensors[3].pinned);
+  // A log without SAVED lines pins nothing (DTR's own logs).
+  std::ofstream(path) << R"({"INSTRUCTION":"CONSTANT","NAME":"w"}
+{"INSTRUCTION":"MEMORY","MEMORY":"64","NAME":"w"}
+{"ARGS":["w"],"INSTRUCTION":"CALL","NAME":"relu","RESULT":["z"],"TIME":"7"}
+{"INSTRUCTION":"MEMORY","MEMORY":"128","NAME":"z"}
+{"ALIAS":"-1","INSTRUCTION":"ALIAS","NAME":"z"}
+{"ARGS":["z"],"INSTRUCTION":"MUTATE","MUTATE":[0],"NAME":"div_","TIME":"3"}
+)";
+  const Graph plain = load_dtr_log(path);  // nor changes what is recomputable
+  for (const auto& t : plain.tensors()) EXPECT_FALSE(t.pinned) << t.name;
+  EXPECT_TRUE(plain.tensor(1).recomputable);
+  std::remove(path.c_str());
+}
+
+}  // namespace

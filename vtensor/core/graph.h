@@ -37,6 +37,9 @@ struct TensorInfo {
   TensorId view_of = kNoTensor;  // a view: shares this tensor's storage (no block of its own)
   int release_after = -1;  // replay: the op after which the program released it (-1: its last use)
   bool recomputable = true;  // false: its producer's inputs are overwritten while it may be recomputed (DTR logs)
+  // The runtime that recorded the graph cannot move it (a PyTorch step's tensors that autograd does
+  // not save): never evicted, swapped, dropped or compressed; it may still be recomputed as an input.
+  bool pinned = false;
   size_t bytes() const { return static_cast<size_t>(shape.numel()) * dtype_size(dtype); }
   bool persistent() const {
     return kind == TensorKind::kParam || kind == TensorKind::kOptimizerState || kind == TensorKind::kBuffer;

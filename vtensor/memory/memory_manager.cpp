@@ -223,7 +223,8 @@ void MemoryManager::end_iteration() {
   for (TensorId id : policy_->on_host_at_start()) {
     id = storage_of(id);
     const State& s = st(id);
-    if (s.persistent && s.residency == Residency::kResident && s.locks == 0 && host_.fits(s.bytes)) start_swap_out(id, op_seq_ + 1);
+    if (s.persistent && s.residency == Residency::kResident && s.locks == 0 && host_.fits(s.bytes) && !graph_.tensor(id).pinned)
+      start_swap_out(id, op_seq_ + 1);
   }
   while (finish_oldest_swap_out()) {
   }
@@ -479,6 +480,7 @@ void MemoryManager::after_op(int op_index) {
   } unset{in_after_op_};
   for (Action a : policy_->after_op(op_index)) {
     a.tensor = storage_of(a.tensor);  // actions on a view act on its base
+    if (graph_.tensor(a.tensor).pinned) continue;  // the recording runtime cannot move it
     const State& s = st(a.tensor);
     switch (a.kind) {
       case ActionKind::kSwapOut:
@@ -643,7 +645,8 @@ TensorView MemoryManager::view(TensorId id) const {
 std::vector<TensorId> MemoryManager::evictable() const {
   std::vector<TensorId> out;
   for (size_t i = 0; i < states_.size(); ++i)
-    if (states_[i].residency == Residency::kResident && states_[i].locks == 0) out.push_back(static_cast<TensorId>(i));
+    if (states_[i].residency == Residency::kResident && states_[i].locks == 0 && !graph_.tensor(static_cast<TensorId>(i)).pinned)
+      out.push_back(static_cast<TensorId>(i));
   return out;
 }
 
@@ -651,7 +654,7 @@ std::vector<TensorView> MemoryManager::evictable_views() const {
   std::vector<TensorView> out;
   out.reserve(states_.size());
   for (size_t i = 0; i < states_.size(); ++i)
-    if (states_[i].residency == Residency::kResident && states_[i].locks == 0)
+    if (states_[i].residency == Residency::kResident && states_[i].locks == 0 && !graph_.tensor(static_cast<TensorId>(i)).pinned)
       out.push_back(MemoryManager::view(static_cast<TensorId>(i)));
   return out;
 }

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <unordered_map>
@@ -257,6 +258,14 @@ class DtrImporter {
     const int last = static_cast<int>(g_.num_ops()) - 1;
     for (const auto& [storage, refs] : refs_)
       if (refs > 0 && !g_.tensor(storage).persistent()) g_.tensor(storage).release_after = last;
+    if (!saved_.empty()) {  // a log vtensor.torch recorded, to follow with values
+      // Only what the recording runtime can move is movable here, and a storage written in place
+      // after its op made it is not recomputable: its producer alone would not make those bytes.
+      for (size_t i = 0; i < g_.num_tensors(); ++i) g_.tensor(static_cast<TensorId>(i)).pinned = !saved_.count(static_cast<TensorId>(i));
+      for (const Op& op : g_.ops())
+        for (TensorId w : op.inplace)
+          if (g_.tensor(w).producer >= 0 && g_.tensor(w).producer < op.index) g_.tensor(w).recomputable = false;
+    }
     mark_overwritten_inputs(g_);
     return std::move(g_);
   }
@@ -360,6 +369,8 @@ class DtrImporter {
       add_unique(op.inputs, src);
       op.inplace = {dst};
       g_.add_op(std::move(op));
+    } else if (ins == "SAVED") {
+      saved_.insert(storage(str_field(path_, line_, j, "NAME")));
     } else if (ins == "RELEASE") {
       const std::string name = str_field(path_, line_, j, "NAME");
       const TensorId id = storage(name);
@@ -368,7 +379,7 @@ class DtrImporter {
         g_.tensor(id).release_after = std::max(0, static_cast<int>(g_.num_ops()) - 1);
     } else {
       fail(path_, line_, "unknown INSTRUCTION '" + ins +
-                             "'; accepted: ANNOTATE, CONSTANT, MEMORY, CALL, MUTATE, COPY, COPY_FROM, ALIAS, RELEASE");
+                             "'; accepted: ANNOTATE, CONSTANT, MEMORY, CALL, MUTATE, COPY, COPY_FROM, ALIAS, RELEASE, SAVED");
     }
   }
 
@@ -414,6 +425,7 @@ class DtrImporter {
   bool backward_ = false;
   std::unordered_map<std::string, TensorId> names_;
   std::map<TensorId, int> refs_;  // names and views per storage
+  std::set<TensorId> saved_;      // SAVED: the storages the recording runtime can move
 };
 
 }  // namespace

@@ -12,7 +12,11 @@
 //      COPY_FROM DST SRC   an op writing SRC into DST in place (no time recorded: 0);
 //      RELEASE NAME        drops a name; a storage lives until its last name or view is released
 //                          (or its last use, if later); what is never released lives to the end;
-//      ANNOTATE BACKWARD   ops after it are backward ops (never recomputed).
+//      ANNOTATE BACKWARD   ops after it are backward ops (never recomputed);
+//      SAVED NAME          (vtensor's, from vtensor.torch) NAME's storage is one the recording
+//                          runtime can move (autograd saved it); where a log has SAVED lines every
+//                          other tensor is pinned (TensorInfo::pinned), and a storage written in
+//                          place after its op made it is not recomputable (values are followed).
 //    Sizes are rounded up to whole floats. A forward result whose producer's inputs are written
 //    in place (MUTATE, COPY_FROM, through any name or view) before its last access is not
 //    recomputable (mark_overwritten_inputs).

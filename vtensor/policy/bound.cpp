@@ -102,7 +102,7 @@ OverheadBound overhead_bound(const PlannerInput& input) {
     for (size_t id = 0; id < in.tensors.size(); ++id) {
       const auto& t = in.tensors[id];
       const auto& uses = tl.ops_of[id];
-      if (t.bytes == 0) continue;
+      if (t.bytes == 0 || t.pinned) continue;  // a pinned tensor stays where the unmanaged curve has it
       const auto bytes = static_cast<double>(t.bytes);
       if (uses.empty()) {  // persistent and not used this iteration: off the device for good
         if (t.persistent) free += bytes;

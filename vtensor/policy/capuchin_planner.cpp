@@ -135,7 +135,7 @@ void CapuchinPlanner::find_candidates() {
   for (size_t id = 0; id < in_.tensors.size(); ++id) {
     const auto& t = in_.tensors[id];
     const auto& ops = ops_of_[id];
-    if (t.bytes == 0 || t.excluded) continue;  // views; tensors another mechanism handles
+    if (t.bytes == 0 || t.excluded || t.pinned) continue;  // views; tensors another mechanism handles or none may move
     for (size_t k = 0; k + 1 < ops.size(); ++k) {  // parameters too: swapped between uses
       const int e = ops[k], b = ops[k + 1];
       if (b < e + 2 || !hits_over(e + 1, b - 1)) continue;
@@ -603,6 +603,7 @@ PlannerInput planner_input(const Graph& g, const AccessTrace& trace, size_t budg
     auto& p = in.tensors[static_cast<size_t>(t.id)];
     p.bytes = t.bytes();
     p.persistent = t.persistent();
+    p.pinned = t.pinned;
     p.producer = t.producer;
     p.release_after = t.release_after;
     if (t.producer >= 0) {

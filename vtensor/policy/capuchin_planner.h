@@ -56,6 +56,7 @@ struct PlannerTensor {
   bool recomputable = false;       // the producer may be re-run
   int release_after = -1;          // freed after this op when later than its last access (replayed logs)
   bool excluded = false;           // not a candidate (another mechanism handles it: compress+swap)
+  bool pinned = false;             // never moved (TensorInfo::pinned): on the device whenever it is alive
 };
 
 struct PlannerInput {

@@ -43,7 +43,7 @@ void CapuchinPlanner::wrap_swaps(bool unpinned) {
   std::vector<const PlanPin*> pin_of(in_.tensors.size(), nullptr);
   for (size_t id = 0; id < in_.tensors.size(); ++id) {
     const auto& t = in_.tensors[id];
-    if (!t.persistent || t.bytes == 0 || t.excluded || ops_of_[id].empty()) continue;
+    if (!t.persistent || t.bytes == 0 || t.excluded || t.pinned || ops_of_[id].empty()) continue;
     for (const PlanPin& q : in_.pins)
       if (static_cast<size_t>(q.id) == id && q.back_op == ops_of_[id].front()) pin_of[id] = &q;
     if ((unpinned && t.bytes >= in_.min_wrap_bytes) || (pin_of[id] && pin_of[id]->decision == CapuchinDecision::kSwap)) order.push_back(id);

@@ -205,7 +205,7 @@ void collect_gaps(Lp& lp) {
   for (size_t id = 0; id < in.tensors.size(); ++id) {
     const auto& t = in.tensors[id];
     const auto& uses = tl.ops_of[id];
-    if (t.bytes == 0 || uses.empty()) continue;
+    if (t.bytes == 0 || uses.empty() || t.pinned) continue;  // a pinned tensor's gaps stay on the device
     const double mib = static_cast<double>(t.bytes) / kMiB;
     auto add = [&](int a, int b, bool wrap) {
       if (b - a < 2 || !any_constrained(a + 1, b - 1)) return;
