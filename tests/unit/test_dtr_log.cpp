@@ -271,3 +271,40 @@ TEST(DtrLog, SavedLinesPinEveryOtherStorage) {
 }
 
 }  // namespace
+
+namespace {
+
+// A CALL's MUTATE field: an op with results that also writes arguments (batch norm's running
+// statistics). The writes are the op's; in a log to follow with values its results are not
+// recomputable, since re-running the op would write again.
+TEST(DtrLog, ACallsMutateFieldWritesItsArguments) {
+  const std::string text = R"({"INSTRUCTION":"CONSTANT","NAME":"stats"}
+{"INSTRUCTION":"MEMORY","MEMORY":"64","NAME":"stats"}
+{"INSTRUCTION":"CONSTANT","NAME":"x"}
+{"INSTRUCTION":"MEMORY","MEMORY":"256","NAME":"x"}
+{"ARGS":["x","stats"],"INSTRUCTION":"CALL","MUTATE":[1],"NAME":"native_batch_norm","RESULT":["y"],"TIME":"9"}
+{"INSTRUCTION":"MEMORY","MEMORY":"256","NAME":"y"}
+{"ALIAS":"-1","INSTRUCTION":"ALIAS","NAME":"y"}
+)";
+  const std::string path = write_log(text + R"({"INSTRUCTION":"SAVED","NAME":"y"}
+)");
+  const Graph g = load_dtr_log(path);
+  ASSERT_EQ(g.num_ops(), 1u);
+  EXPECT_EQ(g.op(0).inplace, (std::vector<TensorId>{0}));
+  EXPECT_FALSE(g.tensor(2).recomputable);
+  std::ofstream(path) << text;  // DTR's own logs: recomputable as before
+  EXPECT_TRUE(load_dtr_log(path).tensor(2).recomputable);
+  std::ofstream(path) << R"({"INSTRUCTION":"CONSTANT","NAME":"x"}
+{"INSTRUCTION":"MEMORY","MEMORY":"256","NAME":"x"}
+{"ARGS":["x"],"INSTRUCTION":"CALL","MUTATE":[3],"NAME":"bad","RESULT":["y"],"TIME":"9"}
+)";
+  try {
+    load_dtr_log(path);
+    ADD_FAILURE() << "an index past the arguments was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("MUTATE index 3 is not an argument index"), std::string::npos) << e.what();
+  }
+  std::remove(path.c_str());
+}
+
+}  // namespace

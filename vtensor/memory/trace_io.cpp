@@ -262,9 +262,13 @@ class DtrImporter {
       // Only what the recording runtime can move is movable here, and a storage written in place
       // after its op made it is not recomputable: its producer alone would not make those bytes.
       for (size_t i = 0; i < g_.num_tensors(); ++i) g_.tensor(static_cast<TensorId>(i)).pinned = !saved_.count(static_cast<TensorId>(i));
-      for (const Op& op : g_.ops())
+      // Nor is what an op that also writes its inputs made (batch norm): it runs once.
+      for (const Op& op : g_.ops()) {
         for (TensorId w : op.inplace)
           if (g_.tensor(w).producer >= 0 && g_.tensor(w).producer < op.index) g_.tensor(w).recomputable = false;
+        if (!op.inplace.empty())
+          for (TensorId out : op.outputs) g_.tensor(out).recomputable = false;
+      }
     }
     mark_overwritten_inputs(g_);
     return std::move(g_);
@@ -280,7 +284,21 @@ class DtrImporter {
     double ms = 0;
     std::map<std::string, int64_t> memory;
     std::map<std::string, int64_t> alias;
+    std::vector<size_t> mutate;  // a CALL's MUTATE: the arguments it also writes
   };
+
+  // A MUTATE field: indices of `args`.
+  std::vector<size_t> mutate_field(const json& j, size_t args) {
+    const json& m = field(path_, line_, j, "MUTATE");
+    if (!m.is_array()) fail(path_, line_, "field 'MUTATE' must be an array of argument indices");
+    std::vector<size_t> out;
+    for (const auto& x : m) {
+      if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= static_cast<int64_t>(args))
+        fail(path_, line_, "MUTATE index " + x.dump() + " is not an argument index");
+      out.push_back(static_cast<size_t>(x.get<int64_t>()));
+    }
+    return out;
+  }
 
   TensorId storage(const std::string& name) {
     auto it = names_.find(name);
@@ -347,18 +365,13 @@ class DtrImporter {
                   .args = names_field(j, "ARGS"), .results = names_field(j, "RESULT"),
                   .ms = static_cast<double>(decimal_field(path_, line_, j, "TIME")) * 1e-6};
       for (const auto& a : pending_.args) storage(a);  // defined?
+      if (j.contains("MUTATE")) pending_.mutate = mutate_field(j, pending_.args.size());
     } else if (ins == "MUTATE") {
       Op op{.kind = OpKind::kReplay, .name = str_field(path_, line_, j, "NAME"), .backward = backward_};
       const auto args = names_field(j, "ARGS");
       op.recorded_ms = static_cast<double>(decimal_field(path_, line_, j, "TIME")) * 1e-6;
       for (const auto& a : args) add_unique(op.inputs, storage(a));
-      const json& m = field(path_, line_, j, "MUTATE");
-      if (!m.is_array()) fail(path_, line_, "field 'MUTATE' must be an array of argument indices");
-      for (const auto& x : m) {
-        if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= static_cast<int64_t>(args.size()))
-          fail(path_, line_, "MUTATE index " + x.dump() + " is not an argument index");
-        add_unique(op.inplace, storage(args[static_cast<size_t>(x.get<int64_t>())]));
-      }
+      for (size_t x : mutate_field(j, args.size())) add_unique(op.inplace, storage(args[x]));
       g_.add_op(std::move(op));
     } else if (ins == "COPY") {
       bind(str_field(path_, line_, j, "DST"), storage(str_field(path_, line_, j, "SRC")));
@@ -404,6 +417,7 @@ class DtrImporter {
     Op op{.kind = OpKind::kReplay, .name = p.op_name, .backward = backward_};
     op.recorded_ms = p.ms;
     for (const auto& a : p.args) add_unique(op.inputs, storage(a));
+    for (size_t x : p.mutate) add_unique(op.inplace, storage(p.args[x]));
     for (const auto& r : p.results) {
       auto al = p.alias.find(r);
       if (al != p.alias.end() && al->second >= 0) {  // a view: the argument's storage, no new bytes

@@ -7,7 +7,8 @@
 //      CONSTANT + MEMORY   a persistent tensor (weights, inputs) of that many bytes;
 //      CALL + MEMORY/ALIAS an op; each result is a new tensor, unless ALIAS names an argument
 //                          index: then it is a view sharing that argument's storage (no bytes);
-//      MUTATE              an op that writes the arguments at the MUTATE indices in place;
+//      MUTATE              an op that writes the arguments at the MUTATE indices in place (a
+//                          MUTATE field on a CALL line: an op with results that also writes them);
 //      COPY DST SRC        a new name for SRC's storage (a reference, no bytes, no op);
 //      COPY_FROM DST SRC   an op writing SRC into DST in place (no time recorded: 0);
 //      RELEASE NAME        drops a name; a storage lives until its last name or view is released
@@ -16,7 +17,8 @@
 //      SAVED NAME          (vtensor's, from vtensor.torch) NAME's storage is one the recording
 //                          runtime can move (autograd saved it); where a log has SAVED lines every
 //                          other tensor is pinned (TensorInfo::pinned), and a storage written in
-//                          place after its op made it is not recomputable (values are followed).
+//                          place after its op made it, or made by an op that writes its inputs, is
+//                          not recomputable (its values are followed).
 //    Sizes are rounded up to whole floats. A forward result whose producer's inputs are written
 //    in place (MUTATE, COPY_FROM, through any name or view) before its last access is not
 //    recomputable (mark_overwritten_inputs).
