@@ -323,7 +323,7 @@ TEST(AutoWrap, EveryGuidedIterationStartsWithTheWrapSwapsOnTheHost) {
     }
 }
 
-// auto compacts the arena when an iteration ends (Policy::compact_at_iteration_end): every
+// auto compacts the arena when an iteration ends (PlanningHooks::compact_at_iteration_end): every
 // iteration, the measured one included, starts with the free space in one block, so the layout
 // does not drift over a long run away from what the rehearsals timed. Checked on the arena
 // itself after each iteration; a policy that does not ask (capuchin) is left as it is.

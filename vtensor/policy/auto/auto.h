@@ -33,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include "vtensor/memory/planning_hooks.h"
 #include "vtensor/memory/policy.h"
 #include "vtensor/policy/auto/candidates.h"
 #include "vtensor/policy/auto/rehearsal.h"
@@ -44,7 +45,7 @@
 
 namespace vtensor {
 
-class AutoPolicy final : public Policy, public RehearsingPolicy {
+class AutoPolicy final : public Policy, public RehearsingPolicy, public PlanningHooks {
  public:
   // One rounding of the LP's optimum (lp_pins at a threshold of kLpThresholds, with a timing):
   // one more start for the search.
@@ -164,6 +165,7 @@ class AutoPolicy final : public Policy, public RehearsingPolicy {
   const std::string& forced() const { return forced_; }  // the candidate run without rehearsing (empty: none)
 
   RehearsingPolicy* rehearsing() override { return this; }
+  PlanningHooks* planning() override { return this; }
   // Set by the Trainer; without one auto runs Capuchin's hybrid.
   void set_rehearser(Rehearser r) override { rehearser_ = std::move(r); }
   // --auto-plan: a saved plan (a report holding one, as read) that prepare() loads, once the graph
@@ -417,7 +419,7 @@ class AutoPolicy final : public Policy, public RehearsingPolicy {
     std::vector<FinishTry> variants;
   };
   Placement placement_;
-  size_t high_placement_ = 0;  // Policy::high_placement_bytes once the plan runs
+  size_t high_placement_ = 0;  // PlanningHooks::high_placement_bytes once the plan runs
   bool placement_search_ = true;
   // What choose_start_state and warm_start decide for a plan, and where its climb started: saved
   // per finished plan (kFinishedPlans), the fastest restored.
