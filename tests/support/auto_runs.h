@@ -22,6 +22,7 @@
 #include "vtensor/train/rehearsal.h"
 #include "vtensor/train/trainer.h"
 #include "tests/support/cli.h"
+#include "tests/support/training.h"
 
 namespace vtensor::auto_test {
 
@@ -148,17 +149,7 @@ inline void scale_warm_rehearsals(AutoPolicy& ap, double factor) {
   });
 }
 
-inline void expect_bit_identical(const AutoRun& a, const AutoRun& b) {
-  ASSERT_EQ(a.iters.size(), b.iters.size());
-  for (size_t i = 0; i < a.iters.size(); ++i)
-    EXPECT_EQ(0, std::memcmp(&a.iters[i].loss, &b.iters[i].loss, sizeof(float))) << "iteration " << i;
-  ASSERT_EQ(a.params.size(), b.params.size());
-  for (size_t i = 0; i < a.params.size(); ++i)
-    EXPECT_EQ(0, std::memcmp(a.params[i].data(), b.params[i].data(), a.params[i].size() * sizeof(float))) << "parameter " << i;
-  ASSERT_EQ(a.buffers.size(), b.buffers.size());
-  for (size_t i = 0; i < a.buffers.size(); ++i)
-    EXPECT_EQ(0, std::memcmp(a.buffers[i].data(), b.buffers[i].data(), a.buffers[i].size() * sizeof(float))) << "buffer " << i;
-}
+using test::expect_bit_identical;  // tests/support/training.h
 
 
 // The finish's variants (AutoPolicy::need_order, then placement): did one win?
