@@ -142,7 +142,7 @@ inline RehearsalResult rehearse_again(const Graph& g, const AutoPolicy& a, size_
 // A rehearser that scales the times of the rehearsals that start from a layout (the warm start's)
 // by `factor`: below 1 the warm layout wins, above 1 it loses.
 inline void scale_warm_rehearsals(AutoPolicy& ap, double factor) {
-  ap.set_rehearser([factor](const std::string& policy, const RehearsalSetup& s) {
+  ap.set_rehearser([factor](const Candidate& policy, const RehearsalSetup& s) {
     RehearsalResult r = rehearse(policy, s);
     if (!s.start_layout.empty()) r.time_ms *= factor, r.measured_ms *= factor;
     return r;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "vtensor/memory/policy.h"
+#include "vtensor/policy/auto/candidates.h"
 #include "vtensor/policy/auto/tuning.h"
 #include "vtensor/policy/capuchin.h"
 #include "vtensor/policy/planning.h"
@@ -64,7 +65,7 @@ struct RehearsedGap {
 };
 
 struct RehearsalResult {
-  std::string policy;
+  Candidate policy;
   bool trained = false;
   std::string error;               // why not (out of memory, ...)
   double time_ms = 0;              // mean over the guided iterations
