@@ -236,7 +236,7 @@ TEST(AutoWrap, TheFallbacksEvictionsOfPersistentTensorsAreGapsTheSearchPins) {
     RehearsalResult r;
     for (const size_t part : {4, 3}) {  // 25% of the peak, or more where that is below an op's working set
       s.budget = align_up(max_peak(base) / part);
-      if ((r = rehearse("capuchin", s)).trained) break;
+      if ((r = rehearse(Candidate{"capuchin"}, s)).trained) break;
     }
     ASSERT_TRUE(r.trained) << r.error;
     double attributed = 0, over_the_end = 0;
@@ -261,7 +261,7 @@ TEST(AutoWrap, TheFallbacksEvictionsOfPersistentTensorsAreGapsTheSearchPins) {
     if (!kept) continue;
     ++found;
     s.pins = {{kept->id, kept->back_op, CapuchinDecision::kSwap}};
-    const RehearsalResult pinned = rehearse("capuchin", s);
+    const RehearsalResult pinned = rehearse(Candidate{"capuchin"}, s);
     ASSERT_TRUE(pinned.trained) << pinned.error;
     bool wrapped = false;
     for (const auto& x : pinned.gaps) wrapped = wrapped || (x.wrap && x.id == kept->id && x.decision == CapuchinDecision::kSwap);
@@ -271,7 +271,7 @@ TEST(AutoWrap, TheFallbacksEvictionsOfPersistentTensorsAreGapsTheSearchPins) {
     s.pins.clear();
     for (const auto& x : r.gaps)
       if (x.wrap && x.decision == CapuchinDecision::kKeep) s.pins.push_back({x.id, x.back_op, CapuchinDecision::kSwap});
-    const RehearsalResult all = rehearse("capuchin", s);
+    const RehearsalResult all = rehearse(Candidate{"capuchin"}, s);
     ASSERT_TRUE(all.trained) << all.error;
     size_t swapped = 0, one = 0;
     for (const auto& x : all.gaps) swapped += x.wrap && x.decision == CapuchinDecision::kSwap;
@@ -323,7 +323,7 @@ TEST(AutoWrap, EveryGuidedIterationStartsWithTheWrapSwapsOnTheHost) {
     }
 }
 
-// auto compacts the arena when an iteration ends (Policy::compact_at_iteration_end): every
+// auto compacts the arena when an iteration ends (PlanningHooks::compact_at_iteration_end): every
 // iteration, the measured one included, starts with the free space in one block, so the layout
 // does not drift over a long run away from what the rehearsals timed. Checked on the arena
 // itself after each iteration; a policy that does not ask (capuchin) is left as it is.
@@ -418,8 +418,8 @@ TEST(AutoRunLong, ADriftingPlanGivesWayToTheFastestFinalistOverALongRun) {
     auto* ap = dynamic_cast<AutoPolicy*>(&t.memory().policy());
     ASSERT_NE(ap, nullptr);
     std::mutex m;
-    std::optional<std::pair<std::string, std::vector<PlanPin>>> first;
-    ap->set_rehearser([&](const std::string& policy, const RehearsalSetup& s) {
+    std::optional<std::pair<Candidate, std::vector<PlanPin>>> first;
+    ap->set_rehearser([&](const Candidate& policy, const RehearsalSetup& s) {
       RehearsalResult r = rehearse(policy, s);
       if (!drift || s.iterations != kLongRunIterations) return r;
       const std::lock_guard<std::mutex> lock(m);
@@ -447,7 +447,7 @@ TEST(AutoRunLong, ADriftingPlanGivesWayToTheFastestFinalistOverALongRun) {
     EXPECT_FALSE(ap->chosen() == first->first && ap->pins() == first->second) << "the drifting plan still runs";
     bool listed = false;  // the plan that runs is a finalist, with the long-run times the report gives
     for (const auto& f : ss["finalists"])
-      listed |= f["policy"] == (a.report.contains("need_order") && a.report["need_order"]["won"].get<bool>() ? a.report["need_order"]["searched_policy"].get<std::string>() : ap->chosen()) && f["pins"].get<size_t>() == ap->pins().size() &&
+      listed |= f["policy"] == (a.report.contains("need_order") && a.report["need_order"]["won"].get<bool>() ? a.report["need_order"]["searched_policy"].get<std::string>() : ap->chosen().name()) && f["pins"].get<size_t>() == ap->pins().size() &&
                 f["packed_ms"] == ss["packed_ms"] && f["reordered_ms"] == ss["reordered_ms"] &&
                 f["restored_ms"] == ss["restored_ms"];
     EXPECT_TRUE(listed) << ss.dump();
@@ -577,7 +577,7 @@ TEST(AutoRunLong, AWarmStartRunsTheSteadyIterationFromTheFirst) {
     one_finished_plan(t);
     auto* ap = dynamic_cast<AutoPolicy*>(&t.memory().policy());
     ASSERT_NE(ap, nullptr);
-    ap->set_rehearser([&](const std::string& policy, const RehearsalSetup& s) {
+    ap->set_rehearser([&](const Candidate& policy, const RehearsalSetup& s) {
       if (!warm && (!s.trigger_moves.empty() || !s.start_layout.empty())) {
         RehearsalResult r;
         r.error = "cold";

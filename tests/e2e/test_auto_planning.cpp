@@ -1,5 +1,6 @@
-// End-to-end: how policy auto plans: without a rehearser, under a time limit, the summary it
-// writes, and its planning clocks (rehearsals or wall, and the wall cap), which count work.
+// End-to-end: how policy auto plans: its candidates' names, without a rehearser, under a time
+// limit, the summary it writes, and its planning clocks (rehearsals or wall, and the wall cap),
+// which count work.
 #include <gtest/gtest.h>
 
 #include "tests/support/auto_runs.h"
@@ -7,9 +8,35 @@
 using namespace vtensor;
 using namespace vtensor::auto_test;
 
+// A candidate's name reads back as the same candidate, in the order its switches are written;
+// a name out of that order, or with what its planner does not have, is no candidate. The
+// search's variants keep the switches and write the fraction in hundredths.
+TEST(Auto, CandidateNamesReadBackAsTheCandidatesTheyName) {
+  for (const Candidate& c : auto_candidates()) EXPECT_TRUE(Candidate::parse(c.name()) == c) << c.name();
+  for (const char* name : {"capuchin", "capuchin@1", "capuchin@0.87,w4,fifo,need,edf,wrap,dtr", "capuchin-recompute@0.85,edf,dtr",
+                           "compress+capuchin@0.94,dtr", "capuchin@0.9,w0.125,wrap"}) {
+    const auto c = Candidate::parse(name);
+    ASSERT_TRUE(c.has_value()) << name;
+    EXPECT_EQ(c->name(), name);
+  }
+  for (const char* name : {"", "nonsense", "capuchin,dtr,wrap", "capuchin-swap@0.9,w4", "capuchin,w4", "capuchin@1.5", "capuchin@0",
+                           "dtr,wrap", "dtr@0.9", "capuchin-recompute,wrap", "capuchin@0.9,w0", "capuchin@0.9x"})
+    EXPECT_FALSE(Candidate::parse(name).has_value()) << name;
+  const Candidate c = Candidate::named("capuchin@0.85,w4,wrap,dtr");
+  EXPECT_EQ(auto_detail::with_fraction(c, 0.87)->name(), "capuchin@0.87,w4,wrap,dtr");
+  EXPECT_EQ(auto_detail::with_weight(c, 2)->name(), "capuchin@0.85,w2,wrap,dtr");
+  EXPECT_EQ(auto_detail::with_weight(Candidate{"capuchin"}, 2)->name(), "capuchin@1,w2");
+  EXPECT_EQ(auto_detail::with_weight(Candidate{"capuchin", 0.9, 4}, 1)->name(), "capuchin@0.9");
+  EXPECT_FALSE(auto_detail::with_weight(Candidate{"capuchin-swap"}, 2).has_value());
+  EXPECT_FALSE(auto_detail::with_fraction(c, 1.02).has_value());
+  EXPECT_FALSE(auto_detail::with_wrap_swaps(c).has_value());
+  EXPECT_EQ(auto_detail::with_edf_toggled(Candidate::named("capuchin-swap@0.9,edf"))->name(), "capuchin-swap@0.9");
+  EXPECT_THROW(Candidate::named("capuchin@2"), std::invalid_argument);
+}
+
 TEST(Auto, WithoutARehearserRunsCapuchinAndForcedNamesMustBeKnown) {
   try {
-    AutoPolicy p("nonsense");
+    AutoPolicy p(Candidate{"nonsense"});
     FAIL() << "accepted an unknown candidate";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("capuchin-recompute"), std::string::npos) << e.what();
@@ -20,16 +47,16 @@ TEST(Auto, WithoutARehearserRunsCapuchinAndForcedNamesMustBeKnown) {
   s.graph = &t.graph();
   s.budget = align_up(max_peak(base) / 2);
   s.gpu = "p100-16g";
-  const RehearsalResult ok = rehearse("capuchin", s);
+  const RehearsalResult ok = rehearse(Candidate{"capuchin"}, s);
   EXPECT_TRUE(ok.trained) << ok.error;
   EXPECT_LE(ok.peak_allocated, s.budget);
   s.budget = align_up(max_peak(base) / 50);  // below one op's working set: a result, not a throw
-  const RehearsalResult oom = rehearse("checkpoint", s);
+  const RehearsalResult oom = rehearse(Candidate{"checkpoint"}, s);
   EXPECT_FALSE(oom.trained);
   EXPECT_NE(oom.error.find("out of memory"), std::string::npos) << oom.error;
   s.budget = align_up(max_peak(base) / 2);
   s.time_limit_ms = 1e-3;  // a rehearsal past its time limit stops: a result, not a throw
-  const RehearsalResult late = rehearse("capuchin", s);
+  const RehearsalResult late = rehearse(Candidate{"capuchin"}, s);
   EXPECT_FALSE(late.trained);
   EXPECT_NE(late.error.find("time limit"), std::string::npos) << late.error;
 }
@@ -48,7 +75,7 @@ TEST(Auto, PlanningTimeLimitKeepsThePlainPlanners) {
   ASSERT_GE(a->rehearsals().size(), auto_candidates().size());  // and the wrap-swap reruns, not rehearsed either
   EXPECT_TRUE(a->rehearsals()[0].trained) << a->rehearsals()[0].error;  // the first always runs
   for (size_t i = 1; i < a->rehearsals().size(); ++i)
-    EXPECT_NE(a->rehearsals()[i].error.find("time limit"), std::string::npos) << a->rehearsals()[i].policy;
+    EXPECT_NE(a->rehearsals()[i].error.find("time limit"), std::string::npos) << a->rehearsals()[i].policy.name();
 }
 
 // What auto prints at the end: the plan and its predicted time split, the candidates (how many,
@@ -66,7 +93,7 @@ TEST(Auto, TheSummaryNamesThePlanTheFastestCandidatesAndTheBounds) {
   const std::string s = a->summary();
   SCOPED_TRACE(s);
   char head[200];
-  std::snprintf(head, sizeof head, "auto: chose %s, %.2f ms predicted per iteration (stall ", a->chosen().c_str(),
+  std::snprintf(head, sizeof head, "auto: chose %s, %.2f ms predicted per iteration (stall ", a->chosen().name().c_str(),
                 res.policy_report["predicted_time_ms"].get<double>());
   EXPECT_EQ(s.rfind(head, 0), 0u);
   EXPECT_NE(s.find("\n  candidates: " + std::to_string(a->rehearsals().size()) + " rehearsed, "), std::string::npos);
@@ -75,10 +102,10 @@ TEST(Auto, TheSummaryNamesThePlanTheFastestCandidatesAndTheBounds) {
   for (const auto& r : a->rehearsals())
     if (r.trained && ++trained && (!fastest || r.time_ms < fastest->time_ms)) fastest = &r;
   ASSERT_NE(fastest, nullptr);
-  EXPECT_NE(s.find("; fastest: " + fastest->policy + " "), std::string::npos);
+  EXPECT_NE(s.find("; fastest: " + fastest->policy.name() + " "), std::string::npos);
   ASSERT_GT(trained, 4u);
   size_t named = 0;  // the four fastest, not every candidate
-  for (const auto& r : a->rehearsals()) named += r.trained && s.find(" " + r.policy + " ") != std::string::npos;
+  for (const auto& r : a->rehearsals()) named += r.trained && s.find(" " + r.policy.name() + " ") != std::string::npos;
   EXPECT_LT(named, trained);
   EXPECT_NE(s.find("\n  per-gap search: "), std::string::npos);
   EXPECT_NE(s.find(" planned in "), std::string::npos);
@@ -109,7 +136,7 @@ TEST(Auto, TheRehearsalsClockPlansTheSameWhateverTheSpeed) {
     if (!a) return nlohmann::json{};
     const double iteration_ms = static_cast<double>(t.graph().num_ops()) * kClockNsPerOp * 1e-6;
     a->set_time_limit_ms(9.5 * kRehearsedIterations * iteration_ms / kClockWorkers);  // candidate 10 starts past it
-    a->set_rehearser([delay_ms, &calls](const std::string& policy, const RehearsalSetup& s) {
+    a->set_rehearser([delay_ms, &calls](const Candidate& policy, const RehearsalSetup& s) {
       ++calls;
       std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
       return rehearse(policy, s);
@@ -167,7 +194,7 @@ TEST(Auto, TheWallCapStopsPlanningAndSaysSo) {
     auto* a = dynamic_cast<AutoPolicy*>(&t.memory().policy());
     EXPECT_NE(a, nullptr);
     if (!a) return AutoRun{};
-    a->set_rehearser([delay_ms, &calls](const std::string& policy, const RehearsalSetup& s) {
+    a->set_rehearser([delay_ms, &calls](const Candidate& policy, const RehearsalSetup& s) {
       ++calls;
       std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
       return rehearse(policy, s);
@@ -213,7 +240,7 @@ TEST(Auto, TheRehearsalsClockChargesWhatARehearsalRecomputesCompactsAndEvicts) {
   long long iterations = 0;
   double charged_ns = 0;
   size_t charged_rehearsals = 0;
-  a->set_rehearser([&](const std::string& policy, const RehearsalSetup& s) {
+  a->set_rehearser([&](const Candidate& policy, const RehearsalSetup& s) {
     const RehearsalResult r = rehearse(policy, s);
     std::lock_guard<std::mutex> lock(m);
     iterations += s.iterations;
@@ -246,10 +273,10 @@ TEST(Auto, TheRehearsalsClockCutsOnlyARehearsalFarSlowerThanItCounts) {
   const double iteration_ms = static_cast<double>(t.graph().num_ops()) * kClockNsPerOp * 1e-6;
   std::mutex m;
   std::vector<std::pair<std::string, double>> limits;  // (policy, its rehearsal's time limit)
-  a->set_rehearser([&](const std::string& policy, const RehearsalSetup& s) {
+  a->set_rehearser([&](const Candidate& policy, const RehearsalSetup& s) {
     {
       std::lock_guard<std::mutex> lock(m);
-      limits.emplace_back(policy, s.time_limit_ms);
+      limits.emplace_back(policy.name(), s.time_limit_ms);
     }
     if (policy == auto_candidates()[1]) {  // as if the net had cut it
       RehearsalResult r;
@@ -262,7 +289,7 @@ TEST(Auto, TheRehearsalsClockCutsOnlyARehearsalFarSlowerThanItCounts) {
   const nlohmann::json rep = t.run().policy_report;
   const double net = std::max(kClockNetMinMs, kClockNetFactor * kRehearsedIterations * iteration_ms);
   ASSERT_FALSE(limits.empty());
-  EXPECT_TRUE(std::any_of(limits.begin(), limits.end(), [](const auto& p) { return p.first == auto_candidates()[0] && p.second == 0; }))
+  EXPECT_TRUE(std::any_of(limits.begin(), limits.end(), [](const auto& p) { return p.first == auto_candidates()[0].name() && p.second == 0; }))
       << "the first candidate (the fallback) runs uncut";
   size_t cuttable = 0;
   for (const auto& [policy, l] : limits)

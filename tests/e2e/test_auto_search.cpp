@@ -40,7 +40,7 @@ TEST(AutoSearch, PinsReplayToThePredictedRun) {
     start.min_wrap_bytes = rep["wrap_swaps"]["min_bytes"].get<size_t>(), label.resize(label.size() - 12);
   if (label.size() > 8 && label.substr(label.size() - 8) == ",compact") start.compact_unfit = true, label.resize(label.size() - 8);
   if (label.size() > 9 && label.substr(label.size() - 9) == ",restored") start.start_state = StartState::kRestored;
-  EXPECT_EQ(rehearse(rep["search"]["start_policy"].get<std::string>(), start).time_ms,
+  EXPECT_EQ(rehearse(Candidate::named(rep["search"]["start_policy"].get<std::string>()), start).time_ms,
             rep["search"]["candidate_time_ms"].get<double>());
 
   cfg.policy_options.set("auto-search", 0);  // --auto-search 0
@@ -206,7 +206,7 @@ TEST(AutoSearch, AMakeRoomPlanIsBitIdenticalToNone) {
   auto* a = dynamic_cast<AutoPolicy*>(&t.memory().policy());
   ASSERT_NE(a, nullptr);
   a->set_finished_plans(1);  // the search's fastest end runs
-  a->set_rehearser([](const std::string& policy, const RehearsalSetup& s) {
+  a->set_rehearser([](const Candidate& policy, const RehearsalSetup& s) {
     RehearsalSetup m = s;
     m.gpu = "p100-16g", m.op_ms.clear(), m.link_ms_per_byte = 0, m.copy_queued_ms = 0, m.workspace.clear(), m.workspace_lean.clear();
     return rehearse(policy, m);
@@ -228,7 +228,7 @@ TEST(AutoSearch, AMakeRoomPlanIsBitIdenticalToNone) {
 // their origins and none is climbed.
 TEST(AutoSearch, ACompactingFallbackWinsWhereThePlansDoNotFitAndIsBitIdenticalToNone) {
   const AutoRun base = train(config("resnet-tiny", "none", 0, 4));
-  auto rehearser = [](const std::string& policy, const RehearsalSetup& s) {
+  auto rehearser = [](const Candidate& policy, const RehearsalSetup& s) {
     RehearsalSetup m = s;
     m.gpu = "p100-16g", m.op_ms.clear(), m.link_ms_per_byte = 0, m.copy_queued_ms = 0, m.workspace.clear(), m.workspace_lean.clear();
     return rehearse(policy, m);
@@ -279,7 +279,7 @@ TEST(AutoSearch, ALargeWrapsStartWinsAndIsBitIdenticalToNone) {
     unlimited_planning(*t);
     auto* a = dynamic_cast<AutoPolicy*>(&t->memory().policy());
     EXPECT_NE(a, nullptr);
-    a->set_rehearser([](const std::string& policy, const RehearsalSetup& s) {
+    a->set_rehearser([](const Candidate& policy, const RehearsalSetup& s) {
       RehearsalSetup m = s;
       m.gpu = "p100-16g", m.op_ms.clear(), m.link_ms_per_byte = 0, m.copy_queued_ms = 0, m.workspace.clear(), m.workspace_lean.clear();
       return rehearse(policy, m);

@@ -206,7 +206,10 @@ TEST(AutoSimRun, CompressionCandidatesWithDensities) {
     Trainer t(cfg);
     auto* p = dynamic_cast<AutoPolicy*>(&t.memory().policy());
     ASSERT_NE(p, nullptr);
-    p->set_candidates({"compress+capuchin", "compress+capuchin@0.94", "compress+swap", "compress+capuchin,dtr"});
+    std::vector<Candidate> only;
+    for (const char* name : {"compress+capuchin", "compress+capuchin@0.94", "compress+swap", "compress+capuchin,dtr"})
+      only.push_back(Candidate::named(name));
+    p->set_candidates(only);
     const TrainResult res = t.run();
     ASSERT_TRUE(res.policy_report.contains("predicted_peak_bytes")) << res.policy_report.dump();
     size_t peak = 0;
@@ -220,8 +223,8 @@ TEST(AutoSimRun, CompressionCandidatesWithDensities) {
     ms /= static_cast<double>(res.iterations.size() - 1);
     EXPECT_EQ(res.policy_report["predicted_peak_bytes"].get<size_t>(), peak);
     EXPECT_NEAR(res.policy_report["predicted_time_ms"].get<double>(), ms, 1e-9 * ms);
-    if (p->chosen().rfind("compress", 0) == 0) EXPECT_GT(compressions, 0u) << p->chosen();
-    else ADD_FAILURE() << "chose " << p->chosen() << ": " << res.policy_summary;
+    if (p->chosen().name().rfind("compress", 0) == 0) EXPECT_GT(compressions, 0u) << p->chosen().name();
+    else ADD_FAILURE() << "chose " << p->chosen().name() << ": " << res.policy_summary;
   }
 }
 
@@ -247,9 +250,9 @@ AutoRun run_guarded(const TrainConfig& cfg, bool underpredict, bool guard, bool 
   g.on = guard, g.min_excess_ms = 0;  // the tiny preset's iterations are far under the default
   ap->set_replay_guard(g);
   if (underpredict)
-    ap->set_rehearser([every_plan, scale](const std::string& policy, const RehearsalSetup& s) {
+    ap->set_rehearser([every_plan, scale](const Candidate& policy, const RehearsalSetup& s) {
       RehearsalResult r = rehearse(policy, s);
-      if (every_plan || compresses(policy, s.pins)) r.time_ms *= scale;
+      if (every_plan || compresses(policy.name(), s.pins)) r.time_ms *= scale;
       return r;
     });
   return run(t, cfg);

@@ -16,8 +16,10 @@
 
 #include "tests/support/cli.h"
 #include "tests/support/logs.h"
+#include "tests/support/training.h"
 
 using namespace vtensor;
+using vtensor::test::expect_bit_identical;
 
 namespace {
 
@@ -48,18 +50,6 @@ size_t max_peak(const PolicyRun& r) {
   size_t p = 0;
   for (const auto& s : r.iters) p = std::max(p, s.peak_allocated);
   return p;
-}
-
-void expect_bit_identical(const PolicyRun& a, const PolicyRun& b) {
-  ASSERT_EQ(a.iters.size(), b.iters.size());
-  for (size_t i = 0; i < a.iters.size(); ++i)
-    EXPECT_EQ(0, std::memcmp(&a.iters[i].loss, &b.iters[i].loss, sizeof(float))) << "iteration " << i;
-  ASSERT_EQ(a.params.size(), b.params.size());
-  for (size_t i = 0; i < a.params.size(); ++i)
-    EXPECT_EQ(0, std::memcmp(a.params[i].data(), b.params[i].data(), a.params[i].size() * sizeof(float))) << "parameter " << i;
-  ASSERT_EQ(a.buffers.size(), b.buffers.size());
-  for (size_t i = 0; i < a.buffers.size(); ++i)
-    EXPECT_EQ(0, std::memcmp(a.buffers[i].data(), b.buffers[i].data(), a.buffers[i].size() * sizeof(float))) << "buffer " << i;
 }
 
 // 40% of the unmanaged peak for resnet-tiny. vgg-tiny cannot go below about 60% under any

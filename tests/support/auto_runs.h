@@ -22,6 +22,7 @@
 #include "vtensor/train/rehearsal.h"
 #include "vtensor/train/trainer.h"
 #include "tests/support/cli.h"
+#include "tests/support/training.h"
 
 namespace vtensor::auto_test {
 
@@ -141,24 +142,14 @@ inline RehearsalResult rehearse_again(const Graph& g, const AutoPolicy& a, size_
 // A rehearser that scales the times of the rehearsals that start from a layout (the warm start's)
 // by `factor`: below 1 the warm layout wins, above 1 it loses.
 inline void scale_warm_rehearsals(AutoPolicy& ap, double factor) {
-  ap.set_rehearser([factor](const std::string& policy, const RehearsalSetup& s) {
+  ap.set_rehearser([factor](const Candidate& policy, const RehearsalSetup& s) {
     RehearsalResult r = rehearse(policy, s);
     if (!s.start_layout.empty()) r.time_ms *= factor, r.measured_ms *= factor;
     return r;
   });
 }
 
-inline void expect_bit_identical(const AutoRun& a, const AutoRun& b) {
-  ASSERT_EQ(a.iters.size(), b.iters.size());
-  for (size_t i = 0; i < a.iters.size(); ++i)
-    EXPECT_EQ(0, std::memcmp(&a.iters[i].loss, &b.iters[i].loss, sizeof(float))) << "iteration " << i;
-  ASSERT_EQ(a.params.size(), b.params.size());
-  for (size_t i = 0; i < a.params.size(); ++i)
-    EXPECT_EQ(0, std::memcmp(a.params[i].data(), b.params[i].data(), a.params[i].size() * sizeof(float))) << "parameter " << i;
-  ASSERT_EQ(a.buffers.size(), b.buffers.size());
-  for (size_t i = 0; i < a.buffers.size(); ++i)
-    EXPECT_EQ(0, std::memcmp(a.buffers[i].data(), b.buffers[i].data(), a.buffers[i].size() * sizeof(float))) << "buffer " << i;
-}
+using test::expect_bit_identical;  // tests/support/training.h
 
 
 // The finish's variants (AutoPolicy::need_order, then placement): did one win?

@@ -67,4 +67,19 @@ inline void expect_bit_identical(const RunOutcome& a, const RunOutcome& b) {
   expect_same_bits(a.optimizer_state, b.optimizer_state, "optimizer state");
 }
 
+// Losses, parameters and buffers identical to the bit, for any run that keeps them as `iters`,
+// `params` and `buffers` (the auto and Capuchin tests' runs).
+template <class Run>
+void expect_bit_identical(const Run& a, const Run& b) {
+  ASSERT_EQ(a.iters.size(), b.iters.size());
+  for (size_t i = 0; i < a.iters.size(); ++i)
+    EXPECT_EQ(0, std::memcmp(&a.iters[i].loss, &b.iters[i].loss, sizeof(float))) << "iteration " << i;
+  ASSERT_EQ(a.params.size(), b.params.size());
+  for (size_t i = 0; i < a.params.size(); ++i)
+    EXPECT_EQ(0, std::memcmp(a.params[i].data(), b.params[i].data(), a.params[i].size() * sizeof(float))) << "parameter " << i;
+  ASSERT_EQ(a.buffers.size(), b.buffers.size());
+  for (size_t i = 0; i < a.buffers.size(); ++i)
+    EXPECT_EQ(0, std::memcmp(a.buffers[i].data(), b.buffers[i].data(), a.buffers[i].size() * sizeof(float))) << "buffer " << i;
+}
+
 }  // namespace vtensor::test

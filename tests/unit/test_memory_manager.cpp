@@ -21,6 +21,7 @@
 #include "vtensor/memory/memory_manager.h"
 #include "vtensor/models/models.h"
 #include "vtensor/memory/plan.h"
+#include "vtensor/memory/planning_hooks.h"
 #include "vtensor/memory/policy.h"
 #include "vtensor/policy/auto/auto.h"
 #include "vtensor/policy/registry.h"
@@ -35,7 +36,7 @@ constexpr int kIters = 3;
 
 // Returns a fixed plan's actions and never offers victims. Records the residency of every
 // planned tensor at the moment its action is handed out (before the manager carries it out).
-class ScriptedPolicy : public Policy {
+class ScriptedPolicy : public Policy, public PlanningHooks {
  public:
   struct Seen {
     int iteration;
@@ -45,6 +46,7 @@ class ScriptedPolicy : public Policy {
 
   explicit ScriptedPolicy(Plan plan) : plan_(std::move(plan)) {}
   std::string name() const override { return "scripted"; }
+  PlanningHooks* planning() override { return this; }
   void attach(MemoryManager* mm) { mm_ = mm; }
   void set_probe(std::function<void(int iteration, int op)> probe) { probe_ = std::move(probe); }
 
@@ -58,7 +60,7 @@ class ScriptedPolicy : public Policy {
   }
   std::vector<Victim> choose_victims(size_t, const MemoryView&) override { return {}; }
   size_t high_placement_bytes() const override { return high_placement; }
-  size_t high_placement = 0;  // Policy::high_placement_bytes
+  size_t high_placement = 0;  // PlanningHooks::high_placement_bytes
   void on_restore(TensorId id, int op, Residency from, double) override { restores_.push_back({id, op, from}); }
 
   struct Restore {

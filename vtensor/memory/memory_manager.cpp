@@ -12,6 +12,7 @@
 #include "vtensor/core/errors.h"
 #include "vtensor/core/fault.h"
 #include "vtensor/memory/caching_allocator.h"
+#include "vtensor/memory/planning_hooks.h"
 
 namespace vtensor {
 
@@ -168,7 +169,7 @@ void MemoryManager::init_persistent(uint64_t seed, const std::map<TensorId, cons
     if (values && given != values->end()) backend_.copy_to_device(p, given->second, t.bytes());
     else backend_.init_tensor(t, p, seed);
   }
-  if (policy_->wants_codec_rate()) codec_rate_ = measure_codec_rate();
+  if (const PlanningHooks* plan = policy_->planning(); plan && plan->wants_codec_rate()) codec_rate_ = measure_codec_rate();
 }
 
 void MemoryManager::begin_iteration(int iteration) {
@@ -190,8 +191,9 @@ void MemoryManager::begin_iteration(int iteration) {
     s.stat = {};
   }
   policy_->begin_iteration(iteration);
-  if (policy_->take_plan_change()) release_idle_buffers();
-  allocator_->set_high_placement(policy_->high_placement_bytes());
+  PlanningHooks* plan = policy_->planning();
+  if (plan && plan->take_plan_change()) release_idle_buffers();
+  allocator_->set_high_placement(plan ? plan->high_placement_bytes() : 0);
   // A measured iteration's op times from the device where the backend has them (cuda): the
   // clock around an asynchronous launch is not the kernel's time.
   if (device_op_timing_) backend_.end_op_timing(0);  // an iteration that failed left it on
@@ -228,10 +230,10 @@ void MemoryManager::end_iteration() {
   }
   while (finish_oldest_swap_out()) {
   }
-  if (policy_->compact_at_iteration_end() && !paged_) {
+  if (PlanningHooks* plan = policy_->planning(); plan && plan->compact_at_iteration_end() && !paged_) {
     const uint64_t before = counters_.compactions;
     std::optional<bool> placed;  // the layout the policy asks for, once (auto's warm start)
-    if (const std::vector<LayoutBlock> target = policy_->take_start_layout(); !target.empty()) {
+    if (const std::vector<LayoutBlock> target = plan->take_start_layout(); !target.empty()) {
       // The persistent tensors it has on the device that are on the host now come back first
       // (waited for, in this iteration's time), where the arena has room for them as it is.
       for (const LayoutBlock& b : target) {
@@ -242,7 +244,7 @@ void MemoryManager::end_iteration() {
       }
       placed = move_to_layout(target);
     }
-    const bool restore = policy_->start_state() == StartState::kRestored;
+    const bool restore = plan->start_state() == StartState::kRestored;
     if (!placed && restore) placed = restore_start_state();
     const bool moved = placed ? *placed : pack_start_state();
     counters_.compactions = before + (moved ? 1 : 0);  // already in place: none counted

@@ -32,7 +32,7 @@
 // action's release op once the codec has finished; a compressed size above the capacity (the
 // data grew denser than measured) keeps the tensor resident. A kPrefetch of a compressed tensor
 // decompresses it into a new block; an access to a compressed tensor decompresses it on demand
-// and counts the wait as stall. Where the policy asks (Policy::wants_codec_rate), the codec is
+// and counts the wait as stall. Where the policy asks (PlanningHooks::wants_codec_rate), the codec is
 // timed once before the first iteration, in blocks freed again (measure_codec_rate).
 // Views (TensorInfo::view_of) have no block and no residency of their own: every function
 // here maps a view to its base, so accessing a view makes the base resident, and swap, drop
@@ -251,7 +251,7 @@ class MemoryManager final : public MemoryView {
   std::optional<size_t> count_nonzeros(TensorId id) const override;
   Backend& backend() { return backend_; }
   // The blocks live on the device, by (id, buffer): between iterations, the layout the next
-  // one starts from (Policy::take_start_layout).
+  // one starts from (PlanningHooks::take_start_layout).
   std::vector<LayoutBlock> live_device_blocks() const;
   // The live blocks moved to `layout` (the same blocks, by (id, buffer)): a move waits for those
   // whose blocks lie where it goes, and a cycle of them goes through a gap free now and in the

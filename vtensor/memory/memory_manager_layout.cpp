@@ -8,6 +8,7 @@
 #include <string>
 
 #include "vtensor/memory/caching_allocator.h"
+#include "vtensor/memory/planning_hooks.h"
 
 namespace vtensor {
 
@@ -90,7 +91,8 @@ bool MemoryManager::compact(size_t need) {
 // own placement (its footprint holds the space this would move through).
 bool MemoryManager::pack_start_state() {
   bool moved_any = compact();
-  if (policy_->start_state() != StartState::kReordered || allocator_->name() != "caching" || !policy_->iteration_repeats())
+  const PlanningHooks* plan = policy_->planning();
+  if (!plan || plan->start_state() != StartState::kReordered || allocator_->name() != "caching" || !policy_->iteration_repeats())
     return moved_any;
   std::vector<TensorId> placed;
   size_t bytes = 0;

@@ -65,7 +65,7 @@ class MemoryView {
   // start, without a lone copy's round trip): 0 where the link costs its bytes alone.
   virtual double copy_queued_ms() const { return 0.0; }
   // The backend's codec speed, measured on synthetic data when the persistent tensors were
-  // placed, where the policy asked (Policy::wants_codec_rate); nullopt: not measured (sim: the
+  // placed, where the policy asked (PlanningHooks::wants_codec_rate); nullopt: not measured (sim: the
   // cost model's is the run).
   virtual std::optional<CodecRate> codec_rate() const { return std::nullopt; }
   // The sim backend's GPU name (a rehearsal on sim can model the same one); empty elsewhere.
@@ -125,6 +125,7 @@ struct LayoutBlock {
 const char* to_string(StartState s);
 
 class RehearsingPolicy;  // vtensor/policy/planning.h
+class PlanningHooks;     // vtensor/memory/planning_hooks.h
 
 class Policy {
  public:
@@ -132,6 +133,8 @@ class Policy {
   virtual std::string name() const = 0;
   // A policy that plans by rehearsal (auto) gives its planning hooks here; null for the others.
   virtual RehearsingPolicy* rehearsing() { return nullptr; }
+  // A policy that shapes the arena and the plan between iterations (auto): its hooks; null: none.
+  virtual PlanningHooks* planning() { return nullptr; }
   // A policy that compresses (compress, compress+swap, compress+capuchin): the codecs and mechanism
   // its options chose, which the memory manager runs them with; null: the defaults.
   virtual const CompressionOptions* compression() const { return nullptr; }
@@ -151,20 +154,6 @@ class Policy {
   // the memory manager copies those still on the device out before the next iteration, so the
   // first iteration a new plan guides starts from the state the later ones start from.
   virtual std::vector<TensorId> on_host_at_start() const { return {}; }
-  // Compact the arena when an iteration ends (after those copies): each iteration then starts
-  // with the persistent tensors packed and the free space in one block, so the layout does not
-  // drift from iteration to iteration and the first iterations time what the later ones run.
-  virtual bool compact_at_iteration_end() const { return false; }
-  // What that compaction leaves (StartState).
-  virtual StartState start_state() const { return StartState::kPacked; }
-  // The size from which the device allocator places a request high (DeviceAllocator::
-  // set_high_placement; 0: none), read at each iteration's start.
-  virtual size_t high_placement_bytes() const { return 0; }
-  // A layout that compaction puts the arena in instead, once (asked after end_iteration; empty:
-  // none): auto's warm start, the steady layout its long rehearsal of the plan ended in, taken
-  // at the switch from the measured iteration. Where the live blocks are not the layout's, the
-  // start state applies.
-  virtual std::vector<LayoutBlock> take_start_layout() { return {}; }
   // Whether the iteration that just ended (asked after end_iteration) ran the schedule the next
   // one runs: false after a measuring iteration a plan replaces. The planned pool plans only
   // from one that did.
@@ -179,17 +168,6 @@ class Policy {
   // The compute stream waited `waited_ms` for `id`'s swap-out to end (at its release point, or
   // for its block when an allocation needed it): a congested copy queue.
   virtual void on_swap_out_wait(TensorId id, double waited_ms) {}
-  // Whether the memory manager should time the backend's codec before the first iteration
-  // (MemoryView::codec_rate): a planner that may compress and plans from a measurement (auto).
-  virtual bool wants_codec_rate() const { return false; }
-  // The iteration that just ended took `time_ms` on the backend's clock, its copies and codecs
-  // waited for (told after end_iteration and the device's synchronize): what a plan's
-  // prediction can be checked against as it runs (auto's replay guard).
-  virtual void on_iteration_time(int iteration, double time_ms) {}
-  // Asked after begin_iteration: true where the coming iteration runs another plan than the last
-  // (auto's replay guard), so the compression buffers the last one kept and holds nothing in now
-  // are freed instead of holding the new plan's room.
-  virtual bool take_plan_change() { return false; }
   // The smallest budget a static plan is known to need, for the OutOfMemoryError (nullopt: unknown).
   virtual std::optional<size_t> smallest_working_budget() const { return std::nullopt; }
   // Lossless policies must give bit-identical training to `none`.

@@ -6,14 +6,14 @@
 #pragma once
 #include <cstddef>
 #include <functional>
-#include <string>
 
 namespace vtensor {
 
 class Graph;
 struct RehearsalSetup;
 struct RehearsalResult;
-using Rehearser = std::function<RehearsalResult(const std::string& policy, const RehearsalSetup& setup)>;
+struct Candidate;  // vtensor/policy/auto/candidates.h
+using Rehearser = std::function<RehearsalResult(const Candidate& candidate, const RehearsalSetup& setup)>;
 
 class RehearsingPolicy {
  public:

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "vtensor/core/errors.h"
+#include "vtensor/memory/planning_hooks.h"
 
 namespace vtensor {
 
@@ -79,7 +80,7 @@ IterationStats Executor::run_iteration(int iteration) {
   s.loss = loss_;
   s.has_loss = backend_.has_data();
   s.time_ms = backend_.now_ms() - t0;
-  mm_.policy().on_iteration_time(iteration, s.time_ms);
+  if (PlanningHooks* plan = mm_.policy().planning()) plan->on_iteration_time(iteration, s.time_ms);
   const auto& a = mm_.allocator().stats();
   s.peak_allocated = a.peak_allocated;
   s.peak_reserved = a.peak_reserved;

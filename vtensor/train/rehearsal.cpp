@@ -12,7 +12,7 @@
 
 namespace vtensor {
 
-RehearsalResult rehearse(const std::string& candidate, const RehearsalSetup& setup) {
+RehearsalResult rehearse(const Candidate& candidate, const RehearsalSetup& setup) {
   const auto t0 = std::chrono::steady_clock::now();
   RehearsalResult r;
   r.policy = candidate;

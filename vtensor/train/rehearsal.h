@@ -3,8 +3,6 @@
 // queues and compute stream as a run; kernel times and the host link from the measurement (or the
 // run's own GPU model on sim). Device-free: nothing but virtual clocks.
 #pragma once
-#include <string>
-
 #include "vtensor/policy/auto/rehearsal.h"
 
 namespace vtensor {
@@ -12,6 +10,6 @@ namespace vtensor {
 // Runs `setup.iterations` iterations of policy auto forced to `candidate` (its measured
 // iteration, then the candidate's guided ones). Out of memory (or any error) is a result
 // (trained = false, error), not an exception.
-RehearsalResult rehearse(const std::string& candidate, const RehearsalSetup& setup);
+RehearsalResult rehearse(const Candidate& candidate, const RehearsalSetup& setup);
 
 }  // namespace vtensor

@@ -23,11 +23,11 @@ bool guided_plan_fits(const Policy& p, bool* fits) {
 
 }  // namespace
 
-AutoPolicy::AutoPolicy(std::string forced, std::vector<PlanPin> pins)
+AutoPolicy::AutoPolicy(Candidate forced, std::vector<PlanPin> pins)
     : forced_(std::move(forced)), candidates_(auto_candidates()),
       measuring_(std::make_unique<CapuchinPolicy>(CapuchinMode::kHybrid)), pins_(std::move(pins)) {
   static_cast<CapuchinPolicy&>(*measuring_).set_feedback_iterations(kFeedbackIterations);
-  if (!forced_.empty() && !make_candidate(forced_)) throw std::invalid_argument(unknown_candidate_message(forced_));
+  if (!forced_.empty() && !make_candidate(forced_)) throw std::invalid_argument(unknown_candidate_message(forced_.name()));
 }
 
 AutoPolicy::~AutoPolicy() = default;
@@ -51,8 +51,8 @@ std::vector<ConvAlgo> AutoPolicy::conv_algorithms() const { return current().con
 
 // Count non-zeros in the measured iteration when a compression candidate may run.
 bool AutoPolicy::counts_nonzeros() const {
-  if (!forced_.empty()) return is_compress_candidate(forced_);
-  return std::any_of(candidates_.begin(), candidates_.end(), is_compress_candidate);
+  if (!forced_.empty()) return forced_.compresses();
+  return std::any_of(candidates_.begin(), candidates_.end(), [](const Candidate& c) { return c.compresses(); });
 }
 
 std::vector<Action> AutoPolicy::after_op(int op_index) {

@@ -17,8 +17,8 @@
 // Where each part lives (vtensor/policy/auto/): choose.cpp the planning pipeline, starts.cpp the
 // search's starts and climbs, search.cpp one climb, moves.cpp its moves, finish.cpp the finish,
 // clock.cpp the planning clock, replay_guard.cpp the plans run and the guard, report.cpp the
-// report, plan_file.cpp the saved plan, candidates.cpp the names, options.cpp the --auto-*
-// options, tuning.h the constants.
+// report, plan_file.cpp the saved plan, candidates.cpp the candidates (Candidate) and their names,
+// options.cpp the --auto-* options, tuning.h the constants.
 #pragma once
 #include <array>
 #include <atomic>
@@ -33,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include "vtensor/memory/planning_hooks.h"
 #include "vtensor/memory/policy.h"
 #include "vtensor/policy/auto/candidates.h"
 #include "vtensor/policy/auto/rehearsal.h"
@@ -44,7 +45,7 @@
 
 namespace vtensor {
 
-class AutoPolicy final : public Policy, public RehearsingPolicy {
+class AutoPolicy final : public Policy, public RehearsingPolicy, public PlanningHooks {
  public:
   // One rounding of the LP's optimum (lp_pins at a threshold of kLpThresholds, with a timing):
   // one more start for the search.
@@ -62,9 +63,10 @@ class AutoPolicy final : public Policy, public RehearsingPolicy {
     std::string label() const;
   };
   // forced: run that candidate after the measured iteration without rehearsing (what a
-  // rehearsal itself runs); empty: choose by rehearsal.
+  // rehearsal itself runs); empty: choose by rehearsal. Throws std::invalid_argument where it is
+  // not a candidate.
   // pins: the search's decisions for a Capuchin-based forced candidate.
-  explicit AutoPolicy(std::string forced = {}, std::vector<PlanPin> pins = {});
+  explicit AutoPolicy(Candidate forced = {}, std::vector<PlanPin> pins = {});
   ~AutoPolicy() override;
   std::string name() const override { return "auto"; }
   void attach(const MemoryView& view) override;
@@ -161,9 +163,10 @@ class AutoPolicy final : public Policy, public RehearsingPolicy {
   // Whether the loaded plan compresses (a compress candidate, or a compress pin): on sim it then
   // needs the densities it was made with to size what it compresses.
   bool loaded_plan_compresses() const;
-  const std::string& forced() const { return forced_; }  // the candidate run without rehearsing (empty: none)
+  const Candidate& forced() const { return forced_; }  // the candidate run without rehearsing (empty: none)
 
   RehearsingPolicy* rehearsing() override { return this; }
+  PlanningHooks* planning() override { return this; }
   // Set by the Trainer; without one auto runs Capuchin's hybrid.
   void set_rehearser(Rehearser r) override { rehearser_ = std::move(r); }
   // --auto-plan: a saved plan (a report holding one, as read) that prepare() loads, once the graph
@@ -173,7 +176,7 @@ class AutoPolicy final : public Policy, public RehearsingPolicy {
   void prepare(const Graph& graph, size_t budget, bool sim_without_densities) override;
   // A rehearsal's policy: past this point after_op and choose_victims throw RehearsalTimeout.
   void set_deadline(std::chrono::steady_clock::time_point t) { deadline_ = t, has_deadline_ = true; }
-  void set_candidates(std::vector<std::string> c) { candidates_ = std::move(c); }
+  void set_candidates(std::vector<Candidate> c) { candidates_ = std::move(c); }
   // Once planning has taken this long, the remaining candidates are not rehearsed.
   void set_time_limit_ms(double ms) { time_limit_ms_ = ms; }
   // What the planning limits are counted against. kRehearsals (the default): each rehearsal
@@ -194,7 +197,7 @@ class AutoPolicy final : public Policy, public RehearsingPolicy {
   // kSearchTimeMs + kWallCapSlackMs; 0: none (the plan is the same on every run and machine).
   void set_wall_cap_ms(double ms) { wall_cap_ms_ = ms; }
   double wall_cap_ms() const { return wall_cap_ms_ < 0 ? time_limit_ms_ + kSearchTimeMs + kWallCapSlackMs : wall_cap_ms_; }
-  const std::string& chosen() const { return chosen_; }
+  const Candidate& chosen() const { return chosen_; }
   const std::vector<RehearsalResult>& rehearsals() const { return rehearsals_; }
   // The per-gap search's rehearsals, in order (each: the chosen candidate with its pins).
   const std::vector<RehearsalResult>& searched() const { return searched_; }
@@ -240,7 +243,7 @@ class AutoPolicy final : public Policy, public RehearsingPolicy {
   const std::vector<RehearsalResult>& lp_rehearsals() const { return lp_rehearsals_; }
 
   struct FinishTry {  // one variant as rehearsed, the finish's (need_order, placement), for the report
-    std::string policy;
+    Candidate policy;
     size_t high_placement = 0;
     double time_ms = 0, total_ms = 0;  // guided iteration; measured + guided (0: not trained)
     double long_ms = 0;                // its long run, where it got one (0: none)
@@ -266,7 +269,7 @@ class AutoPolicy final : public Policy, public RehearsingPolicy {
     RehearsalResult best;
     std::string label;  // the start: "candidate", "headroom", an LP variant's label
     double start_ms = 0;
-    std::string start_policy;
+    Candidate start_policy;
     std::vector<std::string> tried;  // plan keys rehearsed
     std::map<std::string, int> lost;  // moves that did not win, by gap and decision
     int done = 0, phase = 0, cap = 0, headroom_rounds = 0;
@@ -315,7 +318,7 @@ class AutoPolicy final : public Policy, public RehearsingPolicy {
   using CompressMove = std::function<std::optional<PlanPin>(const RehearsedGap&)>;
   CompressMove compress_move(const RehearsalSetup& setup) const;
   bool rehearse_round(const RehearsalSetup& setup, Climb& c, const std::vector<std::vector<PlanPin>>& batch,
-                      const std::vector<std::string>& policies, const std::vector<std::string>& moves, TimePoint t0);
+                      const std::vector<Candidate>& policies, const std::vector<std::string>& moves, TimePoint t0);
   bool climb_moves(const RehearsalSetup& setup, Climb& c, const CompressMove& compress, TimePoint t0);
   bool room_search(const RehearsalSetup& setup, Climb& c, TimePoint t0);
   void window_search(const RehearsalSetup& setup, Climb& c, const CompressMove& compress, TimePoint t0);
@@ -334,8 +337,8 @@ class AutoPolicy final : public Policy, public RehearsingPolicy {
   std::string summary_rehearsals() const;
   std::string summary_bounds() const;
 
-  std::string forced_;
-  std::vector<std::string> candidates_;
+  Candidate forced_;
+  std::vector<Candidate> candidates_;
   Rehearser rehearser_;
   // The planning clock (set_planning_clock): the iterations rehearsed so far, what one counts for
   // under kRehearsals, and the count a batch of rehearsals run at once started from (-1: none).
@@ -365,7 +368,7 @@ class AutoPolicy final : public Policy, public RehearsingPolicy {
   // iterations' recomputed ops, compactions and evictions (0 for one that did not finish).
   double clock_cost_ns(const RehearsalResult& r, int iterations) const;
   // rehearser_, counted on the planning clock (uncut under kRehearsals).
-  RehearsalResult rehearse_counted(const std::string& policy, const RehearsalSetup& setup);
+  RehearsalResult rehearse_counted(const Candidate& policy, const RehearsalSetup& setup);
   // fn(0..n-1), a few at a time; the planning clock reads as each item starts.
   void parallel(size_t n, const std::function<void(size_t)>& fn);
   const MemoryView* view_ = nullptr;
@@ -392,11 +395,11 @@ class AutoPolicy final : public Policy, public RehearsingPolicy {
   static StartState fastest_start(const LongRun& l);
   void replace_drifted(const RehearsalSetup& setup, TimePoint t0, double plan_ms, StartState& state, double& long_ms);
   void warm_start(const RehearsalSetup& setup);
-  // The finish's variants of the plan (each a candidate name and a high placement), rehearsed in
+  // The finish's variants of the plan (each a candidate and a high placement), rehearsed in
   // its start state and warm start: the fastest whose measured and guided iterations take less
   // time in all and whose long run does not drift becomes the plan. Its index, or -1.
   struct FinishVariant {
-    std::string policy;
+    Candidate policy;
     size_t high_placement = 0;
   };
   int finish_variant(const RehearsalSetup& setup, const std::vector<FinishVariant>& variants, std::vector<FinishTry>& tried);
@@ -406,7 +409,7 @@ class AutoPolicy final : public Policy, public RehearsingPolicy {
     bool tried = false, won = false;
     double before_ms = 0, time_ms = 0;  // the plan as it was; the variant that won (0: none)
     double long_ms = 0;                 // that variant over the long run (0: none)
-    std::string before_policy;          // the plan's candidate before
+    Candidate before_policy;            // the plan's candidate before
     std::string variant;                // "need", "fifo" or "fifo,need"
     std::vector<FinishTry> variants;    // every one rehearsed
   };
@@ -417,7 +420,7 @@ class AutoPolicy final : public Policy, public RehearsingPolicy {
     std::vector<FinishTry> variants;
   };
   Placement placement_;
-  size_t high_placement_ = 0;  // Policy::high_placement_bytes once the plan runs
+  size_t high_placement_ = 0;  // PlanningHooks::high_placement_bytes once the plan runs
   bool placement_search_ = true;
   // What choose_start_state and warm_start decide for a plan, and where its climb started: saved
   // per finished plan (kFinishedPlans), the fastest restored.
@@ -443,7 +446,7 @@ class AutoPolicy final : public Policy, public RehearsingPolicy {
   size_t restored_starts_ = 0;  // starts the search climbed from with a restored start state
   StartState searched_state_ = StartState::kPacked;  // the plan's short rehearsal (the search's end) was so
   struct Finalist {  // a plan rehearsed over the long run because the chosen one drifted
-    std::string policy;
+    Candidate policy;
     size_t pins = 0;
     double time_ms = 0;  // the search's
     LongRun long_ms{};
@@ -457,7 +460,7 @@ class AutoPolicy final : public Policy, public RehearsingPolicy {
   std::unique_ptr<Policy> fallback_;   // "...,dtr": evicts in guided iterations instead of LRU swapping
   // The replay guard's state: each plan run after the measured iteration, in order.
   struct PlanSpec {
-    std::string policy;
+    Candidate policy;
     std::vector<PlanPin> pins;
     std::vector<TriggerMove> trigger_moves;
     bool compact_unfit = false;
@@ -495,13 +498,13 @@ class AutoPolicy final : public Policy, public RehearsingPolicy {
   bool compact_starts_on_ = true;
   bool large_wrap_starts_on_ = true;
   double min_wrap_fraction_ = 1.0 / 65536;
-  std::string chosen_;
+  Candidate chosen_;
   std::vector<RehearsalResult> rehearsals_;
   std::vector<RehearsalResult> searched_;
   std::vector<std::string> searched_moves_;
   std::vector<RehearsalResult> headroom_rehearsals_;  // the refined-headroom starts (search's)
   struct EdfStart {
-    std::string policy;
+    Candidate policy;
     double time_ms = 0, start_ms = 0;  // rehearsed so, and the start it was toggled from
   };
   std::vector<EdfStart> edf_starts_;  // the starts that were faster so
@@ -536,7 +539,7 @@ class AutoPolicy final : public Policy, public RehearsingPolicy {
   std::vector<LpVariant> lp_variants_;  // its rounded plans (distinct)
   std::vector<size_t> lp_variant_of_;   // per LP rehearsal, its variant
   double start_ms_ = 0;    // the rehearsal the kept search started from
-  std::string start_policy_;  // its candidate (the plan's may differ: the climb's headroom moves)
+  Candidate start_policy_;  // its candidate (the plan's may differ: the climb's headroom moves)
   std::string start_ = "candidate";  // and which: "candidate", "lp", "lp-timed" (the LP's timed pins), "lp-rec", ...
   double search_until_ms_ = std::numeric_limits<double>::infinity();  // this start's share of the limit
   std::vector<RehearsalResult> lp_rehearsals_;

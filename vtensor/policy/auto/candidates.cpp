@@ -1,10 +1,12 @@
-// Policy auto's candidates by name (candidates.h): the list, the names read and made into their
-// policies, and the respellings the search's headroom and weight moves use.
+// Policy auto's candidates (candidates.h): names read and written, candidates made into their
+// policies, the list, and the variants the search's headroom and weight moves use.
 #include "vtensor/policy/auto/candidates.h"
 
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <stdexcept>
 
 #include "vtensor/policy/auto/tuning.h"
 #include "vtensor/policy/capuchin.h"
@@ -18,39 +20,88 @@ using namespace auto_detail;
 
 namespace {
 
-// The suffixes (CandidateName).
-constexpr const char* kDtrFallback = ",dtr";
-// "...,wrap" (before ",dtr"): a Capuchin plan that also swaps persistent tensors across the
-// iteration boundary (PlannerInput::wrap_persistent).
-constexpr const char* kWrap = ",wrap";
-// "...,edf" (before ",wrap"): a Capuchin plan with its D2H queue in deadline order
-// (PlannerInput::deadline_swap_outs).
-constexpr const char* kEdf = ",edf";
-// "...,need" (before ",edf"): a Capuchin plan issuing one op's prefetches in need order
-// (PlannerInput::need_ordered_prefetches); only the searched plans' finish tries it.
-constexpr const char* kNeed = ",need";
-// "...,fifo" (before ",need"): a Capuchin plan made with its H2D queue in issue order
-// (PlannerInput::fifo_prefetches); as ",need", only the searched plan's finish tries it.
+// The switches' suffixes (Candidate), in the order a name writes them.
 constexpr const char* kFifo = ",fifo";
+constexpr const char* kNeed = ",need";
+constexpr const char* kEdf = ",edf";
+constexpr const char* kWrap = ",wrap";
+constexpr const char* kDtrFallback = ",dtr";
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+bool ends_with(const std::string& s, const char* suffix) {
+  const size_t n = std::strlen(suffix);
+  return s.size() > n && s.compare(s.size() - n, n, suffix) == 0;
 }
 
-// The name respelled with fraction f and weight w (with_fraction, with_weight).
-std::optional<std::string> respelled(const std::string& full, double f, double w) {
-  CandidateName n = parse_name(full);
-  const std::string base = n.head.substr(0, n.head.find_first_of("@,"));
-  if (base.rfind("capuchin", 0) != 0 || !(f > 0 && f <= 1) || !(w > 0)) return std::nullopt;
-  char buf[64];
-  std::snprintf(buf, sizeof buf, w == 1 ? "@%g" : "@%g,w%g", std::round(f * 100) / 100, w);
-  n.head = base + buf;
-  std::string out = n.str();
-  if (!make_candidate(out)) return std::nullopt;
-  return out;
+// "%g" where that reads back as v, else every digit.
+std::string number(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  if (std::strtod(buf, nullptr) == v) return buf;
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+// v as its name writes it and reads it back ("%g").
+double as_named(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return std::strtod(buf, nullptr);
+}
+
+// `c` planned for f of the budget (in hundredths) with swap weight w (with_fraction, with_weight).
+std::optional<Candidate> respelled(Candidate c, double f, double w) {
+  if (c.mode.rfind("capuchin", 0) != 0 || !(f > 0 && f <= 1) || !(w > 0)) return std::nullopt;
+  c.fraction = as_named(std::round(f * 100) / 100);
+  c.weight = w == 1 ? std::nullopt : std::optional<double>(as_named(w));
+  if (!make_candidate(c)) return std::nullopt;
+  return c;
+}
+
+std::optional<Candidate> valid(const Candidate& c) {
+  if (!make_candidate(c)) return std::nullopt;
+  return c;
 }
 
 }  // namespace
+
+std::optional<Candidate> Candidate::parse(const std::string& name) {
+  Candidate c;
+  std::string head = name;
+  auto peel = [&](const char* suffix, bool& flag) {
+    if (!ends_with(head, suffix)) return;
+    flag = true;
+    head.resize(head.size() - std::strlen(suffix));
+  };
+  peel(kDtrFallback, c.dtr), peel(kWrap, c.wrap), peel(kEdf, c.edf), peel(kNeed, c.need), peel(kFifo, c.fifo);
+  const size_t at = head.find('@');
+  c.mode = head.substr(0, at);
+  if (at != std::string::npos) {
+    const std::string f = head.substr(at + 1);
+    char* end = nullptr;
+    c.fraction = std::strtod(f.c_str(), &end);
+    if (f.empty() || end == f.c_str()) return std::nullopt;
+    if (*end == ',' && end[1] == 'w' && c.mode == "capuchin") {
+      const char* ws = end + 2;
+      c.weight = std::strtod(ws, &end);
+      if (end == ws) return std::nullopt;
+    }
+    if (*end != '\0') return std::nullopt;
+  }
+  return valid(c);
+}
+
+Candidate Candidate::named(const std::string& name) {
+  const auto c = parse(name);
+  if (!c) throw std::invalid_argument(unknown_candidate_message(name));
+  return *c;
+}
+
+std::string Candidate::name() const {
+  std::string s = mode;
+  if (fraction) s += "@" + number(*fraction);
+  if (weight) s += ",w" + number(*weight);
+  return s + (fifo ? kFifo : "") + (need ? kNeed : "") + (edf ? kEdf : "") + (wrap ? kWrap : "") + (dtr ? kDtrFallback : "");
+}
 
 namespace auto_detail {
 
@@ -66,115 +117,63 @@ const std::vector<std::string>& compress_names() {
   return names;
 }
 
-bool is_compress_candidate(const std::string& name) { return name.rfind("compress", 0) == 0; }
-
-std::string CandidateName::str() const {
-  return head + (fifo ? kFifo : "") + (need ? kNeed : "") + (edf ? kEdf : "") + (wrap ? kWrap : "") + (dtr ? kDtrFallback : "");
-}
-
-CandidateName parse_name(const std::string& full) {
-  CandidateName n{full};
-  auto peel = [&](const std::string& suffix, bool& flag) {
-    if (!ends_with(n.head, suffix)) return;
-    flag = true;
-    n.head.resize(n.head.size() - suffix.size());
-  };
-  peel(kDtrFallback, n.dtr), peel(kWrap, n.wrap), peel(kEdf, n.edf), peel(kNeed, n.need), peel(kFifo, n.fifo);
-  return n;
-}
-bool dtr_fallback(const std::string& name) { return parse_name(name).dtr; }
-bool wraps(const std::string& full) { return parse_name(full).wrap; }
-
-std::unique_ptr<Policy> make_candidate(const std::string& full) {
-  const CandidateName parsed = parse_name(full);
-  const std::string& name = parsed.head;
-  const bool wrap = parsed.wrap, edf = parsed.edf, need = parsed.need;
-  const size_t at = name.find('@');
-  const std::string base = name.substr(0, at);
+std::unique_ptr<Policy> make_candidate(const Candidate& cand) {
   bool known = false;
-  for (const auto& n : planner_names()) known = known || n == base;
-  for (const auto& n : compress_names()) known = known || n == base;
+  for (const auto& n : planner_names()) known = known || n == cand.mode;
+  for (const auto& n : compress_names()) known = known || n == cand.mode;
   if (!known) return nullptr;
-  auto p = make_policy(base);
+  auto p = make_policy(cand.mode);
   if (auto* c = dynamic_cast<CheckpointPolicy*>(p.get())) c->set_budget_aware(true);
-  if (auto* c = dynamic_cast<CapuchinPolicy*>(p.get())) c->set_feedback_iterations(kFeedbackIterations);
-  if (at != std::string::npos) {
-    auto* c = dynamic_cast<CapuchinPolicy*>(p.get());
-    auto* z = dynamic_cast<CompressPolicy*>(p.get());
-    char* end = nullptr;
-    const std::string f = name.substr(at + 1);
-    const double v = std::strtod(f.c_str(), &end);
-    if ((!c && !z) || f.empty() || end == f.c_str() || !(v > 0 && v <= 1)) return nullptr;
+  auto* c = dynamic_cast<CapuchinPolicy*>(p.get());
+  auto* z = dynamic_cast<CompressPolicy*>(p.get());
+  if (c) c->set_feedback_iterations(kFeedbackIterations);
+  if (cand.fraction) {
+    const double v = *cand.fraction;
+    if ((!c && !z) || !(v > 0 && v <= 1)) return nullptr;
     if (c) c->set_plan_fraction(v);
     if (z) z->set_plan_fraction(v);
-    if (*end == ',' && end[1] == 'w' && base == "capuchin") {
-      const char* ws = end + 2;
-      const double w = std::strtod(ws, &end);
-      if (end == ws || !(w > 0)) return nullptr;
-      c->set_swap_cost_weight(w);
-    }
-    if (*end != '\0') return nullptr;
   }
-  if (dtr_fallback(full) && !dynamic_cast<CapuchinPolicy*>(p.get()) && !dynamic_cast<CompressPolicy*>(p.get())) return nullptr;
-  if (wrap) {
-    auto* c = dynamic_cast<CapuchinPolicy*>(p.get());
-    if (!c || base == "capuchin-recompute") return nullptr;  // a recompute-only plan swaps nothing
+  if (cand.weight) {  // the hybrid's, written after its fraction
+    if (!cand.fraction || cand.mode != "capuchin" || !(*cand.weight > 0)) return nullptr;
+    c->set_swap_cost_weight(*cand.weight);
+  }
+  if (cand.dtr && !c && !z) return nullptr;
+  if (cand.wrap) {
+    if (!c || cand.mode == "capuchin-recompute") return nullptr;  // a recompute-only plan swaps nothing
     c->set_wrap_persistent(true);
   }
-  if (edf) {  // capuchin-recompute too: the LP's and the search's pins swap on it
-    auto* c = dynamic_cast<CapuchinPolicy*>(p.get());
-    if (!c) return nullptr;
-    c->set_deadline_swap_outs(true);
-  }
-  if (need) {
-    auto* c = dynamic_cast<CapuchinPolicy*>(p.get());
-    if (!c) return nullptr;
-    c->set_need_ordered_prefetches(true);
-  }
-  if (parsed.fifo) {
-    auto* c = dynamic_cast<CapuchinPolicy*>(p.get());
-    if (!c) return nullptr;  // capuchin-recompute too, as with ",edf"
-    c->set_fifo_prefetches(true);
-  }
+  // capuchin-recompute takes these too: the LP's and the search's pins swap on it
+  if ((cand.edf || cand.need || cand.fifo) && !c) return nullptr;
+  if (cand.edf) c->set_deadline_swap_outs(true);
+  if (cand.need) c->set_need_ordered_prefetches(true);
+  if (cand.fifo) c->set_fifo_prefetches(true);
   return p;
 }
 
+std::optional<Candidate> with_fraction(const Candidate& c, double f) { return respelled(c, f, c.swap_weight()); }
 
-double plan_fraction(const std::string& full) {
-  const size_t at = full.find('@');
-  return at == std::string::npos ? 1.0 : std::strtod(full.c_str() + at + 1, nullptr);
+// The hybrid's only; its fraction is written (and in hundredths) from then on.
+std::optional<Candidate> with_weight(const Candidate& c, double w) {
+  return c.mode == "capuchin" ? respelled(c, c.plan_fraction(), w) : std::nullopt;
 }
 
-double swap_weight(const std::string& full) {
-  const size_t at = full.find(",w");
-  return at == std::string::npos || full.compare(at, std::string(kWrap).size(), kWrap) == 0
-             ? 1.0 : std::strtod(full.c_str() + at + 2, nullptr);
+std::optional<Candidate> with_wrap_swaps(const Candidate& c) {
+  if (c.wrap) return std::nullopt;
+  Candidate w = c;
+  w.wrap = true;
+  return valid(w);
 }
-std::optional<std::string> with_fraction(const std::string& full, double f) { return respelled(full, f, swap_weight(full)); }
-std::optional<std::string> with_wrap_swaps(const std::string& full) {
-  CandidateName n = parse_name(full);
-  if (n.wrap) return std::nullopt;
-  n.wrap = true;
-  std::string out = n.str();
-  if (!make_candidate(out)) return std::nullopt;
-  return out;
-}
-std::optional<std::string> with_edf_toggled(const std::string& full) {
-  CandidateName n = parse_name(full);
-  n.edf = !n.edf;
-  std::string out = n.str();
-  if (!make_candidate(out)) return std::nullopt;
-  return out;
-}
-std::optional<std::string> with_weight(const std::string& full, double w) {
-  return full.rfind("capuchin@", 0) == 0 || full.rfind("capuchin,", 0) == 0 || full == "capuchin"
-             ? respelled(full, plan_fraction(full), w) : std::nullopt;
+
+std::optional<Candidate> with_edf_toggled(const Candidate& c) {
+  Candidate e = c;
+  e.edf = !e.edf;
+  return valid(e);
 }
 
 }  // namespace auto_detail
 
-const std::vector<std::string>& auto_candidates() {
-  static const std::vector<std::string> names = [] {
+const std::vector<Candidate>& auto_candidates() {
+  static const std::vector<Candidate> list = [] {
     std::vector<std::string> n = planner_names();
     for (const char* f : kPlanFractions)
       for (const char* mode : {"capuchin", "capuchin-recompute", "capuchin-swap"}) n.push_back(std::string(mode) + "@" + f);
@@ -188,9 +187,11 @@ const std::vector<std::string>& auto_candidates() {
     for (const char* f : {"", "@0.97", "@0.94", "@0.9"}) n.push_back(std::string("compress+capuchin") + f);
     n.push_back("compress+swap");
     for (const char* f : {"", "@0.94"}) n.push_back(std::string("compress+capuchin") + f + kDtrFallback);
-    return n;
+    std::vector<Candidate> out;
+    for (const std::string& name : n) out.push_back(Candidate::named(name));
+    return out;
   }();
-  return names;
+  return list;
 }
 
 std::string unknown_candidate_message(const std::string& name) {
@@ -200,7 +201,5 @@ std::string unknown_candidate_message(const std::string& name) {
   return "auto: unknown candidate '" + name + "'; accepted: " + accepted +
          ", or a Capuchin mode or compress policy with @F, the fraction of the budget it plans for (0 < F <= 1)";
 }
-
-bool is_auto_candidate(const std::string& name) { return make_candidate(name) != nullptr; }
 
 }  // namespace vtensor

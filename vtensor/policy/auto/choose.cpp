@@ -192,7 +192,7 @@ void AutoPolicy::rehearse_candidates(const RehearsalSetup& s, const std::string&
       rehearsals_[i].error = "not rehearsed: planning time limit";
       return;
     }
-    if (is_compress_candidate(candidates_[i]) && !s.densities) {
+    if (candidates_[i].compresses() && !s.densities) {
       rehearsals_[i].policy = candidates_[i];
       rehearsals_[i].error = no_densities;
       return;
@@ -233,20 +233,20 @@ void AutoPolicy::rehearse_lp_variants(const RehearsalSetup& s, std::chrono::stea
   if (!lp_variants_.empty() && search_rehearsals_ > 0 && lp_rehearsals_count_ > 0) {
     std::vector<const RehearsalResult*> plain, wrapped;
     for (const auto& r : rehearsals_)
-      if (r.trained && !r.gaps.empty()) (wraps(r.policy) ? wrapped : plain).push_back(&r);
+      if (r.trained && !r.gaps.empty()) (r.policy.wrap ? wrapped : plain).push_back(&r);
     auto faster = [](const RehearsalResult* a, const RehearsalResult* b) { return a->time_ms < b->time_ms; };
     std::stable_sort(plain.begin(), plain.end(), faster);
     std::stable_sort(wrapped.begin(), wrapped.end(), faster);
-    std::vector<std::string> names;
-    for (size_t i = 0; i < plain.size() && i < kLpStarts; ++i) names.push_back(plain[i]->policy);
-    if (!wrapped.empty()) names.push_back(wrapped[0]->policy);
-    names.resize(std::min(names.size(), static_cast<size_t>(lp_rehearsals_count_)));
-    lp_rehearsals_.resize(names.size() * lp_variants_.size());
-    for (size_t j = 0; j < lp_rehearsals_.size(); ++j) lp_variant_of_.push_back(j / std::max<size_t>(1, names.size()));
+    std::vector<Candidate> bases;
+    for (size_t i = 0; i < plain.size() && i < kLpStarts; ++i) bases.push_back(plain[i]->policy);
+    if (!wrapped.empty()) bases.push_back(wrapped[0]->policy);
+    bases.resize(std::min(bases.size(), static_cast<size_t>(lp_rehearsals_count_)));
+    lp_rehearsals_.resize(bases.size() * lp_variants_.size());
+    for (size_t j = 0; j < lp_rehearsals_.size(); ++j) lp_variant_of_.push_back(j / std::max<size_t>(1, bases.size()));
     parallel(lp_rehearsals_.size(), [&](size_t j) {
       auto& r = lp_rehearsals_[j];
-      const std::string& name = names[j % names.size()];
-      r.policy = name;
+      const Candidate& base = bases[j % bases.size()];
+      r.policy = base;
       const double spent = elapsed_ms(t0, j);
       if (spent > time_limit_ms_) {
         r.error = "not rehearsed: planning time limit";
@@ -255,7 +255,7 @@ void AutoPolicy::rehearse_lp_variants(const RehearsalSetup& s, std::chrono::stea
       RehearsalSetup si = s;
       si.pins = lp_variants_[lp_variant_of_[j]].pins;
       si.time_limit_ms = std::max(1.0, time_limit_ms_ - spent);
-      r = rehearse_counted(name, si);
+      r = rehearse_counted(base, si);
     });
   }
 }
@@ -276,9 +276,9 @@ void AutoPolicy::plan_from_rehearsed_iteration(const RehearsalSetup& s, const Ac
 // The chosen plan made and installed (Capuchin's hybrid where nothing was rehearsed), and the
 // replay guard's first run.
 void AutoPolicy::install_chosen(const AccessTrace& trace) {
-  if (chosen_.empty()) chosen_ = "capuchin";
-  if (dtr_fallback(chosen_)) fallback_ = make_policy("dtr");
-  if (chosen_ == "capuchin") {
+  if (chosen_.empty()) chosen_ = Candidate{"capuchin"};
+  if (chosen_.dtr) fallback_ = make_policy("dtr");
+  if (chosen_ == Candidate{"capuchin"}) {  // the measuring hybrid as it is
     static_cast<CapuchinPolicy&>(*measuring_).set_pins(pins_);
     static_cast<CapuchinPolicy&>(*measuring_).set_trigger_moves(trigger_moves_);
     static_cast<CapuchinPolicy&>(*measuring_).set_compact_unfit(compact_unfit_);

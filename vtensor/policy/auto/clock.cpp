@@ -84,7 +84,7 @@ double AutoPolicy::rehearsal_ms(const RehearsalResult& r, int iterations) const 
   return (iterations * iteration_ms_ + clock_cost_ns(r, iterations) * 1e-6) / kClockWorkers;
 }
 
-RehearsalResult AutoPolicy::rehearse_counted(const std::string& policy, const RehearsalSetup& setup) {
+RehearsalResult AutoPolicy::rehearse_counted(const Candidate& policy, const RehearsalSetup& setup) {
   rehearsed_iterations_ += setup.iterations;
   clock_ns_ += std::llround(setup.iterations * iteration_ms_ * 1e6);
   auto charged = [&](RehearsalResult r) {

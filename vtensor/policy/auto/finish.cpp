@@ -22,7 +22,8 @@ void AutoPolicy::finish_ends(const RehearsalSetup& s, const std::vector<Climb>& 
   struct End {
     const RehearsalResult* r;
     double climbed_ms, start_ms;
-    std::string label, policy;
+    std::string label;
+    Candidate policy;
   };
   const RehearsalResult candidate = chosen_result_;
   std::vector<End> ends{{&candidate, candidate.time_ms, start_ms_, start_, start_policy_}};
@@ -74,7 +75,7 @@ void AutoPolicy::finish_ends(const RehearsalSetup& s, const std::vector<Climb>& 
 void AutoPolicy::record_climbs(const std::vector<Climb>& climbs) {
   climbs_ = nlohmann::json::array();
   for (const Climb& c : climbs)
-    climbs_.push_back({{"start", c.label}, {"policy", c.start_policy}, {"start_ms", c.start_ms},
+    climbs_.push_back({{"start", c.label}, {"policy", c.start_policy.name()}, {"start_ms", c.start_ms},
                        {"first_round_ms", c.first_round_ms}, {"duplicate_of", c.duplicate_of}, {"climbed_ms", c.climbed ? c.climbed_ms : c.best.time_ms}, {"time_ms", c.best.time_ms},
                        {"rehearsals", c.done}, {"room_rehearsals", c.room_done}, {"window_rehearsals", c.window_done}, {"ended", c.ended}});
 }
@@ -248,10 +249,10 @@ void AutoPolicy::need_order(const RehearsalSetup& setup) {
   need_ = {};
   std::vector<FinishVariant> variants;
   for (const auto& [fifo, need] : {std::pair{false, true}, std::pair{true, false}, std::pair{true, true}}) {
-    CandidateName n = parse_name(chosen_);
+    Candidate n = chosen_;
     if (n.fifo || n.need) break;
     n.fifo = fifo, n.need = need;
-    if (make_candidate(n.str())) variants.push_back({n.str(), high_placement_});
+    if (make_candidate(n)) variants.push_back({n, high_placement_});
   }
   if (variants.empty() || !chosen_result_.trained || !rehearser_) return;
   need_ = {true, false, chosen_result_.time_ms, 0, 0, chosen_};
@@ -259,7 +260,7 @@ void AutoPolicy::need_order(const RehearsalSetup& setup) {
   if (won < 0) return;
   const FinishTry& w = need_.variants[static_cast<size_t>(won)];
   need_.won = true, need_.time_ms = w.time_ms, need_.long_ms = w.long_ms;
-  const CandidateName n = parse_name(w.policy);
+  const Candidate& n = w.policy;
   need_.variant = n.fifo && n.need ? "fifo,need" : n.fifo ? "fifo" : "need";
 }
 

@@ -34,7 +34,7 @@ std::vector<PlanPin> with_pin(std::vector<PlanPin> pins, const PlanPin& p) {
   return pins;
 }
 
-std::string plan_key(const std::string& policy, const std::vector<PlanPin>& pins) { return policy + " | " + pins_key(pins); }
+std::string plan_key(const Candidate& policy, const std::vector<PlanPin>& pins) { return policy.name() + " | " + pins_key(pins); }
 
 std::optional<GapCodec> codec_of_gap(const Graph& g, TensorId id, int evict_op, const std::vector<std::optional<size_t>>& nonzeros,
                                      double element_ns_per_byte) {

@@ -21,7 +21,7 @@ bool recomputable(const Graph& g, TensorId id);
 // pins with p replacing any pin of the same gap.
 std::vector<PlanPin> with_pin(std::vector<PlanPin> pins, const PlanPin& p);
 // A plan's key among those the search tried: its candidate and its pins.
-std::string plan_key(const std::string& policy, const std::vector<PlanPin>& pins);
+std::string plan_key(const Candidate& policy, const std::vector<PlanPin>& pins);
 
 // FreeLunch's codec for the gap of `id` opened after op `evict_op` (gap_codec over the ops that
 // use it after that), nullopt where none applies or its density is unknown.

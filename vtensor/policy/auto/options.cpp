@@ -103,10 +103,14 @@ std::unique_ptr<Policy> make_auto_policy(const PolicyOptions& o) {
   }
   if (o.choice("auto-codec-rate", {"measured", "modelled"}) == "modelled") a->set_measure_codecs(false);
   if (o.choice("auto-copy-cost", {"queued", "bytes"}) == "bytes") a->set_queued_copies(false);
-  if (const auto c = o.list("auto-candidates"); !c.empty()) {
-    for (const std::string& name : c)
-      if (!is_auto_candidate(name)) throw std::invalid_argument("--auto-candidates: " + unknown_candidate_message(name));
-    a->set_candidates(c);
+  if (const auto names = o.list("auto-candidates"); !names.empty()) {
+    std::vector<Candidate> c;
+    for (const std::string& name : names) {
+      const auto k = Candidate::parse(name);
+      if (!k) throw std::invalid_argument("--auto-candidates: " + unknown_candidate_message(name));
+      c.push_back(*k);
+    }
+    a->set_candidates(std::move(c));
   }
   if (const auto path = o.text("auto-plan")) {
     try {
@@ -122,7 +126,7 @@ void AutoPolicy::prepare(const Graph& graph, size_t budget, bool sim_without_den
   if (plan_source_.empty()) return;  // a file holding JSON null is no plan either: load_plan says so
   load_plan(plan_file_, graph, budget, plan_source_);
   if (loaded_plan_compresses() && sim_without_densities)
-    throw std::invalid_argument("--auto-plan '" + plan_source_ + "': the plan compresses (" + forced() +
+    throw std::invalid_argument("--auto-plan '" + plan_source_ + "': the plan compresses (" + forced().name() +
                                 "), which on --backend sim needs --densities FILE, the non-zero counts it was made with");
 }
 

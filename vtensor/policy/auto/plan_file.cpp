@@ -44,7 +44,7 @@ nlohmann::json AutoPolicy::saved_plan() const {
           {"made_on", loaded_.is_object() ? loaded_.value("made_on", json(nullptr))
                                           : json{{"gpu", view_->modelled_gpu().empty() ? json(nullptr) : json(view_->modelled_gpu())},
                                                  {"allocator", view_->allocator_name()}}},
-          {"policy", chosen_},
+          {"policy", chosen_.name()},
           {"pins", pins},
           {"trigger_moves", moves},
           {"compact_unfit", compact_unfit_},
@@ -57,7 +57,7 @@ nlohmann::json AutoPolicy::saved_plan() const {
 
 bool AutoPolicy::loaded_plan_compresses() const {
   if (loaded_from_.empty()) return false;
-  if (forced_.rfind("compress", 0) == 0) return true;
+  if (forced_.compresses()) return true;
   return std::any_of(pins_.begin(), pins_.end(), [](const PlanPin& p) { return p.decision == CapuchinDecision::kCompress; });
 }
 
@@ -105,8 +105,9 @@ void AutoPolicy::load_plan(const nlohmann::json& file, const Graph& g, size_t bu
       throw std::invalid_argument(where + ": the plan was made for a budget of " + std::to_string(made_for) +
                                   " bytes, this run's is " + std::to_string(budget) + "; accepted: --budget " +
                                   std::to_string(made_for) + "B");
-    const std::string policy = p.at("policy").get<std::string>();
-    if (!is_auto_candidate(policy)) throw bad("policy: " + unknown_candidate_message(policy));
+    const std::string name = p.at("policy").get<std::string>();
+    const std::optional<Candidate> policy = Candidate::parse(name);
+    if (!policy) throw bad("policy: " + unknown_candidate_message(name));
     auto tensor_id = [&](const json& e, const char* what) {
       const long long id = whole(e.at("id"), std::string(what) + ": id", true);
       if (id < 0 || static_cast<size_t>(id) >= g.num_tensors())
@@ -185,7 +186,7 @@ void AutoPolicy::load_plan(const nlohmann::json& file, const Graph& g, size_t bu
     if (state == "reordered") s = StartState::kReordered;
     else if (state == "restored") s = StartState::kRestored;
     else if (state != "packed") throw bad("start_state '" + state + "' (accepted: packed, reordered, restored)");
-    forced_ = policy, pins_ = std::move(pins), trigger_moves_ = std::move(moves), start_layout_ = std::move(layout);
+    forced_ = *policy, pins_ = std::move(pins), trigger_moves_ = std::move(moves), start_layout_ = std::move(layout);
     start_state_ = s;
     compact_unfit_ = p.at("compact_unfit").get<bool>();
     min_wrap_bytes_ = static_cast<size_t>(whole(p.at("min_wrap_bytes"), "min_wrap_bytes"));

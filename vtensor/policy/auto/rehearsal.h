@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "vtensor/memory/policy.h"
+#include "vtensor/policy/auto/candidates.h"
 #include "vtensor/policy/auto/tuning.h"
 #include "vtensor/policy/capuchin.h"
 #include "vtensor/policy/planning.h"
@@ -34,14 +35,14 @@ struct RehearsalSetup {
   int iterations = kRehearsedIterations;  // the measured one and the guided ones
   double time_limit_ms = 0;        // wall time the rehearsal may take (0: no limit)
   std::vector<PlanPin> pins;       // the search's fixed decisions (Capuchin-based candidates)
-  StartState start_state = StartState::kPacked;  // what each iteration's end leaves (Policy::start_state)
+  StartState start_state = StartState::kPacked;  // what each iteration's end leaves (PlanningHooks::start_state)
   // The layout the measured iteration's end leaves instead of its start state (empty: none; the
-  // warm start, Policy::take_start_layout).
+  // warm start, PlanningHooks::take_start_layout).
   std::vector<LayoutBlock> start_layout;
   std::vector<TriggerMove> trigger_moves;  // replayed on the plan (CapuchinPolicy::set_trigger_moves)
   bool compact_unfit = false;      // the fallback where the plan does not fit (CapuchinPolicy::set_compact_unfit)
   size_t min_wrap_bytes = 0;       // the smallest unpinned wrap swap (CapuchinPolicy::set_min_wrap_bytes)
-  size_t high_placement_bytes = 0;  // requests placed high from the first guided iteration (Policy::high_placement_bytes)
+  size_t high_placement_bytes = 0;  // requests placed high from the first guided iteration (PlanningHooks::high_placement_bytes)
   // Non-zero counts of the compressible outputs (the run's --densities on sim, or those auto's
   // measured iteration counted): what sizes the compression candidates' tensors. Null: the
   // compression candidates are not rehearsed.
@@ -64,7 +65,7 @@ struct RehearsedGap {
 };
 
 struct RehearsalResult {
-  std::string policy;
+  Candidate policy;
   bool trained = false;
   std::string error;               // why not (out of memory, ...)
   double time_ms = 0;              // mean over the guided iterations

@@ -20,7 +20,7 @@ double AutoPolicy::PlanRun::mean_ms() const {
 }
 
 AutoPolicy::PlanKind AutoPolicy::kind_of(const RehearsalResult& r) {
-  const bool compresses = is_compress_candidate(parse_name(r.policy).head) ||
+  const bool compresses = r.policy.compresses() ||
                           std::any_of(r.pins.begin(), r.pins.end(), [](const PlanPin& p) { return p.decision == CapuchinDecision::kCompress; });
   if (compresses) return PlanKind::kCompress;
   return r.swapped_out_bytes > 0 ? PlanKind::kSwap : PlanKind::kRecompute;
@@ -50,7 +50,7 @@ std::optional<AutoPolicy::PlanSpec> AutoPolicy::replay_fallback(PlanKind kind) c
 // persistent tensors on the host come back when accessed).
 std::unique_ptr<Policy> AutoPolicy::planned_policy(const PlanSpec& p, const AccessTrace& measured) const {
   std::unique_ptr<Policy> next = make_candidate(p.policy);
-  if (!next) throw std::logic_error("auto: '" + p.policy + "' is not a candidate");
+  if (!next) throw std::logic_error("auto: '" + p.policy.name() + "' is not a candidate");
   if (auto* c = dynamic_cast<CapuchinPolicy*>(next.get()))
     c->set_pins(p.pins), c->set_trigger_moves(p.trigger_moves), c->set_compact_unfit(p.compact_unfit), c->set_min_wrap_bytes(p.min_wrap_bytes);
   next->attach(*view_);
@@ -63,7 +63,7 @@ std::unique_ptr<Policy> AutoPolicy::planned_policy(const PlanSpec& p, const Acce
 void AutoPolicy::install(const PlanSpec& p) {
   compact_unfit_ = p.compact_unfit, min_wrap_bytes_ = p.min_wrap_bytes;
   start_state_ = p.start_state, high_placement_ = p.high_placement;
-  fallback_ = dtr_fallback(p.policy) ? make_policy("dtr") : nullptr;
+  fallback_ = p.policy.dtr ? make_policy("dtr") : nullptr;
   active_ = planned_policy(p, *measured_trace_);
 }
 
@@ -94,7 +94,7 @@ void AutoPolicy::on_iteration_time(int iteration, double time_ms) {
   over_ = 0;
   if (auto next = replay_fallback(run.plan.kind)) {
     char why[160];
-    std::snprintf(why, sizeof why, "%s ran %.1fx its prediction of %.2f ms", run.plan.policy.c_str(), time_ms / predicted, predicted);
+    std::snprintf(why, sizeof why, "%s ran %.1fx its prediction of %.2f ms", run.plan.policy.name().c_str(), time_ms / predicted, predicted);
     pending_.emplace(std::move(*next), why);
   } else {
     guard_stopped_ = true;

@@ -28,7 +28,7 @@ void add_prediction(nlohmann::json& j, const RehearsalResult& r) {
 nlohmann::json tries_json(const std::vector<AutoPolicy::FinishTry>& tries) {
   nlohmann::json a = nlohmann::json::array();
   for (const auto& t : tries)
-    a.push_back({{"policy", t.policy}, {"high_from_bytes", t.high_placement},
+    a.push_back({{"policy", t.policy.name()}, {"high_from_bytes", t.high_placement},
                  {"time_ms", t.time_ms > 0 ? nlohmann::json(t.time_ms) : nlohmann::json(nullptr)},
                  {"total_ms", t.total_ms > 0 ? nlohmann::json(t.total_ms) : nlohmann::json(nullptr)},
                  {"long_ms", t.long_ms > 0 ? nlohmann::json(t.long_ms) : nlohmann::json(nullptr)}});
@@ -41,7 +41,7 @@ nlohmann::json AutoPolicy::report() const {
   using nlohmann::json;
   json cands = json::array();
   for (const auto& r : rehearsals_) {
-    json c = {{"policy", r.policy}, {"trained", r.trained}, {"rehearsal_wall_ms", r.wall_ms}};
+    json c = {{"policy", r.policy.name()}, {"trained", r.trained}, {"rehearsal_wall_ms", r.wall_ms}};
     if (r.trained) {
       add_prediction(c, r);
     } else {
@@ -51,7 +51,7 @@ nlohmann::json AutoPolicy::report() const {
   }
   json pins = json::array();
   for (const auto& p : pins_) pins.push_back(to_string(p));
-  json out = {{"mode", "auto"}, {"chosen", chosen_}, {"forced", !forced_.empty()}, {"planning_ms", planning_ms_},
+  json out = {{"mode", "auto"}, {"chosen", chosen_.name()}, {"forced", !forced_.empty()}, {"planning_ms", planning_ms_},
               {"candidates", cands}, {"pins", pins}};
   report_clock(out);
   // What the plan was made from: the measured iteration as the clock recorded it (on sim the same
@@ -118,7 +118,7 @@ void AutoPolicy::report_guard(nlohmann::json& out) const {
   json runs = json::array();
   for (const PlanRun& r : runs_) {
     const double mean = r.mean_ms();
-    runs.push_back({{"policy", r.plan.policy}, {"pins", r.plan.pins.size()}, {"kind", to_string(r.plan.kind)},
+    runs.push_back({{"policy", r.plan.policy.name()}, {"pins", r.plan.pins.size()}, {"kind", to_string(r.plan.kind)},
                     {"why", r.why}, {"predicted_ms", r.plan.predicted_ms}, {"from_iteration", r.from_iteration},
                     {"iterations", r.ms.size()}, {"mean_ms", r.ms.empty() ? json(nullptr) : json(mean)},
                     {"ratio", r.ms.empty() || !(r.plan.predicted_ms > 0) ? json(nullptr) : json(mean / r.plan.predicted_ms)}});
@@ -141,7 +141,7 @@ void AutoPolicy::report_search(nlohmann::json& out) const {
   for (size_t i = 0; i < searched_.size() && i < searched_moves_.size(); ++i)
     tried.push_back({searched_moves_[i], searched_[i].trained ? json(searched_[i].time_ms) : json(nullptr)});
   out["search"] = {{"rehearsals", searched_.size()}, {"trained", trained}, {"rehearsal_wall_ms", wall},
-                   {"candidate_time_ms", base}, {"start", start_}, {"start_policy", start_policy_}, {"pins", pins_.size()},
+                   {"candidate_time_ms", base}, {"start", start_}, {"start_policy", start_policy_.name()}, {"pins", pins_.size()},
                    {"time_ms", searched_ms_ > 0 ? searched_ms_ : chosen_result_.trained ? chosen_result_.time_ms : base},
                    {"tried", tried}};
   // The window search's share: where the climb ended, and the windows after it.
@@ -149,10 +149,10 @@ void AutoPolicy::report_search(nlohmann::json& out) const {
   out["search"]["window"] = {{"windows", windows_}, {"rehearsals", window_tried_}};
   out["search"]["room"] = {{"rehearsals", room_tried_}, {"won", room_won_}};  // the climb's "make room" moves
   json headroom = json::array();  // the refined-headroom starts: the fastest of each candidate's
-  for (const auto& h : headroom_rehearsals_) headroom.push_back({{"policy", h.policy}, {"time_ms", h.time_ms}});
+  for (const auto& h : headroom_rehearsals_) headroom.push_back({{"policy", h.policy.name()}, {"time_ms", h.time_ms}});
   out["search"]["headroom_starts"] = headroom;
   json edf = json::array();  // starts faster with the D2H queue in the other order (one more start each)
-  for (const auto& e : edf_starts_) edf.push_back({{"policy", e.policy}, {"time_ms", e.time_ms}, {"from_ms", e.start_ms}});
+  for (const auto& e : edf_starts_) edf.push_back({{"policy", e.policy.name()}, {"time_ms", e.time_ms}, {"from_ms", e.start_ms}});
   out["search"]["edf_starts"] = edf;
   out["search"]["restored_starts"] = restored_starts_;  // starts also climbed restored
   out["search"]["duplicate_climbs"] = duplicate_climbs_;  // climbs not resumed (Climb::duplicate_of)
@@ -179,7 +179,7 @@ void AutoPolicy::report_finish(nlohmann::json& out) const {
     // replaced it (replaced_ms: the searched plan's time in the search).
     json fin = json::array();
     for (const auto& f : finalists_) {
-      json o = {{"policy", f.policy}, {"pins", f.pins}, {"time_ms", f.time_ms}};
+      json o = {{"policy", f.policy.name()}, {"pins", f.pins}, {"time_ms", f.time_ms}};
       runs(o, f.long_ms);
       fin.push_back(o);
     }
@@ -188,7 +188,7 @@ void AutoPolicy::report_finish(nlohmann::json& out) const {
   }
   if (need_.tried)  // the issue order (need_order): the plan's time as searched, and the variant that won
     out["need_order"] = {{"won", need_.won}, {"variant", need_.won ? json(need_.variant) : json(nullptr)},
-                         {"searched_policy", need_.before_policy}, {"searched_ms", need_.before_ms},
+                         {"searched_policy", need_.before_policy.name()}, {"searched_ms", need_.before_ms},
                          {"time_ms", need_.time_ms > 0 ? json(need_.time_ms) : json(nullptr)},
                          {"long_ms", need_.long_ms > 0 ? json(need_.long_ms) : json(nullptr)}, {"tried", tries_json(need_.variants)}};
   // The device allocator's placement (placement): the size from which requests go high (0: none),
@@ -219,7 +219,7 @@ void AutoPolicy::report_lp(nlohmann::json& out) const {
     json reh = json::array();
     for (size_t i = 0; i < lp_rehearsals_.size(); ++i) {
       const RehearsalResult& r = lp_rehearsals_[i];
-      json c = {{"policy", r.policy}, {"trained", r.trained}, {"rehearsal_wall_ms", r.wall_ms},
+      json c = {{"policy", r.policy.name()}, {"trained", r.trained}, {"rehearsal_wall_ms", r.wall_ms},
                 {"variant", i < lp_variant_of_.size() ? lp_variants_[lp_variant_of_[i]].label() : ""}};
       if (r.trained)
         add_prediction(c, r);
@@ -278,7 +278,7 @@ std::string AutoPolicy::summary() const {
   std::string s = "auto: ";
   if (chosen_.empty()) return s + "measuring";
   char buf[320];
-  s += "chose " + chosen_;
+  s += "chose " + chosen_.name();
   if (!loaded_from_.empty()) {
     const nlohmann::json predicted = loaded_.value("predicted_ms", nlohmann::json(nullptr));
     s += ", the plan in " + loaded_from_ + " (" + std::to_string(pins_.size()) + " pins";
@@ -304,7 +304,7 @@ std::string AutoPolicy::summary() const {
   // The replay guard's plans, each from the iteration it ran from.
   for (size_t i = 1; i < runs_.size(); ++i) {
     std::snprintf(buf, sizeof buf, "\n  replay guard: %s from iteration %d (%s plan, %.2f ms predicted, %.2f ms measured) because %s",
-                  runs_[i].plan.policy.c_str(), runs_[i].from_iteration, to_string(runs_[i].plan.kind), runs_[i].plan.predicted_ms,
+                  runs_[i].plan.policy.name().c_str(), runs_[i].from_iteration, to_string(runs_[i].plan.kind), runs_[i].plan.predicted_ms,
                   runs_[i].mean_ms(), runs_[i].why.c_str());
     s += buf;
   }
@@ -331,7 +331,7 @@ std::string AutoPolicy::summary_rehearsals() const {
                 rehearsals_.size(), trained.size(), oom, skipped);
   s += buf;
   for (size_t i = 0; i < trained.size() && i < kSummaryCandidates; ++i) {
-    std::snprintf(buf, sizeof buf, "%s %s %.2f ms", i == 0 ? "; fastest:" : ",", trained[i]->policy.c_str(), trained[i]->time_ms);
+    std::snprintf(buf, sizeof buf, "%s %s %.2f ms", i == 0 ? "; fastest:" : ",", trained[i]->policy.name().c_str(), trained[i]->time_ms);
     s += buf;
   }
   if (trained.size() > kSummaryCandidates) s += " (all: the report's policy_report.candidates)";

@@ -112,7 +112,7 @@ AutoPolicy::CompressMove AutoPolicy::compress_move(const RehearsalSetup& setup) 
 // One round: each plan of the batch rehearsed (at once), recorded, and counted a loss where it
 // is not the fastest that beats the best so far; that one, if any, is the best now.
 bool AutoPolicy::rehearse_round(const RehearsalSetup& setup, Climb& c, const std::vector<std::vector<PlanPin>>& batch,
-                                const std::vector<std::string>& policies, const std::vector<std::string>& moves,
+                                const std::vector<Candidate>& policies, const std::vector<std::string>& moves,
                                 std::chrono::steady_clock::time_point t0) {
   RehearsalResult& best = c.best;
   auto spent = [&] { return elapsed_ms(t0); };
@@ -162,8 +162,9 @@ bool AutoPolicy::climb_moves(const RehearsalSetup& setup, Climb& c, const Compre
     // The share is spent, or the first round's rehearsals: resumed here if the start goes on.
     if (spent() >= limit || c.rehearsed() >= c.pause_at) return false;
     std::vector<std::vector<PlanPin>> batch;
-    std::vector<std::string> moves, policies;
-    auto add = [&](const std::string& policy, std::vector<PlanPin> pins, const std::string& move) {
+    std::vector<std::string> moves;
+    std::vector<Candidate> policies;
+    auto add = [&](const Candidate& policy, std::vector<PlanPin> pins, const std::string& move) {
       if (lost[move] >= kMaxLosses) return false;
       const std::string key = plan_key(policy, pins);
       if (std::find(tried.begin(), tried.end(), key) != tried.end()) return false;
@@ -191,7 +192,10 @@ bool AutoPolicy::climb_moves(const RehearsalSetup& setup, Climb& c, const Compre
     if (batch.empty() && phase == 0 && headroom_rounds < kHeadroomRounds) {
       ++headroom_rounds;
       for (const double d : kHeadroomSteps)
-        if (auto f = with_fraction(best.policy, plan_fraction(best.policy) + d)) add(*f, best.pins, "headroom " + f->substr(f->find('@')));
+        if (auto f = with_fraction(best.policy, best.policy.plan_fraction() + d)) {
+          const std::string name = f->name();
+          add(*f, best.pins, "headroom " + name.substr(name.find('@')));
+        }
     }
     if (batch.empty()) break;
     done += static_cast<int>(batch.size());
@@ -226,7 +230,7 @@ bool AutoPolicy::room_search(const RehearsalSetup& setup, Climb& c, std::chrono:
     if (batch.empty()) break;
     c.room_done += static_cast<int>(batch.size());
     room_tried_ += static_cast<int>(batch.size());
-    room_won_ += rehearse_round(setup, c, batch, std::vector<std::string>(batch.size(), best.policy), moves, t0);
+    room_won_ += rehearse_round(setup, c, batch, std::vector<Candidate>(batch.size(), best.policy), moves, t0);
   }
   return true;
 }

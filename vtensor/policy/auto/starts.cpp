@@ -25,8 +25,8 @@ bool AutoPolicy::first_starts(Starts& st) {
   std::vector<const RehearsalResult*>& lp_best = st.lp_best;
   lp_best.assign(lp_variants_.size(), nullptr);
   for (const auto& r : rehearsals_) {
-    if (r.trained && !wraps(r.policy) && (!best || r.time_ms < best->time_ms)) best = &r;
-    if (r.trained && wraps(r.policy) && (!other || r.time_ms < other->time_ms)) other = &r;
+    if (r.trained && !r.policy.wrap && (!best || r.time_ms < best->time_ms)) best = &r;
+    if (r.trained && r.policy.wrap && (!other || r.time_ms < other->time_ms)) other = &r;
   }
   for (size_t j = 0; j < lp_rehearsals_.size(); ++j) {
     const RehearsalResult& r = lp_rehearsals_[j];
@@ -83,18 +83,18 @@ void AutoPolicy::add_headroom_starts(const RehearsalSetup& s, Starts& st, std::c
   headroom_rehearsals_.clear();
   for (const RehearsalResult* r : {st.best, st.other}) {
     if (!r || r->gaps.empty()) continue;
-    std::vector<std::string> names;
+    std::vector<Candidate> variants;
     for (const double d : kStartHeadroomSteps)
-      if (auto f = with_fraction(r->policy, plan_fraction(r->policy) + d)) names.push_back(*f);
+      if (auto f = with_fraction(r->policy, r->policy.plan_fraction() + d)) variants.push_back(*f);
     for (const double m : kStartWeightFactors)
-      if (auto f = with_weight(r->policy, swap_weight(r->policy) * m)) names.push_back(*f);
-    std::vector<RehearsalResult> res(names.size());
-    parallel(names.size(), [&](size_t i) {
+      if (auto f = with_weight(r->policy, r->policy.swap_weight() * m)) variants.push_back(*f);
+    std::vector<RehearsalResult> res(variants.size());
+    parallel(variants.size(), [&](size_t i) {
       RehearsalSetup si = s;
       si.pins = r->pins;
       const double spent = elapsed_ms(t0, i);
       si.time_limit_ms = std::max(1.0, search_limit_ms() - spent);
-      res[i] = rehearse_counted(names[i], si);
+      res[i] = rehearse_counted(variants[i], si);
     });
     const RehearsalResult* fastest = nullptr;
     for (const auto& x : res)
@@ -209,7 +209,7 @@ void AutoPolicy::add_large_wrap_starts(const RehearsalSetup& s, Starts& st, std:
   const auto min_wrap = static_cast<size_t>(static_cast<double>(s.budget) * min_wrap_fraction_);
   std::vector<size_t> wrap_origins;
   for (size_t i = 0; i < starts.size(); ++i) {
-    if (!large_wrap_starts_on_ || (i >= packed_starts && i < packed_starts + restored_starts_) || !wraps(starts[i]->policy)) continue;
+    if (!large_wrap_starts_on_ || (i >= packed_starts && i < packed_starts + restored_starts_) || !starts[i]->policy.wrap) continue;
     const auto& gaps = starts[i]->gaps;
     if (std::any_of(gaps.begin(), gaps.end(), [&](const RehearsedGap& x) { return x.wrap && x.decision == CapuchinDecision::kSwap && x.bytes < min_wrap; }))
       wrap_origins.push_back(i);
