@@ -8,6 +8,7 @@
 #include "codecs.h"
 #include "planning.h"
 #include "pluggable.h"
+#include "step_plan.h"
 #include "vtensor/core/errors.h"
 #include "vtensor/policy/capuchin.h"
 
@@ -138,6 +139,31 @@ PYBIND11_MODULE(_vtensor, m) {
   m.def("pluggable_name", []() { Arena* a = pluggable_arena(); return a ? a->name() : std::string(); });
   m.attr("malloc_symbol") = "vtensor_torch_malloc";
   m.attr("free_symbol") = "vtensor_torch_free";
+
+  m.def(
+      "plan_step",
+      [](const std::string& log, size_t budget, const std::string& policy, const std::string& gpu,
+         const std::string& gpu_file, int iters, const std::map<std::string, std::string>& options) {
+        PolicyOptions o;
+        for (const auto& [k, v] : options) o.set(k, v);
+        StepPlan p;
+        {
+          py::gil_scoped_release free;  // planning can take seconds
+          p = plan_step(log, budget, policy, gpu, gpu_file, iters, o);
+        }
+        py::list moves;
+        for (const StepMove& m : p.moves) moves.append(py::make_tuple(m.point, m.kind, m.tensor, m.planned));
+        py::dict d;
+        d["moves"] = moves;
+        d["iteration_ms"] = p.iteration_ms;
+        d["peak_bytes"] = p.peak_bytes;
+        d["num_ops"] = p.num_ops;
+        d["summary"] = p.summary;
+        d["report"] = p.report;
+        return d;
+      },
+      py::arg("log"), py::arg("budget"), py::arg("policy") = "auto", py::arg("gpu") = "h100-80g",
+      py::arg("gpu_file") = "", py::arg("iters") = 3, py::arg("options") = std::map<std::string, std::string>{});
 
   m.def("capuchin_swap_plan", &capuchin_swap, py::arg("bytes"), py::arg("accesses"), py::arg("op_ns"),
         py::arg("swap_ns_per_byte"), py::arg("budget"));

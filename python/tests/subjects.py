@@ -51,14 +51,15 @@ def resnet18(seed=0):
 MODELS = {"gpt2": gpt2, "llama": llama, "bert": bert, "resnet18": resnet18}
 
 
-def batch(name, step):
-    """(inputs tuple, loss_fn(output)) of micro-batch `step`."""
+def batch(name, step, size=BATCH, image=32):
+    """(inputs tuple, loss_fn(output)) of micro-batch `step`, of `size` samples (resnet18: images of
+    `image` x `image` pixels)."""
     g = torch.Generator().manual_seed(100 + step)
     if name == "resnet18":
-        x = torch.randn(BATCH, 3, 32, 32, generator=g)
-        y = torch.randint(0, 10, (BATCH,), generator=g)
+        x = torch.randn(size, 3, image, image, generator=g)
+        y = torch.randint(0, 10, (size,), generator=g)
         return (x,), lambda out: F.cross_entropy(out.float(), y)
-    ids = torch.randint(0, VOCAB, (BATCH, SEQ), generator=g)
+    ids = torch.randint(0, VOCAB, (size, SEQ), generator=g)
     labels = ids.clone()
     if name == "bert":
         labels[torch.rand(ids.shape, generator=g) > 0.3] = -100  # masked-LM: a few positions carry the loss
@@ -71,21 +72,24 @@ def batch(name, step):
     return (ids,), loss_fn
 
 
-def train(name, context=None, steps=3, accum=2, autocast=False, model=None, prepare=None):
+def train(name, context=None, steps=3, accum=2, autocast=False, model=None, prepare=None, contexts=None,
+          batch_size=BATCH, image=32):
     """Train `name` for `steps` optimizer steps of `accum` micro-batches each; `context(step)` gives the
-    context each micro-batch's forward and backward run in (None: plain PyTorch). prepare(model) is
-    called once before training (auto_checkpoint). Returns losses, the last step's gradients, the
-    final parameters."""
+    context each micro-batch's forward and backward run in (None: plain PyTorch), or contexts(model,
+    optimizer) gives that function once both exist. prepare(model) is called once before training
+    (auto_checkpoint). Returns losses, the last step's gradients, the final parameters."""
     model = model if model is not None else MODELS[name]()
     model.train()
     if prepare is not None:
         prepare(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    if contexts is not None:
+        context = contexts(model, opt)
     losses, grads = [], []
     k = 0
     for step in range(steps):
         for micro in range(accum):
-            inputs, loss_fn = batch(name, step * accum + micro)
+            inputs, loss_fn = batch(name, step * accum + micro, batch_size, image)
             torch.manual_seed(1000 + k)  # dropout masks
             ctx = context(k) if context is not None else contextlib.nullcontext()
             with ctx:

@@ -8,7 +8,7 @@ The log is DTR's operator-log format (Kirisame et al., ICLR'21; vtensor/memory/t
 it): JSON lines of CONSTANT (a tensor that exists before the step: parameters, inputs) with its
 MEMORY, CALL (an aten op: its arguments, results, measured time in ns), each result's MEMORY and
 ALIAS (the argument whose storage a view shares, "-1" for new bytes), MUTATE (an in-place op: the
-indices of the arguments it writes), RELEASE (the last Python or autograd reference is gone), and
+indices of the arguments it writes; on a CALL line, the arguments an op with results also writes), RELEASE (the last Python or autograd reference is gone), and
 ANNOTATE START / BACKWARD. A TorchDispatchMode records every op dispatched on the calling thread
 (autograd's backward included); tensors are named by object, so two views of one storage are two
 names over the same bytes. Time is the wall clock around each op (on CUDA after a synchronize, so
@@ -110,11 +110,11 @@ class _Recorder(TorchDispatchMode):
             self.emit(INSTRUCTION="MUTATE", NAME=op, ARGS=names, MUTATE=sorted(set(mutated)),
                       TIME=str(ns))
         else:
-            rnames = [self._new_name(r) if _index(fresh, r) >= 0 else self.name_of(r) for r in results]
-            self.emit(INSTRUCTION="CALL", NAME=op, ARGS=names, RESULT=rnames, TIME=str(ns))
-            for r, n in zip(results, rnames):
-                if _index(fresh, r) < 0:
-                    continue
+            # A result that is an argument (lift_fresh returns its input) is no new tensor.
+            rnames = [self._new_name(r) for r in fresh]
+            extra = {"MUTATE": sorted(set(mutated))} if mutated else {}  # batch norm's running statistics
+            self.emit(INSTRUCTION="CALL", NAME=op, ARGS=names, RESULT=rnames, TIME=str(ns), **extra)
+            for r, n in zip(fresh, rnames):
                 ptr = r.untyped_storage().data_ptr()
                 alias = next((i for i, a in enumerate(tensors) if a.untyped_storage().data_ptr() == ptr and ptr), -1)
                 self.emit(INSTRUCTION="MEMORY", MEMORY=str(_nbytes(r)), NAME=n)
