@@ -32,8 +32,8 @@ step would pass the budget, the saved tensors used least recently go to host (pa
 counted), so that a plan the sim costed a little differently still holds the budget at op
 boundaries; a guided step whose peak still passed the budget has its plan made again for a sim
 budget lowered by the overshoot (at most three times: Capuchin's feedback, on the peak). A step
-whose ops differ from the measured one's (new shapes) follows no plan from where it differs, and the next such step is measured again; a plan is kept per kind of step
-(whether gradients exist when it starts: gradient accumulation's first and later micro-batches).
+whose ops differ from the measured one's (new shapes) follows no plan from where it differs, and
+the next such step is measured again; a plan is kept per kind of step (whether gradients exist when it starts: gradient accumulation's first and later micro-batches).
 Deviations from the C++ runtime: moves happen at op boundaries as torch runs them (a saved tensor
 is packed after its op returns, so a move planned right after an op waits for the next one);
 compression is not planned (the log holds no densities); the measured step is not budgeted.
