@@ -4,6 +4,8 @@ within the budget, the plan made once per kind of step and followed; at a quarte
 which no plan through hooks holds on these models, the error names the lowest budget a plan held.
 On CPU torch (test_cuda.py has the CUDA path)."""
 import contextlib
+import os
+import subprocess
 
 import pytest
 import torch
@@ -240,3 +242,30 @@ def test_new_shapes_are_measured_again():
     modes = [(s["mode"], s["reason"] is not None) for s in step.history]
     assert modes == [("measured", False), ("guided", False), ("guided", True), ("measured", False)]
     assert "op 0 is" in step.history[2]["reason"]
+
+
+BIN = os.environ.get("VTENSOR_BINARY") or os.path.join(os.path.dirname(__file__), "..", "..", "build", "vtensor")
+
+
+@pytest.mark.skipif(not os.access(BIN, os.X_OK), reason=f"the vtensor command is not built ({BIN})")
+def test_the_measured_step_replays_under_every_policy(tmp_path):
+    """The log auto planned from, kept with log=, is the step `vtensor replay` replays: every C++
+    policy trains it at the budget the plan had, or says it runs out of memory."""
+    log = str(tmp_path / "gpt2.log")
+    model = MODELS["gpt2"]()
+    step = vt.auto(model, budget=int(_plain_peak("gpt2") * 0.5), log=log)
+    inputs, loss_fn = subjects.batch("gpt2", 0, 48)
+    with step:
+        loss_fn(model(*inputs)).backward()
+    budget = step.history[0]["plan"]["sim_budget_bytes"]
+    policies = subprocess.run([BIN, "policies"], capture_output=True, text=True, check=True).stdout.split("\n")
+    names = [line.split()[0] for line in policies if line.strip()]
+    assert "auto" in names and len(names) > 10
+    trained = 0
+    for policy in names:
+        r = subprocess.run([BIN, "replay", "--trace", log, "--gpu", "h100-80g", "--policy", policy, "--budget",
+                            f"{budget}B", "--budget-above-gpu", "--quiet"], capture_output=True, text=True)
+        assert r.returncode == 0 or "out of device memory" in r.stderr + r.stdout or "needs --densities" in r.stderr, (
+            policy, r.stderr[-400:])
+        trained += r.returncode == 0
+    assert trained >= 5  # auto and the planners among them

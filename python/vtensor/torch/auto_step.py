@@ -60,13 +60,15 @@ POLICIES = ("auto", "capuchin", "capuchin-swap", "capuchin-recompute", "checkpoi
             "vdnn-all", "vdnn-conv", "zero-overhead-swap-limit")
 
 
-def auto(model, budget, optimizer=None, policy="auto", device=None, gpu="h100-80g", options=None):
+def auto(model, budget, optimizer=None, policy="auto", device=None, gpu="h100-80g", options=None, log=None):
     """A reusable context for training steps; see the module's note. budget: the step's device
     bytes (an int or a string such as '6GiB'); optimizer: its state counts toward the budget (the
     floor checked before the first step); policy: the C++ policy that plans (auto, or another for
     comparison); gpu: the sim GPU whose cost model prices what the log does not time; options:
-    the policy's own options, as the CLI spells them without dashes ({'auto-iterations': '8'})."""
-    return AutoStep(model, budget, optimizer, policy, device, gpu, options)
+    the policy's own options, as the CLI spells them without dashes ({'auto-search': '64'});
+    log: where each measured step's operator log is kept (`vtensor replay --trace LOG` replays it
+    under any policy; a second kind of step's as LOG-2, ...)."""
+    return AutoStep(model, budget, optimizer, policy, device, gpu, options, log)
 
 
 class StepPeak:
@@ -278,8 +280,13 @@ class _StepRecorder(_Recorder):
 
 
 class AutoStep:
-    def __init__(self, model, budget, optimizer=None, policy="auto", device=None, gpu="h100-80g", options=None):
+    def __init__(self, model, budget, optimizer=None, policy="auto", device=None, gpu="h100-80g", options=None,
+                 log=None):
         check_module(model)
+        if log is not None and (not isinstance(log, (str, os.PathLike))
+                                or not os.path.isdir(os.path.dirname(os.path.abspath(log)))):
+            raise ValueError(f"log must name a file in an existing folder, got {log!r}")
+        self.log = log
         if policy not in POLICIES:
             raise ValueError(f"unknown policy {policy!r}; accepted: {', '.join(POLICIES)}")
         if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
@@ -442,6 +449,11 @@ class AutoStep:
                              f"{_vtensor.format_bytes(untraced)} it does not touch (optimizer state)")
         with open(self._log) as f:
             log = f.read()
+        if self.log is not None:  # whole or not at all
+            path = str(self.log) if not self.plans else f"{self.log}-{len(self.plans) + 1}"
+            with open(path + ".tmp", "w") as f:
+                f.write(log)
+            os.replace(path + ".tmp", path)
         t = time.perf_counter()
         r = self._solve(self._log, sim_budget, untraced)
         info = {"policy": self.policy, "summary": r["summary"], "ops": r["num_ops"], "moves": len(r["moves"]),
