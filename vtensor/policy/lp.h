@@ -9,7 +9,8 @@
 //   extra time E); E covers the recomputations placed in the segment (a gap's anywhere from its
 //   drop to its access; each at its chain's kernels) and sum E all of them. Minimise sum E.
 //   Every simplification errs low (fractional copies, a copy anywhere in a segment its gap touches,
-//   a copy in flight counted off the device, no chains, no queue order, no fragmentation), so no
+//   a copy in flight counted off the device, a chain's kernels charged but not the bytes its
+//   inputs hold meanwhile, no queue order, no fragmentation), so no
 //   keep / swap / recompute plan runs below compute + the optimum: a bound that couples the ops
 //   (bound.h takes each op alone). Rounded (a gap swapped or recomputed where its fraction is at
 //   least a threshold; auto uses 0.3), it gives PlanPins that Capuchin's greedy completes: auto
