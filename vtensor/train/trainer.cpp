@@ -420,64 +420,63 @@ std::optional<double> replay_ratio(const TrainResult& r) {
   return sum / static_cast<double>(r.iterations.size() - 1) / predicted;
 }
 
-std::string report_json(const TrainResult& r) {
+namespace {
+
+// One iteration's figures in the report (host times null on sim: its clock is the model's).
+nlohmann::json iteration_json(const IterationStats& s, const TrainConfig& c) {
   using nlohmann::json;
-  const auto& c = r.config;
-  const std::optional<double> replay = replay_ratio(r);
-  json iters = json::array();
-  size_t peak_alloc = 0, peak_res = 0;
-  double total_ms = 0;
-  for (const auto& s : r.iterations) {
-    peak_alloc = std::max(peak_alloc, s.peak_allocated);
-    peak_res = std::max(peak_res, s.peak_reserved);
-    total_ms += s.time_ms;
-    iters.push_back({{"iteration", s.iteration},
-                     {"loss", s.has_loss ? json(s.loss) : json(nullptr)},
-                     {"time_ms", s.time_ms},
-                     // host times: the sim's clock is the model's, so none there
-                     {"host_launch_ms", c.backend == "sim" ? json(nullptr) : json(s.host_launch_ms)},
-                     {"host_drain_ms", c.backend == "sim" ? json(nullptr) : json(s.host_drain_ms)},
-                     {"host_kernel_ms", c.backend == "sim" ? json(nullptr) : json(s.host_kernel_ms)},
-                     {"host_alloc_ms", c.backend == "sim" ? json(nullptr) : json(s.host_alloc_ms)},
-                     {"host_after_op_ms", c.backend == "sim" ? json(nullptr) : json(s.host_after_op_ms)},
-                     {"host_plan_ms", c.backend == "sim" ? json(nullptr) : json(s.host_plan_ms)},
-                     {"peak_allocated_bytes", s.peak_allocated},
-                     {"peak_reserved_bytes", s.peak_reserved},
-                     {"peak_host_bytes", s.peak_host},
-                     {"host_skipped_swaps", s.counters.host_skipped_swaps},
-                     {"fragmentation", s.fragmentation},
-                     {"swapped_out_bytes", s.counters.swapped_out_bytes},
-                     {"swapped_in_bytes", s.counters.swapped_in_bytes},
-                     {"swap_outs", s.counters.swap_outs},
-                     {"swap_ins", s.counters.swap_ins},
-                     {"prefetches", s.counters.prefetches},
-                     {"dropped", s.counters.dropped},
-                     {"recomputed_ops", s.counters.recomputed_ops},
-                     {"recompute_ms", s.counters.recompute_ms},
-                     {"recompute_by_kind", recompute_json(s)},
-                     {"recompute_chains", chains_json(s)},
-                     {"stall_ms", s.counters.stall_ms},
-                     {"evictions", s.counters.evictions},
-                     {"compactions", s.counters.compactions},
-                     {"compacted_bytes", s.counters.compacted_bytes},
-                     {"compacted_blocks", s.counters.compacted_blocks},
-                     {"compaction_ms", s.counters.compact_ms},
-                     {"compressed_bytes", s.counters.compressed_bytes},
-                     {"compressed_to_bytes", s.counters.compressed_to_bytes},
-                     {"compression_ratio", s.counters.compressed_bytes ? json(static_cast<double>(s.counters.compressed_to_bytes) /
-                                                                              static_cast<double>(s.counters.compressed_bytes))
-                                                                       : json(nullptr)},
-                     {"compressions", s.counters.compressions},
-                     {"decompressions", s.counters.decompressions},
-                     {"on_demand_decompressions", s.counters.on_demand_decompressions},
-                     {"compress_overflows", s.counters.compress_overflows},
-                     {"compress_skipped", s.counters.compress_skipped},
-                     {"lean_conv_fallbacks", s.counters.lean_conv_fallbacks},
-                     {"op_times_on_device", s.op_times_on_device},
-                     {"compress_ms", s.counters.compress_ms},
-                     {"decompress_ms", s.counters.decompress_ms}});
-    if (s.paged) iters.back()["unified_memory"] = paging_json(s.paging);
-  }
+  json it = {{"iteration", s.iteration},
+             {"loss", s.has_loss ? json(s.loss) : json(nullptr)},
+             {"time_ms", s.time_ms},
+             // host times: the sim's clock is the model's, so none there
+             {"host_launch_ms", c.backend == "sim" ? json(nullptr) : json(s.host_launch_ms)},
+             {"host_drain_ms", c.backend == "sim" ? json(nullptr) : json(s.host_drain_ms)},
+             {"host_kernel_ms", c.backend == "sim" ? json(nullptr) : json(s.host_kernel_ms)},
+             {"host_alloc_ms", c.backend == "sim" ? json(nullptr) : json(s.host_alloc_ms)},
+             {"host_after_op_ms", c.backend == "sim" ? json(nullptr) : json(s.host_after_op_ms)},
+             {"host_plan_ms", c.backend == "sim" ? json(nullptr) : json(s.host_plan_ms)},
+             {"peak_allocated_bytes", s.peak_allocated},
+             {"peak_reserved_bytes", s.peak_reserved},
+             {"peak_host_bytes", s.peak_host},
+             {"host_skipped_swaps", s.counters.host_skipped_swaps},
+             {"fragmentation", s.fragmentation},
+             {"swapped_out_bytes", s.counters.swapped_out_bytes},
+             {"swapped_in_bytes", s.counters.swapped_in_bytes},
+             {"swap_outs", s.counters.swap_outs},
+             {"swap_ins", s.counters.swap_ins},
+             {"prefetches", s.counters.prefetches},
+             {"dropped", s.counters.dropped},
+             {"recomputed_ops", s.counters.recomputed_ops},
+             {"recompute_ms", s.counters.recompute_ms},
+             {"recompute_by_kind", recompute_json(s)},
+             {"recompute_chains", chains_json(s)},
+             {"stall_ms", s.counters.stall_ms},
+             {"evictions", s.counters.evictions},
+             {"compactions", s.counters.compactions},
+             {"compacted_bytes", s.counters.compacted_bytes},
+             {"compacted_blocks", s.counters.compacted_blocks},
+             {"compaction_ms", s.counters.compact_ms},
+             {"compressed_bytes", s.counters.compressed_bytes},
+             {"compressed_to_bytes", s.counters.compressed_to_bytes},
+             {"compression_ratio", s.counters.compressed_bytes ? json(static_cast<double>(s.counters.compressed_to_bytes) /
+                                                                      static_cast<double>(s.counters.compressed_bytes))
+                                                               : json(nullptr)},
+             {"compressions", s.counters.compressions},
+             {"decompressions", s.counters.decompressions},
+             {"on_demand_decompressions", s.counters.on_demand_decompressions},
+             {"compress_overflows", s.counters.compress_overflows},
+             {"compress_skipped", s.counters.compress_skipped},
+             {"lean_conv_fallbacks", s.counters.lean_conv_fallbacks},
+             {"op_times_on_device", s.op_times_on_device},
+             {"compress_ms", s.counters.compress_ms},
+             {"decompress_ms", s.counters.decompress_ms}};
+  if (s.paged) it["unified_memory"] = paging_json(s.paging);
+  return it;
+}
+
+// The last iteration's per-op memory timeline: its columns and points.
+nlohmann::json timeline_json(const TrainResult& r) {
+  using nlohmann::json;
   json timeline = json::array();
   json timeline_columns = {"op_index", "allocated_bytes", "reserved_bytes"};
   for (size_t h = 0; h < kHeldByCount; ++h) timeline_columns.push_back(std::string("held: ") + to_string(static_cast<HeldBy>(h)));
@@ -496,30 +495,72 @@ std::string report_json(const TrainResult& r) {
       row.push_back(v);
     timeline.push_back(row);
   }
+  return json{{"columns", timeline_columns}, {"points", timeline}, {"ops", r.timeline_ops}};
+}
+
+nlohmann::json config_json(const TrainConfig& c) {
+  using nlohmann::json;
+  return json{{"model", c.model.name},
+              {"batch", c.model.batch},
+              {"image_size", c.model.image_size},
+              {"width", c.model.width},
+              {"classes", c.model.classes},
+              {"policy", c.policy},
+              {"lossy", c.policy_options.text("lossy") ? json(*c.policy_options.text("lossy")) : json(nullptr)},  // the math changes
+              {"policy_options", c.policy_options.values()},  // as given
+              {"backend", c.backend},
+              {"gpu", c.gpu.empty() ? json(nullptr) : json(c.gpu)},
+              {"allocator", c.allocator},
+              {"planner", c.planner},
+              {"budget_bytes", c.budget},
+              {"host_budget_bytes", c.host_budget ? json(c.host_budget) : json(nullptr)},
+              {"iters", c.iters},
+              {"seed", c.seed},
+              {"optimizer", to_string(c.optimizer.kind)},
+              {"lr", c.optimizer.lr},
+              {"weight_decay", c.optimizer.weight_decay},
+              {"momentum", c.optimizer.momentum},
+              {"step_in_backward", c.optimizer.in_backward},
+              {"inplace_relu_grad", c.inplace_relu_grad}};
+}
+
+// The last iteration's compressed tensors.
+nlohmann::json compression_json(const TrainResult& r) {
+  using nlohmann::json;
+  json comp = json::array();
+  for (const auto& c : r.compression)
+    comp.push_back({{"tensor", c.id},
+                    {"name", static_cast<size_t>(c.id) < r.tensor_names.size() ? r.tensor_names[static_cast<size_t>(c.id)] : ""},
+                    {"codec", to_string(c.codec)},
+                    {"bytes_before", c.bytes_before},
+                    {"bytes_after", c.bytes_after},
+                    {"buffer_bytes", c.capacity},
+                    {"compress_ms", c.compress_ms},
+                    {"decompress_ms", c.decompress_ms},
+                    {"stall_ms", c.stall_ms},
+                    {"compressions", c.compressions},
+                    {"overflows", c.overflows},
+                    {"on_demand_decompressions", c.on_demand}});
+  return comp;
+}
+
+}  // namespace
+
+std::string report_json(const TrainResult& r) {
+  using nlohmann::json;
+  const auto& c = r.config;
+  const std::optional<double> replay = replay_ratio(r);
+  json iters = json::array();
+  size_t peak_alloc = 0, peak_res = 0;
+  double total_ms = 0;
+  for (const auto& s : r.iterations) {
+    peak_alloc = std::max(peak_alloc, s.peak_allocated);
+    peak_res = std::max(peak_res, s.peak_reserved);
+    total_ms += s.time_ms;
+    iters.push_back(iteration_json(s, c));
+  }
   json j = {
-      {"config",
-       {{"model", c.model.name},
-        {"batch", c.model.batch},
-        {"image_size", c.model.image_size},
-        {"width", c.model.width},
-        {"classes", c.model.classes},
-        {"policy", c.policy},
-        {"lossy", c.policy_options.text("lossy") ? json(*c.policy_options.text("lossy")) : json(nullptr)},  // the math changes
-        {"policy_options", c.policy_options.values()},  // as given
-        {"backend", c.backend},
-        {"gpu", c.gpu.empty() ? json(nullptr) : json(c.gpu)},
-        {"allocator", c.allocator},
-        {"planner", c.planner},
-        {"budget_bytes", c.budget},
-        {"host_budget_bytes", c.host_budget ? json(c.host_budget) : json(nullptr)},
-        {"iters", c.iters},
-        {"seed", c.seed},
-        {"optimizer", to_string(c.optimizer.kind)},
-        {"lr", c.optimizer.lr},
-        {"weight_decay", c.optimizer.weight_decay},
-        {"momentum", c.optimizer.momentum},
-        {"step_in_backward", c.optimizer.in_backward},
-        {"inplace_relu_grad", c.inplace_relu_grad}}},
+      {"config", config_json(c)},
       {"device", r.device},
       {"graph", {{"ops", r.num_ops}, {"tensors", r.num_tensors}, {"param_bytes", r.param_bytes},
                  {"persistent_bytes", r.persistent_bytes}}},
@@ -537,25 +578,8 @@ std::string report_json(const TrainResult& r) {
   };
   if (!r.policy_report.is_null()) j["policy_report"] = r.policy_report;
   if (!r.allocator_report.is_null()) j["allocator_report"] = r.allocator_report;
-  if (!r.compression.empty()) {
-    json comp = json::array();
-    for (const auto& c : r.compression)
-      comp.push_back({{"tensor", c.id},
-                      {"name", static_cast<size_t>(c.id) < r.tensor_names.size() ? r.tensor_names[static_cast<size_t>(c.id)] : ""},
-                      {"codec", to_string(c.codec)},
-                      {"bytes_before", c.bytes_before},
-                      {"bytes_after", c.bytes_after},
-                      {"buffer_bytes", c.capacity},
-                      {"compress_ms", c.compress_ms},
-                      {"decompress_ms", c.decompress_ms},
-                      {"stall_ms", c.stall_ms},
-                      {"compressions", c.compressions},
-                      {"overflows", c.overflows},
-                      {"on_demand_decompressions", c.on_demand}});
-    j["compression"] = comp;
-  }
-  if (!r.timeline.empty())
-    j["memory_timeline"] = {{"columns", timeline_columns}, {"points", timeline}, {"ops", r.timeline_ops}};
+  if (!r.compression.empty()) j["compression"] = compression_json(r);
+  if (!r.timeline.empty()) j["memory_timeline"] = timeline_json(r);
   return j.dump(2);
 }
 
