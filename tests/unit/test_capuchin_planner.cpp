@@ -1108,6 +1108,23 @@ TEST(LinearProgram, TheLinkAndARecomputationShareTheBytesOverTheBudget) {
   EXPECT_TRUE(lp_pins(link, 0.5, LpTiming::kPlanner, false, true).empty());
 }
 
+// The LP's limit counts simplex iterations (the same answer on every machine, however loaded):
+// the trace above needs more than one, so a limit of one stops it, with no bound and no pins.
+TEST(LinearProgram, TheIterationLimitStopsTheSolverWithNoBound) {
+  const TraceBuilder tb = a_and_b(true);
+  const LpResult full = solve_lp(tb.in);
+  ASSERT_EQ(full.status, "optimal");
+  ASSERT_GT(full.iterations, 1);
+  LpOptions o;
+  o.max_iterations = 1;
+  o.time_limit_s = 0;  // no wall net
+  const LpResult cut = solve_lp(tb.in, o);
+  EXPECT_EQ(cut.status, "iteration limit");
+  EXPECT_FALSE(cut.bound);
+  EXPECT_LE(cut.iterations, 1);
+  EXPECT_TRUE(lp_pins(cut).empty());
+}
+
 // With a copy's bytes on the device while in flight (LpOptions::in_flight_on_device), a gap
 // within one segment frees nothing by a swap: on the trace above A's gap is op 1 alone, so half of
 // A is recomputed, op 0's 1 ms per 100 MiB: 0.5 ms, above the bound's 4/11; the result is no

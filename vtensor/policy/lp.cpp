@@ -543,12 +543,14 @@ bool solve_relaxation(Lp& lp, ClpSimplex& model, LpResult& out) {
   }
   for (size_t c = 0; c < mx.obj.size(); ++c) start[c + 1] += start[c];
   model.setLogLevel(0);
-  // Wall seconds: Clp's plain limit counts the process's CPU time, which the other LP solved
-  // beside this one (auto's second model) spends too, halving the limit.
-  model.setMaximumWallSeconds(opt.time_limit_s);
+  model.setMaximumIterations(opt.max_iterations);
+  // The net in wall seconds (Clp's plain limit counts the process's CPU time, which the other LP
+  // solved beside this one spends too).
+  if (opt.time_limit_s > 0) model.setMaximumWallSeconds(opt.time_limit_s);
   model.loadProblem(out.columns, out.rows, start.data(), index.data(), value.data(), mx.col_lo.data(),
                     mx.col_hi.data(), mx.obj.data(), mx.row_lo.data(), mx.row_hi.data());
   model.initialSolve();  // Clp picks the method (primal on these: 2-3x the dual's speed)
+  out.iterations = model.numberIterations();
   const int status = model.status();
   if (status == 1) {
     // No fractions cover an op: it needs more than the budget (with copies in flight on the
@@ -559,7 +561,9 @@ bool solve_relaxation(Lp& lp, ClpSimplex& model, LpResult& out) {
     return false;
   }
   if (status != 0) {
-    out.status = status == 3 ? "time limit" : "solver status " + std::to_string(status);
+    out.status = status != 3                                ? "solver status " + std::to_string(status)
+                 : out.iterations >= opt.max_iterations ? "iteration limit"
+                                                        : "time limit";
     return false;
   }
   out.status = "optimal";

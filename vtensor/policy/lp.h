@@ -53,7 +53,10 @@ struct LpOptions {
   int max_rows = 384;        // ops over the budget constrained at most (most over first, then spread)
   long long max_memory_nonzeros = 300000;  // fewer constrained ops past this
   long long max_columns = 30000;           // fewer segments past this
-  double time_limit_s = 2;   // Clp's limit, wall seconds; past it there is no bound
+  // Clp's limit, in simplex iterations (counted work: the same answer on every machine, however
+  // loaded); past it there is no bound. The largest LPs of the bench's models take under a tenth.
+  int max_iterations = 200000;
+  double time_limit_s = 60;  // a net in wall seconds, far past what max_iterations takes (0: none)
   // Gaps of fewer bytes than this fraction of the budget leave the device at no cost (optimistic,
   // so the optimum still bounds; far fewer columns).
   double small_fraction = 1.0 / 1024;
@@ -108,6 +111,7 @@ struct LpResult {
   double compressed_bytes = 0;     // the compressed fractions' bytes before compression (LpOptions::codec)
   int segments = 0, columns = 0, rows = 0, constrained_ops = 0;
   long long nonzeros = 0;
+  int iterations = 0;              // Clp's simplex iterations
   double wall_ms = 0;
   std::vector<LpGap> gaps;
   LpInteger integer;

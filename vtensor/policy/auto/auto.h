@@ -228,8 +228,8 @@ class AutoPolicy final : public Policy, public RehearsingPolicy, public Planning
   // Seconds for the integer program over the LP's fractional gaps (lp.h, Cbc; 0: none). Its plan,
   // where it differs from the LP's rounding, is rehearsed as the LP's are: more starts.
   void set_ilp_seconds(double s) { ilp_seconds_ = s; }
-  // Clp's wall limit on each LP (LpOptions::time_limit_s). Tests give one a test-sized LP cannot
-  // reach, so that what they assert does not depend on the machine's speed.
+  // Clp's wall-seconds net on each LP (LpOptions::time_limit_s; the LP's limit is counted in
+  // iterations, LpOptions::max_iterations). Tests give one a test-sized LP cannot reach.
   void set_lp_seconds(double s) { lp_seconds_ = s; }
   // The densities the measured iteration had for the compression candidates (null: none).
   const std::shared_ptr<const DensityTable>& densities() const { return densities_; }

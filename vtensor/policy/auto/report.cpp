@@ -231,7 +231,7 @@ void AutoPolicy::report_lp(nlohmann::json& out) const {
                  {"recompute_ms", l.recompute_ms}, {"stall_ms", l.stall_ms}, {"swapped_bytes", l.swapped_bytes},
                  {"recomputed_bytes", l.recomputed_bytes}, {"segments", l.segments}, {"columns", l.columns},
                  {"rows", l.rows}, {"nonzeros", l.nonzeros}, {"constrained_ops", l.constrained_ops},
-                 {"wall_ms", l.wall_ms}, {"pins", lp_variants_.empty() ? 0 : lp_variants_[0].pins.size()}, {"threshold", kLpThresholds[0]}, {"rehearsals", reh}};
+                 {"iterations", l.iterations}, {"wall_ms", l.wall_ms}, {"pins", lp_variants_.empty() ? 0 : lp_variants_[0].pins.size()}, {"threshold", kLpThresholds[0]}, {"rehearsals", reh}};
     out["lp"]["model"] = lp_model_ == LpModel::kBound      ? "bound"
                          : lp_model_ == LpModel::kInFlight ? "in-flight"
                          : lp_model_ == LpModel::kBoth     ? "both"
@@ -241,7 +241,7 @@ void AutoPolicy::report_lp(nlohmann::json& out) const {
       out["lp"]["compress"] = {{"status", c.status}, {"overhead_ms", std::isfinite(c.overhead_ms) ? json(c.overhead_ms) : json(nullptr)},
                                {"recompute_ms", c.recompute_ms}, {"swapped_bytes", c.swapped_bytes},
                                {"recomputed_bytes", c.recomputed_bytes}, {"compressed_bytes", c.compressed_bytes},
-                               {"wall_ms", c.wall_ms}};
+                               {"iterations", c.iterations}, {"wall_ms", c.wall_ms}};
       int pins = 0;  // the compressions its first rounding pins
       for (const auto& p : lp_pins(c, kLpThresholds[0])) pins += p.decision == CapuchinDecision::kCompress;
       out["lp"]["compress"]["compress_pins"] = pins;
@@ -249,7 +249,7 @@ void AutoPolicy::report_lp(nlohmann::json& out) const {
       const auto& f = lp_in_flight_;
       out["lp"]["in_flight"] = {{"status", f.status}, {"overhead_ms", std::isfinite(f.overhead_ms) ? json(f.overhead_ms) : json(nullptr)},
                                 {"recompute_ms", f.recompute_ms}, {"swapped_bytes", f.swapped_bytes},
-                                {"recomputed_bytes", f.recomputed_bytes}, {"wall_ms", f.wall_ms}};
+                                {"recomputed_bytes", f.recomputed_bytes}, {"iterations", f.iterations}, {"wall_ms", f.wall_ms}};
     }
     const bool finite = l.bound && std::isfinite(l.overhead_ms);
     out["lp"]["overhead_ms"] = finite ? json(l.overhead_ms) : json(nullptr);
