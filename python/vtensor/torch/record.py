@@ -6,7 +6,7 @@ policy (and `auto`) can be replayed on it on the sim backend.
 
 The log is DTR's operator-log format (Kirisame et al., ICLR'21; vtensor/memory/trace_io.h reads
 it): JSON lines of CONSTANT (a tensor that exists before the step: parameters, inputs) with its
-MEMORY, CALL (an aten op: its arguments, results, measured time in ns), each result's MEMORY and
+MEMORY (0 where a live tensor of the log already holds its storage), CALL (an aten op: its arguments, results, measured time in ns), each result's MEMORY and
 ALIAS (the argument whose storage a view shares, "-1" for new bytes), MUTATE (an in-place op: the
 indices of the arguments it writes; on a CALL line, the arguments an op with results also writes), RELEASE (the last Python or autograd reference is gone), and
 ANNOTATE START / BACKWARD. A TorchDispatchMode records every op dispatched on the calling thread
@@ -45,6 +45,7 @@ class _Recorder(TorchDispatchMode):
         self.pending = []        # releases seen while an op ran
         self.count = 0
         self.ops = 0
+        self.holder = {}         # storage ptr -> weakref to the named tensor whose MEMORY line has its bytes
 
     def emit(self, **rec):
         self.out.write(json.dumps(rec, sort_keys=True) + "\n")
@@ -70,10 +71,21 @@ class _Recorder(TorchDispatchMode):
                                                                          self._release(n))), name)
         return name
 
+    def _holds(self, t):
+        """Whether a live named tensor already counts t's storage (DDP's gradients, views of its
+        bucket made outside dispatch, are many constants over one storage)."""
+        ptr = t.untyped_storage().data_ptr()
+        w = self.holder.get(ptr)
+        if ptr and w is not None and w() is not None:
+            return True
+        if ptr:
+            self.holder[ptr] = weakref.ref(t)
+        return False
+
     def constant(self, t):
         name = self._new_name(t)
         self.emit(INSTRUCTION="CONSTANT", NAME=name)
-        self.emit(INSTRUCTION="MEMORY", MEMORY=str(_nbytes(t)), NAME=name)
+        self.emit(INSTRUCTION="MEMORY", MEMORY="0" if self._holds(t) else str(_nbytes(t)), NAME=name)
         return name
 
     def arg_names(self, args):
@@ -117,6 +129,8 @@ class _Recorder(TorchDispatchMode):
             for r, n in zip(fresh, rnames):
                 ptr = r.untyped_storage().data_ptr()
                 alias = next((i for i, a in enumerate(tensors) if a.untyped_storage().data_ptr() == ptr and ptr), -1)
+                if alias < 0 and ptr:
+                    self.holder[ptr] = weakref.ref(r)
                 self.emit(INSTRUCTION="MEMORY", MEMORY=str(_nbytes(r)), NAME=n)
                 self.emit(INSTRUCTION="ALIAS", ALIAS=str(alias), NAME=n)
         self.flush()
