@@ -5,9 +5,9 @@ op that made a storage, with the RNG state it saw."""
 import mmap
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from vtensor.torch import _saved
+from vtensor.torch._flat import fill, tensors_in
 from vtensor.torch._step_record import _Paused, _storage_key
 
 
@@ -117,6 +117,7 @@ class _Guided:
 
     # ------------------------------------------------------------------ at op boundaries
     def _before_op(self, k):
+        made_before = self._s["moves_made"]
         if self._on_plan:
             if k >= len(self._plan["ops"]):
                 self._diverged(f"the step runs more ops than the measured one's {len(self._plan['ops'])}")
@@ -126,7 +127,9 @@ class _Guided:
                     self._move(kind, name)
         if self._plan is not None:
             made = self._plan["made"]
-            self._keep_within_budget(made[k] if self._on_plan and k < len(made) else 0)
+            # The last op's sample still holds where no move ran since (malloc's count is not free).
+            now = self._sampled if self._s["moves_made"] == made_before else None
+            self._keep_within_budget(made[k] if self._on_plan and k < len(made) else 0, now)
 
     def _after_op(self, k):
         if self._on_plan and self._rec.op_names[k] != self._plan["ops"][k]:
@@ -147,7 +150,7 @@ class _Guided:
         self._sample()
 
     def _sample(self):
-        b = self._device_bytes()
+        b = self._sampled = self._device_bytes()
         if b > self._peak:
             self._peak, self._peak_op = b, self._rec.ops if self._rec is not None else None
 
@@ -169,12 +172,13 @@ class _Guided:
             return
         self._s["moves_made"] += 1
 
-    def _keep_within_budget(self, coming=0):
+    def _keep_within_budget(self, coming=0, now=None):
         """Passive eviction: saved tensors to host, least recently used first, until the device
         holds the budget less `coming` (the bytes the next op makes) and the slack, or none is left
-        to move."""
+        to move. now: the device's bytes, where just read."""
         tried = set()
-        while self._device_bytes() + coming + self.slack > self.budget:
+        while (now if now is not None else self._device_bytes()) + coming + self.slack > self.budget:
+            now = None
             resident = [e for e in self._entries.values() if e.alive and e.loc == "device" and id(e) not in tried
                         and not self._rec.held(e.name)]
             if not resident:
@@ -239,7 +243,7 @@ class _Guided:
         p = rec.producer.get(name)
         if p is None or p[0] >= len(rec.recipes) or rec.recipes[p[0]] is None:
             return False
-        for _, n, version in rec.recipes[p[0]][3]:
+        for _, n, version in rec.recipes[p[0]][2]:
             owner = rec.geometry[n][0] if n in rec.geometry else n
             w = rec.live.get(n)
             if n in rec.constants or (w is not None and w() is not None):
@@ -274,11 +278,11 @@ class _Guided:
             return e.dev
         rec = self._rec
         k, j = rec.producer[owner]
-        func, plain, spec, slots, rng = rec.recipes[k]
-        flat = list(plain)
+        func, plain, slots, rng = rec.recipes[k]
+        values = [None] * len(slots)
         for i, n, _ in slots:
-            flat[i] = self._value(n, memo)
-        args, kwargs = tree_unflatten(flat, spec)
+            values[i] = self._value(n, memo)
+        args, kwargs = fill(plain, values)
         state = None
         if rng is not None:
             state = self._rng_state()
@@ -290,7 +294,7 @@ class _Guided:
             if state is not None:
                 self._set_rng_state(state)
         self._s["recomputed_ops"] += 1
-        t = [r for r in tree_flatten(out)[0] if isinstance(r, torch.Tensor)][j]
+        t = tensors_in(out)[j]
         u8 = torch.empty(0, dtype=torch.uint8, device=t.device)
         u8.set_(t.untyped_storage())
         memo[owner] = u8

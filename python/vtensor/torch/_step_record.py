@@ -4,9 +4,9 @@ results, each name's storage owner and geometry, the step's hooks at each op bou
 import weakref
 
 import torch
-from torch.utils._pytree import tree_flatten
 
-from vtensor.torch.record import _Recorder
+from vtensor.torch._flat import strip, tensors_in
+from vtensor.torch.record import _Recorder, op_info
 
 
 def _storage_key(t):
@@ -61,7 +61,7 @@ class _StepRecorder(_Recorder):
         self.owner = {}        # storage ptr -> the name of the tensor whose op made that storage
         self.producer = {}     # name of a storage's maker -> (op index, result index)
         self.geometry = {}     # name -> (owner name, dtype, size, stride, storage offset)
-        self.recipes = []      # per forward op: (func, plain args, spec, [(slot, name)], rng state) or None
+        self.recipes = []      # per forward op: (func, args with tensors as slots, [(slot, name, version)], rng state) or None
         self.live = {}         # name -> weakref to this step's tensor
         self.constants = {}    # name -> tensor (held for the step: a recomputation may read it)
         self.op_names = []
@@ -111,15 +111,20 @@ class _StepRecorder(_Recorder):
             self.backward_at = k
             self.flush()
             self.emit(ANNOTATION="BACKWARD", INSTRUCTION="ANNOTATE")
-        with _Paused(self):
+        self.paused = True
+        try:
             self.step._before_op(k)
+        finally:
+            self.paused = False
+        _, writes, func_name, seeded = op_info(func)
         forward = self.backward_at is None
-        rng = self.step._rng_state() if forward and torch.Tag.nondeterministic_seeded in func.tags else None
-        inputs = {_storage_key(a) for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)}
-        known = {id(r) for r in tree_flatten((args, kwargs))[0] if isinstance(r, torch.Tensor)}
+        rng = self.step._rng_state() if forward and seeded else None
+        given = tensors_in((args, kwargs))
+        inputs = {_storage_key(a) for a in given}
+        known = {id(r) for r in given}
         out = super().__torch_dispatch__(func, types, args, kwargs)
-        results = [r for r in tree_flatten(out)[0] if isinstance(r, torch.Tensor)]
-        self.op_names.append((str(func), tuple(tuple(r.shape) for r in results)))
+        results = tensors_in(out)
+        self.op_names.append((func_name, tuple(tuple(r.shape) for r in results)))
         made = 0
         for j, r in enumerate(results):
             name = self.name_of(r)
@@ -133,17 +138,21 @@ class _StepRecorder(_Recorder):
             self._note(name, r)
         self.made.append(made)
         if forward and self.keep_recipes:
-            self.recipes.append(self._recipe(func, args, kwargs, rng))
-        with _Paused(self):
+            self.recipes.append(None if writes else self._recipe(func, args, kwargs, rng))
+        self.paused = True
+        try:
             self.step._after_op(k)
+        finally:
+            self.paused = False
         return out
 
     def _recipe(self, func, args, kwargs, rng):
-        if any(a.alias_info is not None and a.alias_info.is_write for a in func._schema.arguments):
-            return None  # it writes an input (batch norm's running statistics): run once only
-        flat, spec = tree_flatten((args, kwargs))
-        slots = [(i, self.name_of(a), a._version) for i, a in enumerate(flat) if isinstance(a, torch.Tensor)]
+        """How to make the op's results again (None where it writes an input, as batch norm's
+        running statistics: it runs once only)."""
+        given = []
+        plain = strip((args, kwargs), given)
+        slots = [(i, self.name_of(a), a._version) for i, a in enumerate(given)]
         if any(n is None for _, n, _ in slots):
             return None
-        return func, [None if isinstance(a, torch.Tensor) else a for a in flat], spec, slots, rng
+        return func, plain, slots, rng
 

@@ -44,3 +44,4 @@ def check_nonnegative_int(value, what):
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"{what} must be an int >= 0, got {value!r}")
     return value
+

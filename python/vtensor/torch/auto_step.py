@@ -206,6 +206,7 @@ class AutoStep(_Planning, _Guided):
         self._entries = {}      # storage owner's name -> _Entry (this step's)
         self._clock = 0
         self._waiting = []      # prefetches that did not fit yet
+        self._sampled = None    # the device's bytes at the last op boundary
         self._on_plan = not measuring
         if self.cuda:
             torch.cuda.synchronize()

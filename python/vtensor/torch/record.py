@@ -25,11 +25,27 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from vtensor.torch._flat import tensors_in
 from vtensor.torch._util import check_module
 
 
 def _nbytes(t):
     return t.untyped_storage().nbytes()
+
+
+_OPS = {}
+
+
+def op_info(func):
+    """(the op's name, its written arguments as (position, name), str(func), whether it draws random
+    numbers): read from its schema once per op (a schema is rebuilt on every access)."""
+    info = _OPS.get(func)
+    if info is None:
+        writes = tuple((i, a.name) for i, a in enumerate(func._schema.arguments)
+                       if a.alias_info is not None and a.alias_info.is_write)
+        info = _OPS[func] = (str(func.overloadpacket.__name__), writes, str(func),
+                             torch.Tag.nondeterministic_seeded in func.tags)
+    return info
 
 
 def _index(tensors, t):
@@ -97,8 +113,7 @@ class _Recorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        flat, _ = tree_flatten((args, kwargs))
-        tensors = [a for a in flat if isinstance(a, torch.Tensor)]
+        tensors = tensors_in((args, kwargs))
         names = self.arg_names(tensors)
         self.flush()
         if self.sync:
@@ -110,14 +125,13 @@ class _Recorder(TorchDispatchMode):
         ns = time.perf_counter_ns() - t0
         self.ops += 1
         mutated = []
-        for i, a in enumerate(func._schema.arguments):
-            if a.alias_info is not None and a.alias_info.is_write:
-                v = args[i] if i < len(args) else kwargs.get(a.name)
-                if isinstance(v, torch.Tensor) and _index(tensors, v) >= 0:
-                    mutated.append(_index(tensors, v))
-        results = [r for r in tree_flatten(out)[0] if isinstance(r, torch.Tensor)]
+        op, writes, _, _ = op_info(func)
+        for i, arg in writes:
+            v = args[i] if i < len(args) else kwargs.get(arg)
+            if isinstance(v, torch.Tensor) and _index(tensors, v) >= 0:
+                mutated.append(_index(tensors, v))
+        results = tensors_in(out)
         fresh = [r for r in results if self.name_of(r) is None]
-        op = str(func.overloadpacket.__name__)
         if mutated and not fresh:
             self.emit(INSTRUCTION="MUTATE", NAME=op, ARGS=names, MUTATE=sorted(set(mutated)),
                       TIME=str(ns))
