@@ -18,3 +18,24 @@ EXPERIMENTS["torch-policies"] = {
                 ("real peak MiB", "peak", "{:.2f}"), ("saved held MiB", "held", "{:.2f}"),
                 ("bit-identical", "identical"), ("what it did", "note")],
 }
+
+
+EXPERIMENTS["torch-auto"] = {
+    "kind": "torch",
+    "about": "vtensor.torch.auto beside PyTorch's own ways to cut a step's peak, on CPU torch 2.11 with one thread, "
+             "4 AdamW steps per row: selective activation checkpointing per block with a hand-written policy (save "
+             "matmul and convolution outputs), torch.utils.checkpoint per block, torch.compile with "
+             "activation_memory_budget 0.5 (backend aot_eager_decomp_partition), save_on_cpu; then vt.auto with each "
+             "one's measured peak as its budget, and at 50% of plain's peak. Time is the median of steps 2-4 (step 1 "
+             "is auto's measured step and compile's compile) against plain's; peak is vt.StepPeak's (parameters, "
+             "gradients, optimizer state and malloc's bytes at op boundaries; compile runs no per-op hook, so its "
+             "peak is the sampled one only); sampled is a thread reading malloc's count in a loop; MiB to host and "
+             "ops recomputed per step (PyTorch's: aten ops dispatched beyond plain's); auto vs them is auto's time "
+             "over theirs (below 1: auto faster). On CPU host and device are one memory: save_on_cpu frees nothing",
+    "script": "bench/torch_auto.py",
+    "args": ["--steps", "4"],
+    "columns": [("model", "model"), ("method", "method"), ("time vs plain", "ratio", "{:.2f}x"),
+                ("peak MiB", "peak", "{:.2f}"), ("sampled peak MiB", "sampled", "{:.2f}"),
+                ("MiB to host", "moved", "{:.2f}"), ("ops recomputed", "recomputed"), ("auto vs them", "vs"),
+                ("bit-identical", "identical"), ("note", "note")],
+}
