@@ -269,3 +269,29 @@ def test_the_measured_step_replays_under_every_policy(tmp_path):
             policy, r.stderr[-400:])
         trained += r.returncode == 0
     assert trained >= 5  # auto and the planners among them
+
+
+def test_a_log_the_runtime_cannot_read_falls_back_to_passive_offload(monkeypatch):
+    """Where the runtime cannot read the measured step's log (an op it does not know), no plan is
+    made: the steps after it offload saved tensors passively, least recently used first, and say
+    at which op the reader stopped; still bit-identical."""
+    from vtensor import _vtensor
+    real = _vtensor.plan_step
+
+    def unreadable(log, *args):
+        with open(log) as f:
+            lines = f.readlines()
+        line = next(i for i, l in enumerate(lines, 1) if '"CALL"' in l and '"mm"' in l)
+        raise ValueError(f"trace '{log}' line {line}: an op this build does not know")
+    monkeypatch.setattr(_vtensor, "plan_step", unreadable)
+    ref = train("gpt2", model=MODELS["gpt2"](), batch_size=BATCHES["gpt2"])
+    monkeypatch.setattr(_vtensor, "plan_step", real)
+    budget = int(_plain_peak("gpt2") * 0.5)
+    monkeypatch.setattr(_vtensor, "plan_step", unreadable)
+    got, step = _run_auto("gpt2", budget)
+    assert_identical(ref, got, "passive")
+    modes = [s["mode"] for s in step.history]
+    assert modes[:2] == ["measured", "measured"] and set(modes[2:]) == {"passive"}, modes
+    assert "could not be planned at op 'mm'" in step.history[0]["reason"], step.history[0]["reason"]
+    assert all(s["passive_evictions"] > 0 and s["moves_made"] == 0 for s in step.history[2:])
+    assert all(s["peak_bytes"] <= budget for s in step.history[2:]), (step.history, budget)

@@ -4,6 +4,7 @@ the sim's bytes per real byte; the plan made again from the kept log where a gui
 passed the budget (Capuchin's feedback); and the lowest budget a plan holds, where none holds."""
 import json
 import os
+import re
 import tempfile
 import time
 
@@ -18,10 +19,6 @@ class _Planning:
         traced = {_storage_key(c) for c in rec.constants.values()}
         held = sum(t.untyped_storage().nbytes() for t in self._at_start if _storage_key(t) not in traced)
         untraced = held + self._state_to_come()
-        sim_budget = self._sim_budget(rec, s["peak_bytes"] - held, untraced)
-        if sim_budget <= 0:
-            raise ValueError(f"budget {_vtensor.format_bytes(self.budget)} leaves nothing for the step beside the "
-                             f"{_vtensor.format_bytes(untraced)} it does not touch (optimizer state)")
         with open(self._log) as f:
             log = f.read()
         if self.log is not None:  # whole or not at all
@@ -29,6 +26,13 @@ class _Planning:
             with open(path + ".tmp", "w") as f:
                 f.write(log)
             os.replace(path + ".tmp", path)
+        try:
+            sim_budget = self._sim_budget(rec, s["peak_bytes"] - held, untraced)
+        except ValueError as e:  # the runtime cannot read the log (an op it does not know)
+            return self._passive_plan(rec, s, e, log)
+        if sim_budget <= 0:
+            raise ValueError(f"budget {_vtensor.format_bytes(self.budget)} leaves nothing for the step beside the "
+                             f"{_vtensor.format_bytes(untraced)} it does not touch (optimizer state)")
         t = time.perf_counter()
         r = self._solve(self._log, sim_budget, untraced)
         info = {"policy": self.policy, "summary": r["summary"], "ops": r["num_ops"], "moves": len(r["moves"]),
@@ -39,6 +43,31 @@ class _Planning:
         self.plans[self._key] = {"moves": self._moves_of(r), "ops": list(rec.op_names), "made": list(rec.made),
                                  "info": info, "report": r["report"], "log": log}
         s["plan"] = dict(info)
+
+    def _passive_plan(self, rec, s, err, log):
+        """A log the runtime cannot read: no moves planned, so that guided steps offload passively
+        (least recently used saved tensors to host where the next op would pass the budget), and
+        the reason names the op at the line the reader stopped at."""
+        msg = str(err)
+        m = re.search(r"line (\d+)", msg)
+        lines = log.splitlines()
+        op = None
+        if m and 0 < int(m.group(1)) <= len(lines):
+            try:
+                op = json.loads(lines[int(m.group(1)) - 1]).get("NAME")
+            except ValueError:
+                op = None
+        where = f"at op {op!r}" if op else "in its log"
+        reason = (f"the step could not be planned {where} ({msg}); guided steps offload passively, least recently "
+                  f"used first")
+        info = {"policy": "passive", "summary": reason, "ops": rec.ops, "moves": 0, "predicted_ms": None,
+                "predicted_peak_bytes": None, "sim_budget_bytes": None, "untraced_bytes": 0,
+                "sim_bytes_per_real_byte": None, "planning_s": 0.0, "link_gbps": self.link_gbps,
+                "planned_from": s["step"], "corrections": 0}
+        self.plans[self._key] = {"moves": {}, "ops": list(rec.op_names), "made": list(rec.made), "info": info,
+                                 "report": None, "log": log}
+        s["plan"] = dict(info)
+        s["reason"] = reason
 
     @staticmethod
     def _moves_of(r):
@@ -75,6 +104,10 @@ class _Planning:
         plan = self._plan
         info = plan["info"]
         if s["peak_bytes"] <= self.budget:
+            return
+        if info["policy"] == "passive":
+            s["reason"] = (f"the peak passed the budget by {_vtensor.format_bytes(s['peak_bytes'] - self.budget)} "
+                           f"under passive offload: {info['summary']}")
             return
         if info["corrections"] >= 3:
             s["reason"] = (f"the peak passed the budget by {_vtensor.format_bytes(s['peak_bytes'] - self.budget)} "

@@ -198,7 +198,7 @@ class AutoStep(_Planning, _Guided):
         self._key = tuple(p.grad is not None for p in self.model.parameters())
         self._plan = self.plans.get(self._key)
         measuring = self._plan is None
-        self._s = {"step": len(self.history) + 1, "mode": "measured" if measuring else "guided", "policy": self.policy,
+        self._s = {"step": len(self.history) + 1, "mode": "measured" if measuring else "passive" if self._plan["info"]["policy"] == "passive" else "guided", "policy": self.policy,
                    "budget": self.budget, "swapped_out_bytes": 0, "swapped_in_bytes": 0, "recomputed_ops": 0,
                    "late": 0, "prefetches_waited": 0, "passive_evictions": 0, "moves_made": 0, "moves_unreachable": 0, "moves_held": 0,
                    "saved_bytes": 0,
