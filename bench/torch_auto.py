@@ -44,7 +44,7 @@ import models as own  # noqa: E402
 import subjects  # noqa: E402
 
 MODELS = ("cnn", "tiny-gpt", "gpt2", "llama", "bert", "resnet18")
-BATCH = {"cnn": 64, "tiny-gpt": 64, "gpt2": 48, "llama": 48, "bert": 48, "resnet18": 32}
+BATCH = {"cnn": 64, "tiny-gpt": 64, "gpt2": 48, "llama": 48, "bert": 48, "resnet18": 96}
 SAVE = {"aten.mm.default", "aten.addmm.default", "aten.bmm.default", "aten.convolution.default",
         "aten._scaled_dot_product_flash_attention_for_cpu.default", "aten._scaled_dot_product_efficient_attention.default"}
 

@@ -39,3 +39,19 @@ EXPERIMENTS["torch-auto"] = {
                 ("MiB to host", "moved", "{:.2f}"), ("ops recomputed", "recomputed"), ("auto vs them", "vs"),
                 ("bit-identical", "identical"), ("note", "note")],
 }
+
+
+EXPERIMENTS["torch-auto-planning"] = {
+    "kind": "torch",
+    "about": "how long vt.auto plans a step against its op count: Hugging Face GPT-2 at GPT-2 small's width (768, 12 "
+             "heads, vocabulary 50257) with 4 to 24 layers (12 is GPT-2 small), batch 8 x 128, AdamW, CPU torch 2.11 "
+             "with one thread; the budget is parameters, gradients and AdamW's moments plus half the rest of the plain "
+             "step's peak (75% or 90% where no plan holds half); planning is `_vtensor.plan_step` under policy auto "
+             "on the sim with the replay that scales the budget (wall seconds on this machine)",
+    "script": "bench/torch_auto_planning.py",
+    "args": [],
+    "columns": [("layers", "layers"), ("aten ops", "ops"), ("planning s", "planning", "{:.2f}"),
+                ("moves", "moves"), ("budget MiB", "budget", "{:.0f}"), ("plain peak MiB", "peak", "{:.0f}"),
+                ("measured step s", "step", "{:.1f}"), ("predicted step s", "predicted_s", "{:.1f}"),
+                ("plan", "summary")],
+}

@@ -131,3 +131,17 @@ EXPERIMENTS["sim-calibrated"] = {
                 ("none's iteration: spec → calibrated", _calibrated_none),
                 ("auto at 50%: spec → calibrated", lambda c: _calibrated_cell(c, "50%")),
                 ("auto at 25%: spec → calibrated", lambda c: _calibrated_cell(c, "25%"))]}
+
+
+EXPERIMENTS["host-cost"] = {
+    "kind": "torch",
+    "about": "the runtime's own host work per op on the sim backend, where no kernel runs: per model and policy "
+             "`vtensor train --backend sim --gpu h100-80g --model M --batch B --policy P --budget X` for 3 and for "
+             "103 iterations, X half of none's peak; the wall-time difference over 100 iterations (auto's planning, "
+             "timed in its report, taken off each run), the median of 3 such pairs, per graph op; over none is what "
+             "the policy adds to the executor and the memory manager",
+    "script": "bench/host_cost.py",
+    "args": ["--repeats", "3"],
+    "columns": [("model", "model"), ("policy", "policy"), ("ops", "ops"), ("host ms / iteration", "wall_ms", "{:.2f}"),
+                ("µs / op", "us_per_op", "{:.2f}"), ("over none, µs / op", "over_none", "{:.2f}"), ("note", "note")],
+}
