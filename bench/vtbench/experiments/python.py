@@ -55,3 +55,19 @@ EXPERIMENTS["torch-auto-planning"] = {
                 ("measured step s", "step", "{:.1f}"), ("predicted step s", "predicted_s", "{:.1f}"),
                 ("plan", "summary")],
 }
+
+
+EXPERIMENTS["torch-replay"] = {
+    "kind": "torch",
+    "about": "a PyTorch step replayed under every C++ policy: the step vt.auto measures (Hugging Face GPT-2, Llama "
+             "and BERT from small configs at batch 48, the tests' tiny GPT at 64; AdamW; CPU torch 2.11) kept with "
+             "`log=`, then `vtensor sweep --trace LOG --gpu h100-80g --policies P,... --budgets 50%,25%` (every "
+             "policy `vtensor policies` lists): the sim model of that step with its measured op times (on CPU, so "
+             "copies at h100-80g's link hide behind them), the storages autograd saves movable and the rest "
+             "pinned; the predicted step against the unmanaged replay at 50% and 25% of the log's own peak, and MiB "
+             "swapped out and ops recomputed at 50%",
+    "script": "bench/torch_replay.py",
+    "args": [],
+    "columns": [("model", "model"), ("aten ops", "ops"), ("policy", "policy"), ("50%", "half"), ("25%", "quarter"),
+                ("MiB out at 50%", "moved", "{:.2f}"), ("recomputed at 50%", "recomputed")],
+}
