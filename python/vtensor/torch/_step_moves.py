@@ -37,15 +37,19 @@ class _Entry:
 
 
 class _Handle:
-    """What autograd holds for a saved tensor: its entry (counted) and its geometry."""
-    __slots__ = ("owner", "entry", "dtype", "size", "stride", "offset", "__weakref__")
+    """What autograd holds for a saved tensor: its entry (counted), its geometry, and its name on the
+    recorder (which writes the name's RELEASE only once the last handle is gone, as plain PyTorch's
+    saved tensor lives until autograd lets it go)."""
+    __slots__ = ("owner", "entry", "dtype", "size", "stride", "offset", "rec", "name", "__weakref__")
 
-    def __init__(self, owner, entry, t):
-        self.owner, self.entry = owner, entry
+    def __init__(self, owner, entry, t, name):
+        self.owner, self.entry, self.rec, self.name = owner, entry, owner._rec, name
         self.dtype, self.size, self.stride, self.offset = t.dtype, tuple(t.size()), tuple(t.stride()), t.storage_offset()
         entry.refs += 1
+        self.rec.hold(name)
 
     def __del__(self):
+        self.rec.let_go(self.name)
         self.entry.refs -= 1
         if self.entry.refs == 0:
             self.owner._release(self.entry)
@@ -64,11 +68,9 @@ class _Guided:
         if (name is None or owner is None or _saved.is_parameter(t) or owner in rec.constants
                 or _storage_key(t) in self._start_keys):
             return ("raw", t)
-        if self._plan is None:  # a measured step saves as plain PyTorch does: the log's lifetimes are its
-            if owner not in rec.saved:
-                rec.saved.add(owner)
-                rec.emit(INSTRUCTION="SAVED", NAME=name)  # the storages the plan may move
-            return ("raw", t)
+        if self._plan is None and owner not in rec.saved:  # the storages the plan may move
+            rec.saved.add(owner)
+            rec.emit(INSTRUCTION="SAVED", NAME=name)
         with _Paused(rec):
             e = self._entries.get(owner)
             if e is None or not e.alive:
@@ -84,7 +86,7 @@ class _Guided:
                 u8.set_(t.untyped_storage())
                 e.dev, e.host, e.mapping, e.event, e.loc = u8, None, None, None, "device"
         self._touch(e)
-        return ("e", _Handle(self, e, t), name)
+        return ("e", _Handle(self, e, t, name), name)
 
     def _unpack(self, packed):
         if packed[0] == "raw":
@@ -111,6 +113,8 @@ class _Guided:
 
     def _release(self, e):
         if e.alive:
+            if e.loc == "host":
+                self._host_bytes -= e.nbytes
             e.alive = False
             e.dev = e.host = e.mapping = e.event = None
             e.loc = "gone"
@@ -125,11 +129,11 @@ class _Guided:
             for kind, name in self._plan["moves"].get(k, ()):
                 if kind in ("swap_out", "drop", "compress"):
                     self._move(kind, name)
-        if self._plan is not None:
-            made = self._plan["made"]
-            # The last op's sample still holds where no move ran since (malloc's count is not free).
-            now = self._sampled if self._s["moves_made"] == made_before else None
-            self._keep_within_budget(made[k] if self._on_plan and k < len(made) else 0, now)
+        # Every step, the measured one too (it runs as plain PyTorch does until it would pass the
+        # budget); the last op's sample still holds where no move ran since (malloc's count is not free).
+        made = self._plan["made"] if self._plan is not None else ()
+        now = self._sampled if self._s["moves_made"] == made_before else None
+        self._keep_within_budget(made[k] if self._on_plan and k < len(made) else 0, now)
 
     def _after_op(self, k):
         if self._on_plan and self._rec.op_names[k] != self._plan["ops"][k]:
@@ -151,6 +155,8 @@ class _Guided:
 
     def _sample(self):
         b = self._sampled = self._device_bytes()
+        # What a plain step would hold here: the device's bytes and the saved bytes on host.
+        self._plain_peak = max(self._plain_peak, b + self._host_bytes)
         if b > self._peak:
             self._peak, self._peak_op = b, self._rec.ops if self._rec is not None else None
 
@@ -199,9 +205,11 @@ class _Guided:
         else:
             e.host.copy_(e.dev)
         e.dev, e.loc = None, "host"
+        self._host_bytes += e.nbytes
         self._s["swapped_out_bytes"] += e.nbytes
 
     def _to_device(self, e):
+        self._host_bytes -= e.nbytes
         if self.cuda:
             self.stream.wait_stream(torch.cuda.current_stream())  # the block's last user has finished
             with torch.cuda.stream(self.stream):

@@ -27,7 +27,7 @@ class _Planning:
                 f.write(log)
             os.replace(path + ".tmp", path)
         try:
-            sim_budget = self._sim_budget(rec, s["peak_bytes"] - held, untraced)
+            sim_budget = self._sim_budget(rec, s["plain_peak_bytes"] - held, untraced)
         except ValueError as e:  # the runtime cannot read the log (an op it does not know)
             return self._passive_plan(rec, s, e, log)
         if sim_budget <= 0:

@@ -71,6 +71,28 @@ class _StepRecorder(_Recorder):
         self.names_of = {}     # owner -> the names over its storage
         self.paused = False
         self.backward_at = None
+        self.handles = {}      # name -> the saved-tensor handles autograd holds over it
+        self.deferred = set()  # names whose tensor is gone while a handle still holds them
+
+    def hold(self, name):
+        self.handles[name] = self.handles.get(name, 0) + 1
+
+    def let_go(self, name):
+        n = self.handles.get(name, 0) - 1
+        if n > 0:
+            self.handles[name] = n
+            return
+        self.handles.pop(name, None)
+        if name in self.deferred:
+            self.deferred.discard(name)
+            super()._release(name)
+
+    def _release(self, name):
+        """The log's RELEASE of a tensor autograd saved waits for its last handle."""
+        if self.handles.get(name):
+            self.deferred.add(name)
+        else:
+            super()._release(name)
 
     def emit(self, **rec):
         if self.out is not None:

@@ -9,7 +9,9 @@ decides for a budget on the step's real peak.
         opt.step(); opt.zero_grad()
     print(step.stats())
 
-Step 1 is measured and runs as plain PyTorch does (it needs the plain step's peak): every aten op
+Step 1 is measured and runs as plain PyTorch does until it would pass the budget, where the passive
+eviction below moves saved tensors to host (the plain step's peak is then the device's bytes plus
+those on host at their most; the log's lifetimes are the plain step's): every aten op
 runs under the recorder of vtensor.torch.record (a TorchDispatchMode), which writes the step as the
 operator log `vtensor replay --trace` reads, with a SAVED line for each storage autograd saves (the
 saved-tensor hooks see them). The plan is the C++ runtime's: the log is replayed on the sim
@@ -36,7 +38,8 @@ whose ops differ from the measured one's (new shapes) follows no plan from where
 the next such step is measured again; a plan is kept per kind of step (whether gradients exist when it starts: gradient accumulation's first and later micro-batches).
 Deviations from the C++ runtime: moves happen at op boundaries as torch runs them (a saved tensor
 is packed after its op returns, so a move planned right after an op waits for the next one);
-compression is not planned (the log holds no densities); the measured step is not budgeted.
+compression is not planned (the log holds no densities); the measured step's passive eviction
+does not know an op's outputs before it runs, so it holds the budget to within one op's outputs.
 """
 import os
 import tempfile
@@ -198,15 +201,18 @@ class AutoStep(_Planning, _Guided):
         self._key = tuple(p.grad is not None for p in self.model.parameters())
         self._plan = self.plans.get(self._key)
         measuring = self._plan is None
-        self._s = {"step": len(self.history) + 1, "mode": "measured" if measuring else "passive" if self._plan["info"]["policy"] == "passive" else "guided", "policy": self.policy,
+        mode = "measured" if measuring else "passive" if self._plan["info"]["policy"] == "passive" else "guided"
+        self._s = {"step": len(self.history) + 1, "mode": mode, "policy": self.policy,
                    "budget": self.budget, "swapped_out_bytes": 0, "swapped_in_bytes": 0, "recomputed_ops": 0,
-                   "late": 0, "prefetches_waited": 0, "passive_evictions": 0, "moves_made": 0, "moves_unreachable": 0, "moves_held": 0,
-                   "saved_bytes": 0,
+                   "late": 0, "prefetches_waited": 0, "passive_evictions": 0, "moves_made": 0, "moves_unreachable": 0,
+                   "moves_held": 0, "saved_bytes": 0,
                    "planned_from": None if measuring else self._plan["info"]["planned_from"], "reason": None}
         self._entries = {}      # storage owner's name -> _Entry (this step's)
         self._clock = 0
         self._waiting = []      # prefetches that did not fit yet
         self._sampled = None    # the device's bytes at the last op boundary
+        self._host_bytes = 0    # saved bytes on host now
+        self._plain_peak = 0    # the most the device and those bytes held at once: a plain step's peak
         self._on_plan = not measuring
         if self.cuda:
             torch.cuda.synchronize()
@@ -239,7 +245,8 @@ class AutoStep(_Planning, _Guided):
             self._peak = max(self._peak, torch.cuda.max_memory_allocated())
         else:
             self._sample()
-        s.update(time_ms=(time.perf_counter() - self._t0) * 1e3, peak_bytes=self._peak, peak_op=self._peak_op, ops=rec.ops)
+        s.update(time_ms=(time.perf_counter() - self._t0) * 1e3, peak_bytes=self._peak, peak_op=self._peak_op, ops=rec.ops,
+                 plain_peak_bytes=max(self._peak, self._plain_peak))
         try:
             if self._log is not None:
                 rec.flush()
