@@ -439,6 +439,9 @@ def auto_checkpoint(model, example, budget, loss_fn=None, modules=None, per_op=T
     remove_checkpoints(model)
     m = measure_modules(model, example, loss_fn, modules)
     cands, units = m["candidates"], m["units"]
+    # The plain step measured as the choices are (measure_peak, no module hooks): the recording
+    # step's own figure can read low, and a choice is judged against the plain step.
+    plain = max(m["real_peak"], measure_peak(model, example, loss_fn, warmup=False))
     # What the step holds beside its saved tensors (gradients, temporaries): assumed unchanged by the choice.
     beside = max(m["real_peak"] - m["saved_peak"], 0)
     saved_budget = max(int(nbytes * (1 - _MARGIN)) - beside - m["saved_outside"], 1)
@@ -459,7 +462,17 @@ def auto_checkpoint(model, example, budget, loss_fn=None, modules=None, per_op=T
         remove_checkpoints(model)
         for i in chosen:
             checkpoint_module(cands[i][1], picked.get(i, ()))
-        after = measure_peak(model, example, loss_fn, warmup=False)
+        try:
+            after = measure_peak(model, example, loss_fn, warmup=False)
+        except RuntimeError as e:
+            # torch refuses an op's saved output that a later op of the region writes in place
+            # (its recompute would read other values): the same regions without their saved ops.
+            if not picked or "mutated" not in str(e):
+                raise
+            tries.append({"saved_budget": saved_budget, "regions": len(chosen), "ops_saved": op_bytes,
+                          "measured_peak": None, "error": str(e).splitlines()[0]})
+            with_ops = False
+            continue
         tries.append({"saved_budget": saved_budget, "regions": len(chosen), "ops_saved": op_bytes,
                       "measured_peak": after})
         if best is None or after < best[0]:
@@ -472,11 +485,13 @@ def auto_checkpoint(model, example, budget, loss_fn=None, modules=None, per_op=T
         # The replay's peak was under the measured one: ask it for the miss less (doubled each try,
         # the choice being discrete), and choose again.
         saved_budget = max(saved_budget - (after - nbytes) * 2 ** (len(tries) - 1), 1)
+    if best is None:  # every try refused (its last had saved ops): recompute nothing
+        best = (plain, choice, {}, 0, 0.0)
     after, choice, picked, op_bytes, op_ns = best
     chosen = choice["chosen"]
     remove_checkpoints(model)
-    if after >= m["real_peak"]:  # no measured choice held less than the plain step: recompute nothing
-        chosen, picked, op_bytes, op_ns, after = [], {}, 0, 0.0, m["real_peak"]
+    if after >= plain:  # no measured choice held less than the plain step: recompute nothing
+        chosen, picked, op_bytes, op_ns, after = [], {}, 0, 0.0, plain
     for i in chosen:
         checkpoint_module(cands[i][1], picked.get(i, ()))
     report = {
@@ -484,7 +499,7 @@ def auto_checkpoint(model, example, budget, loss_fn=None, modules=None, per_op=T
         "candidates": [n for n, _ in cands],
         "saved_ops": {cands[i][0]: sorted(s) for i, s in picked.items()},
         "budget": nbytes,
-        "measured_peak_before": m["real_peak"],
+        "measured_peak_before": plain,
         "measured_peak_after": after,
         "fits": after <= nbytes,
         "saved_peak_before": m["saved_peak"],
