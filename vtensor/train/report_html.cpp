@@ -116,6 +116,51 @@ std::string y_axis(double ymax, bool bytes) {
   return s;
 }
 
+// What the last iteration re-ran, by op kind (the report's recompute_by_kind), and its longest
+// chain, as the page's line (empty where nothing was re-run).
+std::string recomputed_html(const json& report) {
+  std::string recomputed;
+  if (const json& its = report.value("iterations", json::array()); its.is_array() && !its.empty()) {
+    const json& kinds = its.back().value("recompute_by_kind", json::array());
+    char b[96];
+    for (const json& k : kinds) {
+      if (!k.is_object()) continue;
+      std::snprintf(b, sizeof b, " %llu (%.2f ms)", static_cast<unsigned long long>(count_field(k, "ops", 0)),
+                    k.value("ms", 0.0));
+      recomputed += (recomputed.empty() ? "" : ", ") + k.value("kind", std::string("?")) + b;
+    }
+    // and its longest chain: the most ops re-run for one restore
+    const json& chains = its.back().value("recompute_chains", json::array());
+    const json* longest = nullptr;
+    auto ops = [](const json& c) { return count_field(c, "ops", 0); };
+    for (const json& c : chains)  // as format_chain_line picks it: most ops, then most time
+      if (c.is_object() && (!longest || ops(c) > ops(*longest) ||
+                            (ops(c) == ops(*longest) && c.value("ms", 0.0) > longest->value("ms", 0.0))))
+        longest = &c;
+    if (longest && ops(*longest) > 1) {
+      std::snprintf(b, sizeof b, "; longest chain %llu ops (%.2f ms) at ", static_cast<unsigned long long>(ops(*longest)),
+                    longest->value("ms", 0.0));
+      recomputed += b + longest->value("op_name", std::string("?")) + " for " + longest->value("tensor", std::string("?"));
+    }
+    if (!recomputed.empty())
+      recomputed = "<div class=\"sub\" id=\"recomputed\">re-run in the last iteration, by op kind: " + esc(recomputed) + "</div>\n";
+  }
+  return recomputed;
+}
+
+// The legend: what holds the bytes, bottom to top, then the lines.
+std::string legend_html(const std::vector<std::pair<std::string, size_t>>& held, bool paged) {
+  std::string legend = "<div class=\"legend\">";
+  for (size_t k = 0; k < held.size(); ++k)
+    legend += "<span><i style=\"background:" + std::string(kHeldColors[k % kOtherColor]) + "\"></i>" + esc(held[k].first) + "</span>";
+  legend += "<span><i style=\"background:" + std::string(kHeldColors[kOtherColor]) + "\"></i>other (alignment)</span>"
+            "<span><i style=\"border-top:1px solid #333;height:0\"></i>reserved</span>" +
+            std::string(paged ? "<span><i style=\"border-top:2px solid #0050c8;height:0\"></i>device pages in use "
+                                "(unified memory: the bars count the managed range)</span>" : "") +
+            "<span><i style=\"border-top:2px dashed #c00;height:0\"></i>budget</span></div>\n";
+  return legend;
+}
+
 }  // namespace
 
 std::string timeline_html(const json& report) {
@@ -235,14 +280,7 @@ std::string timeline_html(const json& report) {
   svg << "<text x=\"" << num(kLeft + kWidth / 2) << "\" y=\"" << num(svg_h - 4)
       << "\" text-anchor=\"middle\">ops of the last iteration, in order</text></svg>\n";
 
-  std::string legend = "<div class=\"legend\">";
-  for (size_t k = 0; k < held.size(); ++k)
-    legend += "<span><i style=\"background:" + std::string(kHeldColors[k % kOtherColor]) + "\"></i>" + esc(held[k].first) + "</span>";
-  legend += "<span><i style=\"background:" + std::string(kHeldColors[kOtherColor]) + "\"></i>other (alignment)</span>"
-            "<span><i style=\"border-top:1px solid #333;height:0\"></i>reserved</span>" +
-            std::string(paged ? "<span><i style=\"border-top:2px solid #0050c8;height:0\"></i>device pages in use "
-                                "(unified memory: the bars count the managed range)</span>" : "") +
-            "<span><i style=\"border-top:2px dashed #c00;height:0\"></i>budget</span></div>\n";
+  const std::string legend = legend_html(held, paged);
   const json& sum = report.value("summary", json::object());
   const std::string title = cfg.value("model", std::string("?")) + " under " + cfg.value("policy", std::string("?"));
   std::string sub = "backend " + cfg.value("backend", std::string("?"));
@@ -251,33 +289,7 @@ std::string timeline_html(const json& report) {
          "; peak allocated " + format_bytes(count_field(sum, "peak_allocated_bytes", 0)) + ", peak reserved " +
          format_bytes(count_field(sum, "peak_reserved_bytes", 0)) + "; memory after each op of the last iteration, "
          "stacked by what holds it; the workspace is the op's own scratch, freed after it";
-  // What the last iteration re-ran, by op kind (the report's recompute_by_kind).
-  std::string recomputed;
-  if (const json& its = report.value("iterations", json::array()); its.is_array() && !its.empty()) {
-    const json& kinds = its.back().value("recompute_by_kind", json::array());
-    char b[96];
-    for (const json& k : kinds) {
-      if (!k.is_object()) continue;
-      std::snprintf(b, sizeof b, " %llu (%.2f ms)", static_cast<unsigned long long>(count_field(k, "ops", 0)),
-                    k.value("ms", 0.0));
-      recomputed += (recomputed.empty() ? "" : ", ") + k.value("kind", std::string("?")) + b;
-    }
-    // and its longest chain: the most ops re-run for one restore
-    const json& chains = its.back().value("recompute_chains", json::array());
-    const json* longest = nullptr;
-    auto ops = [](const json& c) { return count_field(c, "ops", 0); };
-    for (const json& c : chains)  // as format_chain_line picks it: most ops, then most time
-      if (c.is_object() && (!longest || ops(c) > ops(*longest) ||
-                            (ops(c) == ops(*longest) && c.value("ms", 0.0) > longest->value("ms", 0.0))))
-        longest = &c;
-    if (longest && ops(*longest) > 1) {
-      std::snprintf(b, sizeof b, "; longest chain %llu ops (%.2f ms) at ", static_cast<unsigned long long>(ops(*longest)),
-                    longest->value("ms", 0.0));
-      recomputed += b + longest->value("op_name", std::string("?")) + " for " + longest->value("tensor", std::string("?"));
-    }
-    if (!recomputed.empty())
-      recomputed = "<div class=\"sub\" id=\"recomputed\">re-run in the last iteration, by op kind: " + esc(recomputed) + "</div>\n";
-  }
+  const std::string recomputed = recomputed_html(report);
   const std::string js =
       "<script>\nconst d=document.getElementById('details');\n"
       "for(const g of document.querySelectorAll('g.op')){g.addEventListener('mouseenter',()=>{"
