@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <functional>
 #include <set>
+#include <utility>
 
 #include "vtensor/core/errors.h"
 #include "vtensor/memory/allocator.h"
@@ -215,38 +216,59 @@ CheckpointPlan plan_checkpoint_search(const Graph& g, size_t* peak, size_t budge
 
 namespace {
 
-CheckpointPlan plan_from_segments(const Graph& g, const Units& units_of, const std::vector<int>& seg_of_unit) {
-  const size_t nt = g.num_tensors(), no = g.num_ops();
-  auto base = [&](TensorId t) {
-    while (g.tensor(t).view_of != kNoTensor) t = g.tensor(t).view_of;
-    return t;
-  };
-  const std::vector<int>& unit = units_of.of_op;
-  const int units = units_of.count;
-  const int k = seg_of_unit.empty() ? 1 : seg_of_unit.back() + 1;
+// A tensor's base: the tensor whose storage it views (itself if not a view).
+TensorId base_of(const Graph& g, TensorId t) {
+  while (g.tensor(t).view_of != kNoTensor) t = g.tensor(t).view_of;
+  return t;
+}
 
-  // Per base tensor: readers in forward and backward, last forward access.
-  std::vector<int> last_fwd(nt, -1), max_reader_unit(nt, -1);
-  std::vector<char> read_in_bwd(nt, 0);
+// A base tensor a forward op makes, not persistent: what a plan may checkpoint or drop.
+bool forward_made(const Graph& g, TensorId t) {
+  const TensorInfo& i = g.tensor(t);
+  return i.view_of == kNoTensor && !i.persistent() && i.producer >= 0 && is_forward(g.op(i.producer));
+}
+
+// Per base tensor: readers in forward and backward, last forward access.
+struct BaseAccess {
+  std::vector<int> last_fwd, max_reader_unit;
+  std::vector<char> read_in_bwd;
+};
+
+// Scans the ops for each base tensor's last forward access, last forward reader's unit and backward reads.
+BaseAccess scan_base_access(const Graph& g, const std::vector<int>& unit) {
+  const size_t nt = g.num_tensors();
+  BaseAccess a;
+  a.last_fwd.assign(nt, -1);
+  a.max_reader_unit.assign(nt, -1);
+  a.read_in_bwd.assign(nt, 0);
   for (const Op& op : g.ops()) {
     for (TensorId in : op.inputs) {
-      const auto b = static_cast<size_t>(base(in));
+      const auto b = static_cast<size_t>(base_of(g, in));
       if (is_forward(op)) {
-        last_fwd[b] = std::max(last_fwd[b], op.index);
-        max_reader_unit[b] = std::max(max_reader_unit[b], unit[static_cast<size_t>(op.index)]);
+        a.last_fwd[b] = std::max(a.last_fwd[b], op.index);
+        a.max_reader_unit[b] = std::max(a.max_reader_unit[b], unit[static_cast<size_t>(op.index)]);
       } else {
-        read_in_bwd[b] = 1;
+        a.read_in_bwd[b] = 1;
       }
     }
     if (is_forward(op))
-      for (TensorId o : op.outputs) last_fwd[static_cast<size_t>(base(o))] = std::max(last_fwd[static_cast<size_t>(base(o))], op.index);
+      for (TensorId o : op.outputs)
+        a.last_fwd[static_cast<size_t>(base_of(g, o))] = std::max(a.last_fwd[static_cast<size_t>(base_of(g, o))], op.index);
   }
-  auto forward_made = [&](TensorId t) {
-    const TensorInfo& i = g.tensor(t);
-    return i.view_of == kNoTensor && !i.persistent() && i.producer >= 0 && is_forward(g.op(i.producer));
-  };
+  return a;
+}
 
-  CheckpointPlan out;
+// A forward op's segment, through its unit.
+struct SegmentOf {
+  const std::vector<int>& unit;
+  const std::vector<int>& seg_of_unit;
+  int operator()(int op) const { return seg_of_unit[static_cast<size_t>(unit[static_cast<size_t>(op)])]; }
+};
+
+// The plan's k segments with their first and last units (and names) and ops; counts the forward ops.
+void fill_segment_bounds(const Graph& g, const Units& units_of, const std::vector<int>& seg_of_unit, int k,
+                         CheckpointPlan& out) {
+  const int units = units_of.count;
   out.layers = units;
   out.segments.resize(static_cast<size_t>(k));
   for (int u = 0; u < units; ++u) {
@@ -258,7 +280,7 @@ CheckpointPlan plan_from_segments(const Graph& g, const Units& units_of, const s
       s.last_name = units_of.name[static_cast<size_t>(u)];
     }
   }
-  auto seg_of_op = [&](int op) { return seg_of_unit[static_cast<size_t>(unit[static_cast<size_t>(op)])]; };
+  const SegmentOf seg_of_op{units_of.of_op, seg_of_unit};
   for (const Op& op : g.ops()) {
     if (!is_forward(op)) continue;
     ++out.forward_ops;
@@ -266,115 +288,164 @@ CheckpointPlan plan_from_segments(const Graph& g, const Units& units_of, const s
     if (s.first_op < 0) s.first_op = op.index;
     s.last_op = op.index;
   }
+}
 
-  // Classify the forward-made bases: checkpoints, kept, drop candidates.
-  std::vector<char> is_checkpoint(nt, 0);
-  std::vector<char> candidate(nt, 0), dropped(nt, 0);
+// Per base tensor: a checkpoint, a drop candidate, and dropped (for now: the candidates backward reads).
+struct BaseClasses {
+  std::vector<char> is_checkpoint, candidate, dropped;
+};
+
+// Classify the forward-made bases: checkpoints, kept, drop candidates; adds each segment's saved and checkpoint bytes.
+BaseClasses classify_bases(const Graph& g, const BaseAccess& a, const std::vector<int>& seg_of_unit,
+                           const SegmentOf& seg_of_op, int k, CheckpointPlan& out) {
+  const size_t nt = g.num_tensors();
+  BaseClasses c;
+  c.is_checkpoint.assign(nt, 0);
+  c.candidate.assign(nt, 0);
+  c.dropped.assign(nt, 0);
   for (const TensorInfo& t : g.tensors()) {
-    if (!forward_made(t.id)) continue;
+    if (!forward_made(g, t.id)) continue;
     const auto i = static_cast<size_t>(t.id);
     const int seg = seg_of_op(t.producer);
     CheckpointSegment& s = out.segments[static_cast<size_t>(seg)];
-    if (read_in_bwd[i]) s.saved_bytes += t.bytes();
-    if (max_reader_unit[i] >= 0 && seg_of_unit[static_cast<size_t>(max_reader_unit[i])] > seg) {
+    if (a.read_in_bwd[i]) s.saved_bytes += t.bytes();
+    if (a.max_reader_unit[i] >= 0 && seg_of_unit[static_cast<size_t>(a.max_reader_unit[i])] > seg) {
       s.checkpoints.push_back(t.id);
       s.checkpoint_bytes += t.bytes();
-      is_checkpoint[i] = 1;
+      c.is_checkpoint[i] = 1;
       continue;
     }
     const bool keep = seg == k - 1 || t.kind != TensorKind::kActivation || !t.recomputable ||
                       !is_recomputable(g.op(t.producer));
     if (keep) continue;
-    candidate[i] = 1;
-    dropped[i] = read_in_bwd[i];  // backward reads it: drop after its last forward access
+    c.candidate[i] = 1;
+    c.dropped[i] = a.read_in_bwd[i];  // backward reads it: drop after its last forward access
   }
+  return c;
+}
 
-  // The forward pass as the executor and memory manager run it under the plan: releases at last
-  // uses, drops, lineage references (a released input of a dropped tensor comes back as dropped;
-  // one still alive is held until its dependants are recomputed).
-  std::vector<int> last_use(nt, -1);  // the executor's release points
+// Per op: the forward-made bases the executor releases after it (at their last use), where that op is a forward one.
+std::vector<std::vector<TensorId>> forward_release_points(const Graph& g) {
+  std::vector<int> last_use(g.num_tensors(), -1);  // the executor's release points
   for (const Op& op : g.ops()) {
-    for (TensorId in : op.inputs) last_use[static_cast<size_t>(base(in))] = op.index;
+    for (TensorId in : op.inputs) last_use[static_cast<size_t>(base_of(g, in))] = op.index;
     for (TensorId o : op.outputs)
-      last_use[static_cast<size_t>(base(o))] = std::max(last_use[static_cast<size_t>(base(o))], op.index);
+      last_use[static_cast<size_t>(base_of(g, o))] = std::max(last_use[static_cast<size_t>(base_of(g, o))], op.index);
   }
-  std::vector<std::vector<TensorId>> release_at(no), drops_at(no);
+  std::vector<std::vector<TensorId>> release_at(g.num_ops());
   for (const TensorInfo& t : g.tensors()) {
     const int u = std::max(last_use[static_cast<size_t>(t.id)], t.release_after);
-    if (forward_made(t.id) && u >= 0 && is_forward(g.op(u))) release_at[static_cast<size_t>(u)].push_back(t.id);
+    if (forward_made(g, t.id) && u >= 0 && is_forward(g.op(u))) release_at[static_cast<size_t>(u)].push_back(t.id);
   }
+  return release_at;
+}
+
+// The forward pass as the executor and memory manager run it under the plan: releases at last
+// uses, drops, lineage references (a released input of a dropped tensor comes back as dropped;
+// one still alive is held until its dependants are recomputed).
+class ForwardDropSim {
+ public:
   enum class S : int8_t { kNone, kResident, kDropped };
-  std::vector<S> st(nt);
-  std::vector<char> released(nt);
-  std::vector<int> refs(nt);
-  std::vector<int8_t> memo;
-  std::function<void(TensorId, int)> add_refs = [&](TensorId t, int delta) {
-    for (TensorId in : g.op(g.tensor(t).producer).inputs) {
-      const TensorId bt = base(in);
-      const auto b = static_cast<size_t>(bt);
-      if (delta > 0 && st[b] == S::kNone && released[b] && g.tensor(bt).producer >= 0) {
-        st[b] = S::kDropped;
-        add_refs(bt, +1);
-      }
-      refs[b] += delta;
-      if (delta < 0 && refs[b] == 0 && released[b] && st[b] != S::kNone) {
-        if (st[b] == S::kDropped) add_refs(bt, -1);
-        st[b] = S::kNone;
-      }
-    }
-  };
-  std::function<bool(TensorId)> can_recompute = [&](TensorId t) -> bool {
-    if (memo[static_cast<size_t>(t)] >= 0) return memo[static_cast<size_t>(t)] == 1;
-    const TensorInfo& i = g.tensor(t);
-    bool ok = !i.persistent() && i.producer >= 0 && i.view_of == kNoTensor && i.recomputable &&
-              is_recomputable(g.op(i.producer));
-    if (ok)
-      for (TensorId in : g.op(i.producer).inputs) {
-        const auto b = static_cast<size_t>(base(in));
-        if (st[b] == S::kNone && !released[b]) ok = false;  // not produced yet
-        else if (st[b] != S::kResident && !can_recompute(base(in))) ok = false;
-      }
-    memo[static_cast<size_t>(t)] = ok ? 1 : 0;
-    return ok;
-  };
-  auto simulate = [&] {
-    std::fill(st.begin(), st.end(), S::kNone);
-    std::fill(released.begin(), released.end(), 0);
-    std::fill(refs.begin(), refs.end(), 0);
-    for (const TensorInfo& t : g.tensors())
-      if (t.persistent()) st[static_cast<size_t>(t.id)] = S::kResident;
-    for (const Op& op : g.ops()) {
+
+  ForwardDropSim(const Graph& g, std::vector<std::vector<TensorId>> release_at)
+      : g_(g), release_at_(std::move(release_at)), st_(g.num_tensors()), released_(g.num_tensors()),
+        refs_(g.num_tensors()) {}
+
+  // Runs the forward pass from nothing resident, dropping drops_at[op] after op where it is resident and recomputable.
+  void run(const std::vector<std::vector<TensorId>>& drops_at) {
+    const size_t nt = g_.num_tensors();
+    std::fill(st_.begin(), st_.end(), S::kNone);
+    std::fill(released_.begin(), released_.end(), 0);
+    std::fill(refs_.begin(), refs_.end(), 0);
+    for (const TensorInfo& t : g_.tensors())
+      if (t.persistent()) st_[static_cast<size_t>(t.id)] = S::kResident;
+    for (const Op& op : g_.ops()) {
       if (!is_forward(op)) continue;
-      for (TensorId o : op.outputs) st[static_cast<size_t>(base(o))] = S::kResident;
-      for (TensorId t : release_at[static_cast<size_t>(op.index)]) {
+      for (TensorId o : op.outputs) st_[static_cast<size_t>(base_of(g_, o))] = S::kResident;
+      for (TensorId t : release_at_[static_cast<size_t>(op.index)]) {
         const auto i = static_cast<size_t>(t);
-        released[i] = 1;
-        if (refs[i] == 0) {
-          if (st[i] == S::kDropped) add_refs(t, -1);
-          st[i] = S::kNone;
+        released_[i] = 1;
+        if (refs_[i] == 0) {
+          if (st_[i] == S::kDropped) add_refs(t, -1);
+          st_[i] = S::kNone;
         }
       }
       for (TensorId t : drops_at[static_cast<size_t>(op.index)]) {
-        memo.assign(nt, -1);
-        if (st[static_cast<size_t>(t)] != S::kResident || !can_recompute(t)) continue;
-        st[static_cast<size_t>(t)] = S::kDropped;
+        memo_.assign(nt, -1);
+        if (st_[static_cast<size_t>(t)] != S::kResident || !can_recompute(t)) continue;
+        st_[static_cast<size_t>(t)] = S::kDropped;
         add_refs(t, +1);
       }
     }
-  };
-  // A candidate backward does not read is freed at its last use, unless a dropped tensor's
-  // lineage reference holds it then: drop those too, until none is held.
+  }
+
+  S state(size_t i) const { return st_[i]; }
+  bool released(size_t i) const { return released_[i]; }
+
+ private:
+  // Adds delta to the lineage references t's producer's inputs hold, reviving or freeing them as dropped.
+  void add_refs(TensorId t, int delta) {
+    for (TensorId in : g_.op(g_.tensor(t).producer).inputs) {
+      const TensorId bt = base_of(g_, in);
+      const auto b = static_cast<size_t>(bt);
+      if (delta > 0 && st_[b] == S::kNone && released_[b] && g_.tensor(bt).producer >= 0) {
+        st_[b] = S::kDropped;
+        add_refs(bt, +1);
+      }
+      refs_[b] += delta;
+      if (delta < 0 && refs_[b] == 0 && released_[b] && st_[b] != S::kNone) {
+        if (st_[b] == S::kDropped) add_refs(bt, -1);
+        st_[b] = S::kNone;
+      }
+    }
+  }
+
+  // Whether t can be recomputed now from resident inputs or inputs that can themselves be (memoized per drop).
+  bool can_recompute(TensorId t) {
+    if (memo_[static_cast<size_t>(t)] >= 0) return memo_[static_cast<size_t>(t)] == 1;
+    const TensorInfo& i = g_.tensor(t);
+    bool ok = !i.persistent() && i.producer >= 0 && i.view_of == kNoTensor && i.recomputable &&
+              is_recomputable(g_.op(i.producer));
+    if (ok)
+      for (TensorId in : g_.op(i.producer).inputs) {
+        const auto b = static_cast<size_t>(base_of(g_, in));
+        if (st_[b] == S::kNone && !released_[b]) ok = false;  // not produced yet
+        else if (st_[b] != S::kResident && !can_recompute(base_of(g_, in))) ok = false;
+      }
+    memo_[static_cast<size_t>(t)] = ok ? 1 : 0;
+    return ok;
+  }
+
+  const Graph& g_;
+  const std::vector<std::vector<TensorId>> release_at_;
+  std::vector<S> st_;
+  std::vector<char> released_;
+  std::vector<int> refs_;
+  std::vector<int8_t> memo_;
+};
+
+// A candidate backward does not read is freed at its last use, unless a dropped tensor's
+// lineage reference holds it then: drop those too, until none is held. sim is left at the last run.
+void settle_drops(const Graph& g, const std::vector<int>& last_fwd, const std::vector<char>& candidate,
+                  std::vector<char>& dropped, ForwardDropSim& sim) {
+  const size_t nt = g.num_tensors();
+  std::vector<std::vector<TensorId>> drops_at(g.num_ops());
   for (;;) {
     for (auto& d : drops_at) d.clear();
     for (const TensorInfo& t : g.tensors())
       if (dropped[static_cast<size_t>(t.id)]) drops_at[static_cast<size_t>(last_fwd[static_cast<size_t>(t.id)])].push_back(t.id);
-    simulate();
+    sim.run(drops_at);
     bool changed = false;
     for (size_t i = 0; i < nt; ++i)
-      if (candidate[i] && !dropped[i] && st[i] == S::kResident && released[i]) dropped[i] = changed = true;
+      if (candidate[i] && !dropped[i] && sim.state(i) == ForwardDropSim::S::kResident && sim.released(i))
+        dropped[i] = changed = true;
     if (!changed) break;
   }
+}
 
+// The plan's drop actions (in op order, each after its tensor's last forward access) and the bytes and tensors dropped.
+void record_drops(const Graph& g, const std::vector<char>& dropped, const std::vector<int>& last_fwd,
+                  const SegmentOf& seg_of_op, CheckpointPlan& out) {
   for (const TensorInfo& t : g.tensors()) {
     if (!dropped[static_cast<size_t>(t.id)]) continue;
     out.plan.actions.push_back({ActionKind::kDrop, t.id, last_fwd[static_cast<size_t>(t.id)]});
@@ -384,24 +455,32 @@ CheckpointPlan plan_from_segments(const Graph& g, const Units& units_of, const s
     out.dropped_bytes += t.bytes();
   }
   std::stable_sort(out.plan.actions.begin(), out.plan.actions.end(), [](const Action& a, const Action& b) { return a.op < b.op; });
+}
 
+// Counts the forward ops before the last segment with an output that is neither a checkpoint nor data.
+void count_segment_recompute_ops(const Graph& g, const std::vector<char>& is_checkpoint, const SegmentOf& seg_of_op,
+                                 int k, CheckpointPlan& out) {
   for (const Op& op : g.ops()) {
     if (!is_forward(op) || seg_of_op(op.index) == k - 1) continue;
     bool only_kept = true;
     for (TensorId o : op.outputs) {
-      const TensorInfo& t = g.tensor(base(o));
+      const TensorInfo& t = g.tensor(base_of(g, o));
       only_kept &= is_checkpoint[static_cast<size_t>(t.id)] || t.kind == TensorKind::kData;
     }
     out.segment_recompute_ops += !only_kept;
   }
+}
 
-  // The producers backward re-runs: those of the dropped tensors backward reads and, through
-  // their lineage, of every input dropped by the end of the forward pass. Each runs once (see
-  // the header).
-  std::vector<char> op_counted(no, 0), visited(nt, 0);
+// The producers backward re-runs: those of the dropped tensors backward reads and, through
+// their lineage, of every input dropped by the end of the forward pass. Each runs once (see
+// the header).
+void count_expected_recompute(const Graph& g, const ForwardDropSim& sim, const std::vector<char>& read_in_bwd,
+                              CheckpointPlan& out) {
+  const size_t nt = g.num_tensors();
+  std::vector<char> op_counted(g.num_ops(), 0), visited(nt, 0);
   std::vector<TensorId> stack;
   for (size_t i = 0; i < nt; ++i)
-    if (st[i] == S::kDropped && read_in_bwd[i]) {
+    if (sim.state(i) == ForwardDropSim::S::kDropped && read_in_bwd[i]) {
       visited[i] = 1;
       stack.push_back(static_cast<TensorId>(i));
     }
@@ -415,13 +494,27 @@ CheckpointPlan plan_from_segments(const Graph& g, const Units& units_of, const s
       out.expected_recompute_flops += op.flops;
     }
     for (TensorId in : op.inputs) {
-      const auto b = static_cast<size_t>(base(in));
-      if (!visited[b] && st[b] == S::kDropped) {
+      const auto b = static_cast<size_t>(base_of(g, in));
+      if (!visited[b] && sim.state(b) == ForwardDropSim::S::kDropped) {
         visited[b] = 1;
-        stack.push_back(base(in));
+        stack.push_back(base_of(g, in));
       }
     }
   }
+}
+
+CheckpointPlan plan_from_segments(const Graph& g, const Units& units_of, const std::vector<int>& seg_of_unit) {
+  const int k = seg_of_unit.empty() ? 1 : seg_of_unit.back() + 1;
+  const SegmentOf seg_of_op{units_of.of_op, seg_of_unit};
+  const BaseAccess access = scan_base_access(g, units_of.of_op);
+  CheckpointPlan out;
+  fill_segment_bounds(g, units_of, seg_of_unit, k, out);
+  BaseClasses cls = classify_bases(g, access, seg_of_unit, seg_of_op, k, out);
+  ForwardDropSim sim(g, forward_release_points(g));
+  settle_drops(g, access.last_fwd, cls.candidate, cls.dropped, sim);
+  record_drops(g, cls.dropped, access.last_fwd, seg_of_op, out);
+  count_segment_recompute_ops(g, cls.is_checkpoint, seg_of_op, k, out);
+  count_expected_recompute(g, sim, access.read_in_bwd, out);
   return out;
 }
 
