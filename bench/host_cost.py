@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from script_io import policies, write_rows
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 BIN = os.environ.get("VTENSOR_BINARY") or os.path.join(ROOT, "build", "vtensor")
@@ -24,11 +25,6 @@ MODELS = {"resnet50": 64, "gpt2-small": 8, "bert-base": 16, "vgg16": 32}
 # What sim cannot run without more input (the compress family needs a cpu run's densities).
 SKIP = {"compress", "compress+swap", "compress+capuchin"}
 SHORT, LONG = 3, 103  # iterations of the two runs whose difference is timed
-
-
-def policies():
-    out = subprocess.run([BIN, "policies"], capture_output=True, text=True, check=True).stdout
-    return [line.split()[0] for line in out.splitlines() if line.strip()]
 
 
 def run(model, batch, policy, iters, budget, report):
@@ -89,7 +85,7 @@ def main():
             with open(os.path.join(tmp, "n.json")) as f:
                 budget = json.load(f)["summary"]["peak_allocated_bytes"] // 2
             base = None
-            for p in policies():
+            for p in policies(BIN):
                 if p in SKIP:
                     continue
                 r = row(m, batch, p, None if p == "none" else budget, a.repeats, tmp)
@@ -98,10 +94,7 @@ def main():
                 if base is not None and "us_per_op" in r:
                     r["over_none"] = r["us_per_op"] - base
                 rows.append(r)
-    tmp_out = a.json + ".tmp"
-    with open(tmp_out, "w") as f:
-        json.dump(rows, f, indent=1)
-    os.replace(tmp_out, a.json)
+    write_rows(a.json, rows)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ GPU rows.
 import argparse
 import contextlib
 import functools
-import json
 import os
 import statistics
 import sys
@@ -42,6 +41,8 @@ import vtensor.torch as vt  # noqa: E402
 from vtensor.torch.memory import malloc_in_use  # noqa: E402
 import models as own  # noqa: E402
 import subjects  # noqa: E402
+from script_io import write_rows  # noqa: E402
+from torch_policies import blocks  # noqa: E402
 
 MODELS = ("cnn", "tiny-gpt", "gpt2", "llama", "bert", "resnet18")
 BATCH = {"cnn": 64, "tiny-gpt": 64, "gpt2": 48, "llama": 48, "bert": 48, "resnet18": 96}
@@ -64,20 +65,6 @@ def subject(name):
             return (x,), lambda out: F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
         return make, data
     return subjects.MODELS[name], lambda k: subjects.batch(name, k, BATCH[name], 64)
-
-
-def blocks(name, model):
-    if name == "cnn":
-        return [m for m in model if isinstance(m, torch.nn.Sequential)]
-    if name == "tiny-gpt":
-        return list(model.blocks)
-    if name == "resnet18":
-        return [b for layer in (model.layer1, model.layer2, model.layer3, model.layer4) for b in layer]
-    if name == "gpt2":
-        return list(model.transformer.h)
-    if name == "llama":
-        return list(model.model.layers)
-    return list(model.bert.encoder.layer)
 
 
 def _sac_policy(ctx, op, *args, **kwargs):
@@ -284,10 +271,7 @@ def main():
     for m in models:
         print(f"torch_auto: {m}", flush=True)
         rows += rows_of(m, a.steps)
-    tmp = a.json + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(rows, f, indent=1)
-    os.replace(tmp, a.json)
+    write_rows(a.json, rows)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,6 @@ needs most of it at few layers), the plan's moves and its predicted step time ag
     .venv/bin/python bench/torch_auto_planning.py --json OUT.json [--layers 4,8,12,24]
 """
 import argparse
-import json
-import os
 import sys
 import time
 
@@ -19,6 +17,7 @@ import torch.nn.functional as F
 
 import vtensor
 import vtensor.torch as vt
+from script_io import write_rows
 
 VOCAB, SEQ, BATCH = 50257, 128, 8
 
@@ -90,10 +89,7 @@ def main():
     for n in layers:
         print(f"torch_auto_planning: {n} layers", flush=True)
         rows.append(row(n))
-    tmp = a.json + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(rows, f, indent=1)
-    os.replace(tmp, a.json)
+    write_rows(a.json, rows)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ same memory as its "host", so its real peak does not fall: the table shows it as
 """
 import argparse
 import copy
-import json
 import os
 import statistics
 import sys
@@ -29,6 +28,7 @@ import torch.nn.functional as F  # noqa: E402
 import vtensor.torch as vt  # noqa: E402
 import models as own  # noqa: E402
 import subjects  # noqa: E402
+from script_io import write_rows  # noqa: E402
 
 
 def own_subject(name):
@@ -161,10 +161,7 @@ def main():
         for k in ("peak", "held"):
             if isinstance(r[k], int):
                 r[k] = r[k] / 2**20
-    tmp = a.json + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(rows, f, indent=1)
-    os.replace(tmp, a.json)
+    write_rows(a.json, rows)
 
 
 if __name__ == "__main__":

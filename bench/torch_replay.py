@@ -21,14 +21,10 @@ import torch  # noqa: E402
 
 import vtensor.torch as vt  # noqa: E402
 import torch_auto  # noqa: E402
+from script_io import policies, write_rows  # noqa: E402
 
 BIN = os.environ.get("VTENSOR_BINARY") or os.path.join(HERE, "..", "build", "vtensor")
 MODELS = ("gpt2", "llama", "bert", "tiny-gpt")
-
-
-def policies():
-    out = subprocess.run([BIN, "policies"], capture_output=True, text=True, check=True).stdout
-    return [line.split()[0] for line in out.splitlines() if line.strip()]
 
 
 def record(name, path):
@@ -66,7 +62,7 @@ def main():
             print(f"torch_replay: {m}", flush=True)
             log, out = os.path.join(tmp, f"{m}.log"), os.path.join(tmp, f"{m}.json")
             record(m, log)
-            p = subprocess.run([BIN, "sweep", "--trace", log, "--gpu", "h100-80g", "--policies", ",".join(policies()),
+            p = subprocess.run([BIN, "sweep", "--trace", log, "--gpu", "h100-80g", "--policies", ",".join(policies(BIN)),
                                 "--budgets", "50%,25%", "--um-page-size", "64KiB", "--out", out], capture_output=True, text=True)
             if p.returncode != 0:
                 sys.exit(f"torch_replay: the sweep of {m} failed: {(p.stderr or p.stdout).strip()[-300:]}")
@@ -80,10 +76,7 @@ def main():
                                  moved=by["50%"].get("swapped_out_bytes", 0) / 2**20 if "50%" in by and
                                  by["50%"]["status"] == "ok" else "",
                                  recomputed=by["50%"].get("recomputed_ops", "") if "50%" in by else ""))
-    tmp_out = a.json + ".tmp"
-    with open(tmp_out, "w") as f:
-        json.dump(rows, f, indent=1)
-    os.replace(tmp_out, a.json)
+    write_rows(a.json, rows)
 
 
 if __name__ == "__main__":

@@ -228,7 +228,7 @@ class Names(unittest.TestCase):
                          for p in glob.glob(os.path.join(ROOT, "bench", "vtbench", "**", "*.py"), recursive=True))
         self.assertIn(os.path.join("vtbench", "engine.py"), package)
         for name in ("run.py", "cuda_policies.py", "cuda_vs_pytorch.py", "sim_vs_device.py", "calibrate_gpu.py", "torch_policies.py",
-                     "torch_auto.py", "torch_auto_planning.py", "torch_replay.py", "host_cost.py",
+                     "torch_auto.py", "torch_auto_planning.py", "torch_replay.py", "host_cost.py", "script_io.py",
                      *package):
             path = os.path.join(ROOT, "bench", name)
             with open(path) as f:
