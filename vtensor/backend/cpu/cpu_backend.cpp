@@ -261,21 +261,23 @@ int batch_dims(const Shape& s) { return static_cast<int>(s.numel() / (s[s.rank()
 int last(const Shape& s) { return static_cast<int>(s[s.rank() - 1]); }
 int rows(const Shape& s) { return static_cast<int>(s.numel() / s[s.rank() - 1]); }
 
-}  // namespace
+const Shape& in_shape(const Graph& g, const Op& op, size_t i) { return g.tensor(op.inputs[i]).shape; }
+const Shape& out_shape(const Graph& g, const Op& op, size_t i) { return g.tensor(op.outputs[i]).shape; }
+size_t numel(const Shape& s) { return static_cast<size_t>(s.numel()); }
 
-void CpuBackend::launch(const Graph& g, const Op& op, const KernelArgs& a) {
-  auto in_shape = [&](size_t i) -> const Shape& { return g.tensor(op.inputs[i]).shape; };
-  auto out_shape = [&](size_t i) -> const Shape& { return g.tensor(op.outputs[i]).shape; };
-  auto numel = [&](const Shape& s) { return static_cast<size_t>(s.numel()); };
+void launch_data(const Graph& g, const Op& op, const KernelArgs& a) {
+  if (op.kind == OpKind::kData)
+    synthetic_batch(op, out_shape(g, op, 0), a.iteration, a.outputs[0], a.outputs[1]);
+  else
+    synthetic_tokens(op, dim(out_shape(g, op, 0), 0), a.iteration, a.outputs[0], a.outputs[1]);
+}
+
+void launch_conv(const Graph& g, const Op& op, const KernelArgs& a) {
   float* ws = static_cast<float*>(a.workspace);
-  const uint64_t dropout_seed = cpu::mix64(op.attrs.seed + a.iteration);
   switch (op.kind) {
-    case OpKind::kData:
-      synthetic_batch(op, out_shape(0), a.iteration, a.outputs[0], a.outputs[1]);
-      break;
     case OpKind::kConv2d: {
-      const Shape& x = in_shape(0);
-      const Shape& w = in_shape(1);
+      const Shape& x = in_shape(g, op, 0);
+      const Shape& w = in_shape(g, op, 1);
       auto p = cpu::make_conv2d_params(dim(x, 0), dim(x, 1), dim(x, 2), dim(x, 3), dim(w, 0), dim(w, 2), dim(w, 3),
                                        op.attrs.stride, op.attrs.pad);
       cpu::conv2d_forward(p, a.inputs[0], a.inputs[1], op.attrs.has_bias ? a.inputs[2] : nullptr, a.outputs[0], ws,
@@ -283,41 +285,63 @@ void CpuBackend::launch(const Graph& g, const Op& op, const KernelArgs& a) {
       break;
     }
     case OpKind::kConv2dBwdData: {
-      const Shape& x = out_shape(0);
-      const Shape& w = in_shape(1);
+      const Shape& x = out_shape(g, op, 0);
+      const Shape& w = in_shape(g, op, 1);
       auto p = cpu::make_conv2d_params(dim(x, 0), dim(x, 1), dim(x, 2), dim(x, 3), dim(w, 0), dim(w, 2), dim(w, 3),
                                        op.attrs.stride, op.attrs.pad);
       cpu::conv2d_backward_data(p, a.inputs[0], a.inputs[1], a.outputs[0], ws, a.conv_algo);
       break;
     }
     case OpKind::kConv2dBwdFilter: {
-      const Shape& x = in_shape(1);
-      const Shape& w = out_shape(0);
+      const Shape& x = in_shape(g, op, 1);
+      const Shape& w = out_shape(g, op, 0);
       auto p = cpu::make_conv2d_params(dim(x, 0), dim(x, 1), dim(x, 2), dim(x, 3), dim(w, 0), dim(w, 2), dim(w, 3),
                                        op.attrs.stride, op.attrs.pad);
       cpu::conv2d_backward_filter(p, a.inputs[0], a.inputs[1], a.outputs[0], op.attrs.has_bias ? a.outputs[1] : nullptr,
                                   ws, a.conv_algo);
       break;
     }
+    default: break;
+  }
+}
+
+void launch_norm(const Graph& g, const Op& op, const KernelArgs& a) {
+  switch (op.kind) {
     case OpKind::kBatchNorm: {
-      const Shape& x = in_shape(0);
+      const Shape& x = in_shape(g, op, 0);
       cpu::batchnorm_forward(dim(x, 0), dim(x, 1), spatial(x), a.inputs[0], a.inputs[1], a.inputs[2], a.outputs[0],
                              a.outputs[1], a.outputs[2], a.inputs[3], a.inputs[4], op.attrs.momentum, op.attrs.eps,
                              !a.recompute);
       break;
     }
     case OpKind::kBatchNormBwd: {
-      const Shape& x = in_shape(1);
+      const Shape& x = in_shape(g, op, 1);
       cpu::batchnorm_backward(dim(x, 0), dim(x, 1), spatial(x), a.inputs[0], a.inputs[1], a.inputs[2], a.inputs[3],
                               a.inputs[4], a.outputs[0], a.outputs[1], a.outputs[2]);
       break;
     }
-    case OpKind::kRelu: cpu::relu_forward(numel(in_shape(0)), a.inputs[0], a.outputs[0]); break;
-    case OpKind::kReluBwd: cpu::relu_backward(numel(in_shape(0)), a.inputs[0], a.inputs[1], a.outputs[0]); break;
+    case OpKind::kLayerNorm: {
+      const Shape& x = in_shape(g, op, 0);
+      cpu::layernorm_forward(rows(x), last(x), a.inputs[0], a.inputs[1], a.inputs[2], op.attrs.eps, a.outputs[0],
+                             a.outputs[1], a.outputs[2]);
+      break;
+    }
+    case OpKind::kLayerNormBwd: {
+      const Shape& x = in_shape(g, op, 1);
+      cpu::layernorm_backward(rows(x), last(x), a.inputs[0], a.inputs[1], a.inputs[2], a.inputs[3], a.inputs[4],
+                              a.outputs[0], a.outputs[1], a.outputs[2]);
+      break;
+    }
+    default: break;
+  }
+}
+
+void launch_pool(const Graph& g, const Op& op, const KernelArgs& a) {
+  switch (op.kind) {
     case OpKind::kMaxPool:
     case OpKind::kMaxPoolBwd: {
-      const Shape& x = op.kind == OpKind::kMaxPool ? in_shape(0) : in_shape(1);
-      const Shape& y = op.kind == OpKind::kMaxPool ? out_shape(0) : in_shape(0);
+      const Shape& x = op.kind == OpKind::kMaxPool ? in_shape(g, op, 0) : in_shape(g, op, 1);
+      const Shape& y = op.kind == OpKind::kMaxPool ? out_shape(g, op, 0) : in_shape(g, op, 0);
       const int k = op.attrs.kernel, s = op.attrs.stride, pad = op.attrs.pad;
       if (op.kind == OpKind::kMaxPool)
         cpu::maxpool2d_forward(dim(x, 0), dim(x, 1), dim(x, 2), dim(x, 3), k, s, pad, dim(y, 2), dim(y, 3), a.inputs[0],
@@ -328,115 +352,160 @@ void CpuBackend::launch(const Graph& g, const Op& op, const KernelArgs& a) {
       break;
     }
     case OpKind::kGlobalAvgPool: {
-      const Shape& x = in_shape(0);
+      const Shape& x = in_shape(g, op, 0);
       cpu::global_avgpool_forward(dim(x, 0), dim(x, 1), spatial(x), a.inputs[0], a.outputs[0]);
       break;
     }
     case OpKind::kGlobalAvgPoolBwd: {
-      const Shape& x = out_shape(0);
+      const Shape& x = out_shape(g, op, 0);
       cpu::global_avgpool_backward(dim(x, 0), dim(x, 1), spatial(x), a.inputs[0], a.outputs[0]);
       break;
     }
-    case OpKind::kLinear: {
-      const Shape& x = in_shape(0);
-      const Shape& w = in_shape(1);
-      cpu::linear_forward(dim(x, 0), dim(x, 1), dim(w, 0), a.inputs[0], a.inputs[1],
-                          op.attrs.has_bias ? a.inputs[2] : nullptr, a.outputs[0]);
-      break;
-    }
-    case OpKind::kLinearBwd: {
-      const Shape& x = in_shape(1);
-      const Shape& w = in_shape(2);
-      size_t o = 0;
-      float* dx = op.attrs.has_dx ? a.outputs[o++] : nullptr;
-      float* dw = a.outputs[o++];
-      float* db = op.attrs.has_bias ? a.outputs[o++] : nullptr;
-      cpu::linear_backward(dim(x, 0), dim(x, 1), dim(w, 0), a.inputs[0], a.inputs[1], a.inputs[2], dx, dw, db);
-      break;
-    }
-    case OpKind::kAdd: cpu::add_forward(numel(in_shape(0)), a.inputs[0], a.inputs[1], a.outputs[0]); break;
+    default: break;
+  }
+}
+
+void launch_linear(const Graph& g, const Op& op, const KernelArgs& a) {
+  if (op.kind == OpKind::kLinear) {
+    const Shape& x = in_shape(g, op, 0);
+    const Shape& w = in_shape(g, op, 1);
+    cpu::linear_forward(dim(x, 0), dim(x, 1), dim(w, 0), a.inputs[0], a.inputs[1],
+                        op.attrs.has_bias ? a.inputs[2] : nullptr, a.outputs[0]);
+    return;
+  }
+  const Shape& x = in_shape(g, op, 1);
+  const Shape& w = in_shape(g, op, 2);
+  size_t o = 0;
+  float* dx = op.attrs.has_dx ? a.outputs[o++] : nullptr;
+  float* dw = a.outputs[o++];
+  float* db = op.attrs.has_bias ? a.outputs[o++] : nullptr;
+  cpu::linear_backward(dim(x, 0), dim(x, 1), dim(w, 0), a.inputs[0], a.inputs[1], a.inputs[2], dx, dw, db);
+}
+
+void launch_matmul(const Graph& g, const Op& op, const KernelArgs& a) {
+  const bool fwd = op.kind == OpKind::kBatchedMatmul;
+  const Shape& sa = in_shape(g, op, fwd ? 0 : 1);
+  const Shape& sc = fwd ? out_shape(g, op, 0) : in_shape(g, op, 0);
+  const int M = dim(sa, sa.rank() - 2), K = last(sa), N = last(sc);
+  if (fwd)
+    cpu::bmm_forward(batch_dims(sa), M, N, K, op.attrs.trans_b, op.attrs.alpha, a.inputs[0], a.inputs[1], a.outputs[0]);
+  else
+    cpu::bmm_backward(batch_dims(sa), M, N, K, op.attrs.trans_b, op.attrs.alpha, a.inputs[0], a.inputs[1], a.inputs[2],
+                      a.outputs[0], a.outputs[1]);
+}
+
+void launch_elementwise(const Graph& g, const Op& op, const KernelArgs& a) {
+  auto n = [&] { return numel(in_shape(g, op, 0)); };
+  const uint64_t dropout_seed = cpu::mix64(op.attrs.seed + a.iteration);
+  switch (op.kind) {
+    case OpKind::kRelu: cpu::relu_forward(n(), a.inputs[0], a.outputs[0]); break;
+    case OpKind::kReluBwd: cpu::relu_backward(n(), a.inputs[0], a.inputs[1], a.outputs[0]); break;
+    case OpKind::kAdd: cpu::add_forward(n(), a.inputs[0], a.inputs[1], a.outputs[0]); break;
+    case OpKind::kDropout: cpu::dropout_forward(n(), op.attrs.p, dropout_seed, a.inputs[0], a.outputs[0]); break;
+    case OpKind::kDropoutBwd: cpu::dropout_backward(n(), op.attrs.p, dropout_seed, a.inputs[0], a.outputs[0]); break;
+    case OpKind::kGelu: cpu::gelu_forward(n(), a.inputs[0], a.outputs[0]); break;
+    case OpKind::kGeluBwd: cpu::gelu_backward(n(), a.inputs[0], a.inputs[1], a.outputs[0]); break;
+    default: break;
+  }
+}
+
+void launch_layout(const Graph& g, const Op& op, const KernelArgs& a) {
+  switch (op.kind) {
     case OpKind::kFlatten:
-    case OpKind::kReshapeBwd: cpu::copy(numel(in_shape(0)), a.inputs[0], a.outputs[0]); break;
-    case OpKind::kDropout:
-      cpu::dropout_forward(numel(in_shape(0)), op.attrs.p, dropout_seed, a.inputs[0], a.outputs[0]);
-      break;
-    case OpKind::kDropoutBwd:
-      cpu::dropout_backward(numel(in_shape(0)), op.attrs.p, dropout_seed, a.inputs[0], a.outputs[0]);
-      break;
-    case OpKind::kSoftmaxCE: {
-      const Shape& l = in_shape(0);
-      cpu::softmax_ce_forward(dim(l, 0), dim(l, 1), a.inputs[0], a.inputs[1], a.outputs[0]);
-      break;
-    }
-    case OpKind::kSoftmaxCEBwd: {
-      const Shape& l = in_shape(0);
-      cpu::softmax_ce_backward(dim(l, 0), dim(l, 1), a.inputs[0], a.inputs[1], a.outputs[0]);
-      break;
-    }
-    case OpKind::kSgdMomentum:
-      cpu::sgd_momentum(numel(in_shape(0)), op.attrs.lr, op.attrs.sgd_momentum, op.attrs.weight_decay, a.inputs[0],
-                        a.inputs[1], a.inputs[2]);
-      break;
-    case OpKind::kTokenData:
-      synthetic_tokens(op, dim(out_shape(0), 0), a.iteration, a.outputs[0], a.outputs[1]);
-      break;
-    case OpKind::kEmbedding: {
-      const Shape& t = in_shape(0);
-      const float* ids = op.inputs.size() > 1 ? a.inputs[1] : nullptr;
-      cpu::embedding_forward(dim(out_shape(0), 0), dim(t, 0), dim(t, 1), ids, op.attrs.period, a.inputs[0], a.outputs[0]);
-      break;
-    }
-    case OpKind::kEmbeddingBwd: {
-      const Shape& t = out_shape(0);
-      const size_t plain = op.inputs.size() - (op.attrs.accumulate ? 1 : 0);  // dy [, ids]
-      const float* ids = plain > 1 ? a.inputs[1] : nullptr;
-      const float* acc = op.attrs.accumulate ? a.inputs.back() : nullptr;
-      cpu::embedding_backward(dim(in_shape(0), 0), dim(t, 0), dim(t, 1), a.inputs[0], ids, op.attrs.period, a.outputs[0],
-                              acc);
-      break;
-    }
-    case OpKind::kLayerNorm:
-      cpu::layernorm_forward(rows(in_shape(0)), last(in_shape(0)), a.inputs[0], a.inputs[1], a.inputs[2], op.attrs.eps,
-                             a.outputs[0], a.outputs[1], a.outputs[2]);
-      break;
-    case OpKind::kLayerNormBwd:
-      cpu::layernorm_backward(rows(in_shape(1)), last(in_shape(1)), a.inputs[0], a.inputs[1], a.inputs[2], a.inputs[3],
-                              a.inputs[4], a.outputs[0], a.outputs[1], a.outputs[2]);
-      break;
-    case OpKind::kGelu: cpu::gelu_forward(numel(in_shape(0)), a.inputs[0], a.outputs[0]); break;
-    case OpKind::kGeluBwd: cpu::gelu_backward(numel(in_shape(0)), a.inputs[0], a.inputs[1], a.outputs[0]); break;
-    case OpKind::kBatchedMatmul:
-    case OpKind::kBatchedMatmulBwd: {
-      const bool fwd = op.kind == OpKind::kBatchedMatmul;
-      const Shape& sa = in_shape(fwd ? 0 : 1);
-      const Shape& sc = fwd ? out_shape(0) : in_shape(0);
-      const int M = dim(sa, sa.rank() - 2), K = last(sa), N = last(sc);
-      if (fwd)
-        cpu::bmm_forward(batch_dims(sa), M, N, K, op.attrs.trans_b, op.attrs.alpha, a.inputs[0], a.inputs[1], a.outputs[0]);
-      else
-        cpu::bmm_backward(batch_dims(sa), M, N, K, op.attrs.trans_b, op.attrs.alpha, a.inputs[0], a.inputs[1],
-                          a.inputs[2], a.outputs[0], a.outputs[1]);
-      break;
-    }
-    case OpKind::kSoftmax:
-      cpu::softmax_forward(rows(in_shape(0)), last(in_shape(0)), op.attrs.causal, a.inputs[0], a.outputs[0]);
-      break;
-    case OpKind::kSoftmaxBwd:
-      cpu::softmax_backward(rows(in_shape(0)), last(in_shape(0)), a.inputs[0], a.inputs[1], a.outputs[0]);
-      break;
+    case OpKind::kReshapeBwd: cpu::copy(numel(in_shape(g, op, 0)), a.inputs[0], a.outputs[0]); break;
     case OpKind::kReshape:
       if (a.outputs[0] != a.inputs[0]) throw std::logic_error("reshape: a view must share its input's storage");
       break;
     case OpKind::kTranspose: {
-      const Shape& x = in_shape(0);
+      const Shape& x = in_shape(g, op, 0);
       cpu::transpose12(dim(x, 0), dim(x, 1), dim(x, 2), dim(x, 3), a.inputs[0], a.outputs[0]);
       break;
     }
-    case OpKind::kAdam:
-      cpu::adam(numel(in_shape(0)), op.attrs.lr, op.attrs.beta1, op.attrs.beta2, op.attrs.adam_eps,
-                op.attrs.weight_decay, op.attrs.decoupled_wd, static_cast<int64_t>(a.iteration) + 1, a.inputs[0],
-                a.inputs[1], a.inputs[2], a.inputs[3]);
+    default: break;
+  }
+}
+
+void launch_softmax(const Graph& g, const Op& op, const KernelArgs& a) {
+  const Shape& l = in_shape(g, op, 0);
+  switch (op.kind) {
+    case OpKind::kSoftmaxCE:
+      cpu::softmax_ce_forward(dim(l, 0), dim(l, 1), a.inputs[0], a.inputs[1], a.outputs[0]);
       break;
+    case OpKind::kSoftmaxCEBwd:
+      cpu::softmax_ce_backward(dim(l, 0), dim(l, 1), a.inputs[0], a.inputs[1], a.outputs[0]);
+      break;
+    case OpKind::kSoftmax: cpu::softmax_forward(rows(l), last(l), op.attrs.causal, a.inputs[0], a.outputs[0]); break;
+    case OpKind::kSoftmaxBwd: cpu::softmax_backward(rows(l), last(l), a.inputs[0], a.inputs[1], a.outputs[0]); break;
+    default: break;
+  }
+}
+
+void launch_embedding(const Graph& g, const Op& op, const KernelArgs& a) {
+  if (op.kind == OpKind::kEmbedding) {
+    const Shape& t = in_shape(g, op, 0);
+    const float* ids = op.inputs.size() > 1 ? a.inputs[1] : nullptr;
+    cpu::embedding_forward(dim(out_shape(g, op, 0), 0), dim(t, 0), dim(t, 1), ids, op.attrs.period, a.inputs[0],
+                           a.outputs[0]);
+    return;
+  }
+  const Shape& t = out_shape(g, op, 0);
+  const size_t plain = op.inputs.size() - (op.attrs.accumulate ? 1 : 0);  // dy [, ids]
+  const float* ids = plain > 1 ? a.inputs[1] : nullptr;
+  const float* acc = op.attrs.accumulate ? a.inputs.back() : nullptr;
+  cpu::embedding_backward(dim(in_shape(g, op, 0), 0), dim(t, 0), dim(t, 1), a.inputs[0], ids, op.attrs.period,
+                          a.outputs[0], acc);
+}
+
+void launch_optimizer(const Graph& g, const Op& op, const KernelArgs& a) {
+  if (op.kind == OpKind::kSgdMomentum)
+    cpu::sgd_momentum(numel(in_shape(g, op, 0)), op.attrs.lr, op.attrs.sgd_momentum, op.attrs.weight_decay,
+                      a.inputs[0], a.inputs[1], a.inputs[2]);
+  else
+    cpu::adam(numel(in_shape(g, op, 0)), op.attrs.lr, op.attrs.beta1, op.attrs.beta2, op.attrs.adam_eps,
+              op.attrs.weight_decay, op.attrs.decoupled_wd, static_cast<int64_t>(a.iteration) + 1, a.inputs[0],
+              a.inputs[1], a.inputs[2], a.inputs[3]);
+}
+
+}  // namespace
+
+void CpuBackend::launch(const Graph& g, const Op& op, const KernelArgs& a) {
+  switch (op.kind) {
+    case OpKind::kData:
+    case OpKind::kTokenData: return launch_data(g, op, a);
+    case OpKind::kConv2d:
+    case OpKind::kConv2dBwdData:
+    case OpKind::kConv2dBwdFilter: return launch_conv(g, op, a);
+    case OpKind::kBatchNorm:
+    case OpKind::kBatchNormBwd:
+    case OpKind::kLayerNorm:
+    case OpKind::kLayerNormBwd: return launch_norm(g, op, a);
+    case OpKind::kMaxPool:
+    case OpKind::kMaxPoolBwd:
+    case OpKind::kGlobalAvgPool:
+    case OpKind::kGlobalAvgPoolBwd: return launch_pool(g, op, a);
+    case OpKind::kLinear:
+    case OpKind::kLinearBwd: return launch_linear(g, op, a);
+    case OpKind::kBatchedMatmul:
+    case OpKind::kBatchedMatmulBwd: return launch_matmul(g, op, a);
+    case OpKind::kRelu:
+    case OpKind::kReluBwd:
+    case OpKind::kAdd:
+    case OpKind::kDropout:
+    case OpKind::kDropoutBwd:
+    case OpKind::kGelu:
+    case OpKind::kGeluBwd: return launch_elementwise(g, op, a);
+    case OpKind::kFlatten:
+    case OpKind::kReshapeBwd:
+    case OpKind::kReshape:
+    case OpKind::kTranspose: return launch_layout(g, op, a);
+    case OpKind::kSoftmaxCE:
+    case OpKind::kSoftmaxCEBwd:
+    case OpKind::kSoftmax:
+    case OpKind::kSoftmaxBwd: return launch_softmax(g, op, a);
+    case OpKind::kEmbedding:
+    case OpKind::kEmbeddingBwd: return launch_embedding(g, op, a);
+    case OpKind::kSgdMomentum:
+    case OpKind::kAdam: return launch_optimizer(g, op, a);
     case OpKind::kReplay:
       throw std::invalid_argument("the cpu backend cannot run replayed op '" + op.name +
                                   "' (a trace has no kernels); replay with --backend sim");

@@ -105,6 +105,18 @@ class CudaBackend final : public Backend {
 
  private:
   void release() noexcept;
+  // launch's op families (cuda_launch.cpp); ws_bytes is the workspace's size (0 without one).
+  void launch_data(const Graph& g, const Op& op, const KernelArgs& a);
+  void launch_conv(const Graph& g, const Op& op, const KernelArgs& a, size_t ws_bytes);
+  void launch_norm(const Graph& g, const Op& op, const KernelArgs& a, size_t ws_bytes);
+  void launch_pool(const Graph& g, const Op& op, const KernelArgs& a);
+  void launch_linear(const Graph& g, const Op& op, const KernelArgs& a);
+  void launch_matmul(const Graph& g, const Op& op, const KernelArgs& a);
+  void launch_elementwise(const Graph& g, const Op& op, const KernelArgs& a);
+  void launch_layout(const Graph& g, const Op& op, const KernelArgs& a);
+  void launch_softmax(const Graph& g, const Op& op, const KernelArgs& a, size_t ws_bytes);
+  void launch_embedding(const Graph& g, const Op& op, const KernelArgs& a);
+  void launch_optimizer(const Graph& g, const Op& op, const KernelArgs& a);
   int device_ = 0;
   void* arena_ = nullptr;
   size_t arena_bytes_ = 0;
