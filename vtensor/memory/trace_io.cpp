@@ -84,6 +84,145 @@ std::ifstream open(const std::string& path) {
   return in;
 }
 
+// The ids in o[key], each a tensor of the header's n_tensors.
+std::vector<TensorId> tensor_ids(const std::string& path, size_t line, const json& o, const char* key, int64_t n_tensors) {
+  const json& v = field(path, line, o, key);
+  if (!v.is_array()) fail(path, line, std::string("'") + key + "' must be an array");
+  std::vector<TensorId> ids;
+  for (const auto& x : v) {
+    if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= n_tensors)
+      fail(path, line, std::string("'") + key + "' holds an id that is not a tensor: " + x.dump());
+    ids.push_back(static_cast<TensorId>(x.get<int64_t>()));
+  }
+  return ids;
+}
+
+// The dims of tensor `name`'s 'shape' field.
+std::vector<int64_t> parse_dims(const std::string& path, size_t line, const json& sv, const std::string& name) {
+  // Checked element by element: a number past uint64 parses as a double, and converting
+  // that to an integer is undefined behaviour (found by fuzz_trace).
+  if (!sv.is_array()) fail(path, line, "tensor " + name + ": 'shape' must be an array of integers");
+  std::vector<int64_t> dims;
+  for (const auto& x : sv) {
+    if (!x.is_number_integer() || (x.is_number_unsigned() && x.get<uint64_t>() > uint64_t(INT64_MAX)))
+      fail(path, line, "tensor " + name + ": 'shape' must be an array of integers");
+    dims.push_back(x.get<int64_t>());
+  }
+  int64_t n = 1;
+  for (int64_t d : dims) {
+    if (d < 0 || (d > 0 && n > kMaxTensorBytes / d))
+      fail(path, line, "tensor " + name + ": 'shape' must hold sizes >= 0 of at most 1 PiB in all");
+    n *= d;
+  }
+  return dims;
+}
+
+// The header's tensor i, checked against the tensors of g before it.
+TensorInfo parse_tensor(const std::string& path, size_t line, const json& t, size_t i, const Graph& g) {
+  if (!t.is_object()) fail(path, line, "tensor " + std::to_string(i) + " is not an object");
+  if (int_field(path, line, t, "id") != static_cast<int64_t>(i)) fail(path, line, "tensor ids must be 0, 1, 2, ...");
+  TensorInfo info;
+  info.name = str_field(path, line, t, "name");
+  info.kind = parse_kind(path, line, str_field(path, line, t, "kind"));
+  const int64_t bytes = int_field(path, line, t, "bytes");
+  if (bytes < 0 || bytes > kMaxTensorBytes) fail(path, line, "tensor " + info.name + ": bytes must be 0 to 1 PiB");
+  info.shape = floats_for(bytes);
+  if (t.contains("shape")) {
+    info.shape = Shape(parse_dims(path, line, t["shape"], info.name));
+    if (static_cast<int64_t>(info.bytes()) != bytes) fail(path, line, "tensor " + info.name + ": shape and bytes disagree");
+  }
+  if (t.contains("view_of")) {  // a view: no storage of its own (reshape, shared relu gradients)
+    const int64_t v = int_field(path, line, t, "view_of");
+    if (v < 0 || v >= static_cast<int64_t>(i) || g.tensor(static_cast<TensorId>(v)).bytes() != info.bytes())
+      fail(path, line, "tensor " + info.name + ": 'view_of' must name an earlier tensor of the same size");
+    info.view_of = static_cast<TensorId>(v);
+  }
+  return info;
+}
+
+// The header's op i, a replayed op of no kernel.
+Op parse_op(const std::string& path, size_t line, const json& o, size_t i, int64_t n_tensors) {
+  if (!o.is_object()) fail(path, line, "op " + std::to_string(i) + " is not an object");
+  if (int_field(path, line, o, "index") != static_cast<int64_t>(i)) fail(path, line, "op indices must be 0, 1, 2, ...");
+  Op op{.kind = OpKind::kReplay};
+  op.name = str_field(path, line, o, "name") + " [" + str_field(path, line, o, "kind") + "]";
+  op.inputs = tensor_ids(path, line, o, "inputs", n_tensors);
+  op.outputs = tensor_ids(path, line, o, "outputs", n_tensors);
+  op.inplace = tensor_ids(path, line, o, "inplace", n_tensors);
+  const int64_t ws = int_field(path, line, o, "workspace");
+  if (ws < 0) fail(path, line, "op " + op.name + " has a negative workspace");
+  op.workspace_bytes = static_cast<size_t>(ws);
+  if (!field(path, line, o, "flops").is_number()) fail(path, line, "'flops' must be a number");
+  op.flops = o["flops"].get<double>();
+  if (!field(path, line, o, "backward").is_boolean() || !field(path, line, o, "optimizer").is_boolean())
+    fail(path, line, "'backward' and 'optimizer' must be booleans");
+  op.backward = o["backward"].get<bool>();
+  op.optimizer = o["optimizer"].get<bool>();
+  return op;
+}
+
+// Every op reads what is persistent or produced before it, and produces each of the rest once,
+// as the header's tensors say.
+void check_producers(const std::string& path, size_t line, const Graph& g, const std::vector<Op>& parsed,
+                     const json& tensors) {
+  std::vector<int> producer(tensors.size(), -1);
+  for (size_t i = 0; i < parsed.size(); ++i) {
+    for (TensorId in : parsed[i].inputs)
+      if (!g.tensor(in).persistent() && producer[static_cast<size_t>(in)] < 0)
+        fail(path, line, "op " + parsed[i].name + " reads " + g.tensor(in).name + " before any op produces it");
+    for (TensorId out : parsed[i].outputs) {
+      if (producer[static_cast<size_t>(out)] >= 0 || g.tensor(out).persistent())
+        fail(path, line, "op " + parsed[i].name + " produces " + g.tensor(out).name + ", which is persistent or produced twice");
+      producer[static_cast<size_t>(out)] = static_cast<int>(i);
+    }
+  }
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (int_field(path, line, tensors[i], "producer") != producer[i])
+      fail(path, line, "tensor " + g.tensor(static_cast<TensorId>(i)).name + ": producer disagrees with the op list");
+}
+
+// The header's op times: per recorded iteration, one time per op.
+std::vector<std::vector<double>> parse_op_times(const std::string& path, size_t line, const json& head, size_t num_ops) {
+  std::vector<std::vector<double>> times;
+  if (!head.contains("op_times")) return times;
+  const json& ot = head["op_times"];
+  if (!ot.is_array()) fail(path, line, "'op_times' must be an array");
+  for (const auto& it : ot) {
+    if (!it.is_object()) fail(path, line, "'op_times' entries must be objects");
+    const json& ms = field(path, line, it, "ms");
+    if (!ms.is_array() || ms.size() != num_ops)
+      fail(path, line, "'op_times' must hold one time per op (" + std::to_string(num_ops) + ")");
+    std::vector<double> t;
+    for (const auto& x : ms) {
+      if (!x.is_number() || x.get<double>() < 0) fail(path, line, "op times must be non-negative numbers");
+      t.push_back(x.get<double>());
+    }
+    times.push_back(std::move(t));
+  }
+  return times;
+}
+
+// The body after the header (line): accesses, checked (the graph is rebuilt from the header).
+void check_accesses(std::istream& in, const std::string& path, size_t line, int64_t n_tensors, size_t num_ops) {
+  std::string text;
+  while (read_line(in, text, "trace '" + path + "'", line + 1)) {
+    ++line;
+    if (text.empty()) continue;
+    const json j = parse_line(path, line, text);
+    const std::string type = str_field(path, line, j, "type");
+    if (type == "access") {
+      const int64_t id = int_field(path, line, j, "id"), op = int_field(path, line, j, "op");
+      int_field(path, line, j, "iter");
+      int_field(path, line, j, "t_ns");
+      str_field(path, line, j, "kind");
+      if (id < 0 || id >= n_tensors) fail(path, line, "access to tensor " + std::to_string(id) + ", which the header lacks");
+      if (op < 0 || op >= static_cast<int64_t>(num_ops)) fail(path, line, "access by op " + std::to_string(op) + ", which the header lacks");
+    } else {
+      fail(path, line, "unknown line type '" + type + "'; accepted after the header: access");
+    }
+  }
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- vtensor traces
@@ -107,125 +246,12 @@ Graph read_vtensor_trace(std::istream& in, const std::string& path) {
   if (!tensors.is_array() || !ops.is_array()) fail(path, line, "'tensors' and 'ops' must be arrays");
   Graph g;
   const auto n_tensors = static_cast<int64_t>(tensors.size());
-  auto tensor_ids = [&](const json& o, const char* key) {
-    const json& v = field(path, line, o, key);
-    if (!v.is_array()) fail(path, line, std::string("'") + key + "' must be an array");
-    std::vector<TensorId> ids;
-    for (const auto& x : v) {
-      if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= n_tensors)
-        fail(path, line, std::string("'") + key + "' holds an id that is not a tensor: " + x.dump());
-      ids.push_back(static_cast<TensorId>(x.get<int64_t>()));
-    }
-    return ids;
-  };
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const json& t = tensors[i];
-    if (!t.is_object()) fail(path, line, "tensor " + std::to_string(i) + " is not an object");
-    if (int_field(path, line, t, "id") != static_cast<int64_t>(i)) fail(path, line, "tensor ids must be 0, 1, 2, ...");
-    TensorInfo info;
-    info.name = str_field(path, line, t, "name");
-    info.kind = parse_kind(path, line, str_field(path, line, t, "kind"));
-    const int64_t bytes = int_field(path, line, t, "bytes");
-    if (bytes < 0 || bytes > kMaxTensorBytes) fail(path, line, "tensor " + info.name + ": bytes must be 0 to 1 PiB");
-    info.shape = floats_for(bytes);
-    if (t.contains("shape")) {
-      // Checked element by element: a number past uint64 parses as a double, and converting
-      // that to an integer is undefined behaviour (found by fuzz_trace).
-      const json& sv = t["shape"];
-      if (!sv.is_array()) fail(path, line, "tensor " + info.name + ": 'shape' must be an array of integers");
-      std::vector<int64_t> dims;
-      for (const auto& x : sv) {
-        if (!x.is_number_integer() || (x.is_number_unsigned() && x.get<uint64_t>() > uint64_t(INT64_MAX)))
-          fail(path, line, "tensor " + info.name + ": 'shape' must be an array of integers");
-        dims.push_back(x.get<int64_t>());
-      }
-      int64_t n = 1;
-      for (int64_t d : dims) {
-        if (d < 0 || (d > 0 && n > kMaxTensorBytes / d))
-          fail(path, line, "tensor " + info.name + ": 'shape' must hold sizes >= 0 of at most 1 PiB in all");
-        n *= d;
-      }
-      info.shape = Shape(std::move(dims));
-      if (static_cast<int64_t>(info.bytes()) != bytes) fail(path, line, "tensor " + info.name + ": shape and bytes disagree");
-    }
-    if (t.contains("view_of")) {  // a view: no storage of its own (reshape, shared relu gradients)
-      const int64_t v = int_field(path, line, t, "view_of");
-      if (v < 0 || v >= static_cast<int64_t>(i) || g.tensor(static_cast<TensorId>(v)).bytes() != info.bytes())
-        fail(path, line, "tensor " + info.name + ": 'view_of' must name an earlier tensor of the same size");
-      info.view_of = static_cast<TensorId>(v);
-    }
-    g.add_tensor(info);
-  }
+  for (size_t i = 0; i < tensors.size(); ++i) g.add_tensor(parse_tensor(path, line, tensors[i], i, g));
   std::vector<Op> parsed;  // added to the graph once their times are known
-  for (size_t i = 0; i < ops.size(); ++i) {
-    const json& o = ops[i];
-    if (!o.is_object()) fail(path, line, "op " + std::to_string(i) + " is not an object");
-    if (int_field(path, line, o, "index") != static_cast<int64_t>(i)) fail(path, line, "op indices must be 0, 1, 2, ...");
-    Op op{.kind = OpKind::kReplay};
-    op.name = str_field(path, line, o, "name") + " [" + str_field(path, line, o, "kind") + "]";
-    op.inputs = tensor_ids(o, "inputs");
-    op.outputs = tensor_ids(o, "outputs");
-    op.inplace = tensor_ids(o, "inplace");
-    const int64_t ws = int_field(path, line, o, "workspace");
-    if (ws < 0) fail(path, line, "op " + op.name + " has a negative workspace");
-    op.workspace_bytes = static_cast<size_t>(ws);
-    if (!field(path, line, o, "flops").is_number()) fail(path, line, "'flops' must be a number");
-    op.flops = o["flops"].get<double>();
-    if (!field(path, line, o, "backward").is_boolean() || !field(path, line, o, "optimizer").is_boolean())
-      fail(path, line, "'backward' and 'optimizer' must be booleans");
-    op.backward = o["backward"].get<bool>();
-    op.optimizer = o["optimizer"].get<bool>();
-    parsed.push_back(std::move(op));
-  }
-  std::vector<int> producer(tensors.size(), -1);
-  for (size_t i = 0; i < parsed.size(); ++i) {
-    for (TensorId in : parsed[i].inputs)
-      if (!g.tensor(in).persistent() && producer[static_cast<size_t>(in)] < 0)
-        fail(path, line, "op " + parsed[i].name + " reads " + g.tensor(in).name + " before any op produces it");
-    for (TensorId out : parsed[i].outputs) {
-      if (producer[static_cast<size_t>(out)] >= 0 || g.tensor(out).persistent())
-        fail(path, line, "op " + parsed[i].name + " produces " + g.tensor(out).name + ", which is persistent or produced twice");
-      producer[static_cast<size_t>(out)] = static_cast<int>(i);
-    }
-  }
-  for (size_t i = 0; i < tensors.size(); ++i)
-    if (int_field(path, line, tensors[i], "producer") != producer[i])
-      fail(path, line, "tensor " + g.tensor(static_cast<TensorId>(i)).name + ": producer disagrees with the op list");
-
-  std::vector<std::vector<double>> times;
-  if (head.contains("op_times")) {
-    const json& ot = head["op_times"];
-    if (!ot.is_array()) fail(path, line, "'op_times' must be an array");
-    for (const auto& it : ot) {
-      if (!it.is_object()) fail(path, line, "'op_times' entries must be objects");
-      const json& ms = field(path, line, it, "ms");
-      if (!ms.is_array() || ms.size() != parsed.size())
-        fail(path, line, "'op_times' must hold one time per op (" + std::to_string(parsed.size()) + ")");
-      std::vector<double> t;
-      for (const auto& x : ms) {
-        if (!x.is_number() || x.get<double>() < 0) fail(path, line, "op times must be non-negative numbers");
-        t.push_back(x.get<double>());
-      }
-      times.push_back(std::move(t));
-    }
-  }
-  // The body: accesses, checked (the graph is rebuilt from the header).
-  while (read_line(in, text, "trace '" + path + "'", line + 1)) {
-    ++line;
-    if (text.empty()) continue;
-    const json j = parse_line(path, line, text);
-    const std::string type = str_field(path, line, j, "type");
-    if (type == "access") {
-      const int64_t id = int_field(path, line, j, "id"), op = int_field(path, line, j, "op");
-      int_field(path, line, j, "iter");
-      int_field(path, line, j, "t_ns");
-      str_field(path, line, j, "kind");
-      if (id < 0 || id >= n_tensors) fail(path, line, "access to tensor " + std::to_string(id) + ", which the header lacks");
-      if (op < 0 || op >= static_cast<int64_t>(parsed.size())) fail(path, line, "access by op " + std::to_string(op) + ", which the header lacks");
-    } else {
-      fail(path, line, "unknown line type '" + type + "'; accepted after the header: access");
-    }
-  }
+  for (size_t i = 0; i < ops.size(); ++i) parsed.push_back(parse_op(path, line, ops[i], i, n_tensors));
+  check_producers(path, line, g, parsed, tensors);
+  const std::vector<std::vector<double>> times = parse_op_times(path, line, head, parsed.size());
+  check_accesses(in, path, line, n_tensors, parsed.size());
   if (times.empty()) fail(path, 1, "the header has no op_times: the trace has no op times to replay");
   // The first iteration pays for warm-up (page faults, allocations): average the others.
   const size_t first = times.size() > 1 ? 1 : 0;
