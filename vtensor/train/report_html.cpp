@@ -161,64 +161,86 @@ std::string legend_html(const std::vector<std::pair<std::string, size_t>>& held,
   return legend;
 }
 
-}  // namespace
+// A report's memory timeline as an SVG chart: per op, a bar stacked by what holds the bytes and
+// the reserved bytes as a line, the event marks in rows below.
+class TimelineChart {
+ public:
+  explicit TimelineChart(const json& report) {
+    if (!report.is_object() || !report.contains("memory_timeline"))
+      throw std::invalid_argument("the report has no memory timeline: run train or replay with --timeline (or --html)");
+    const json& tl = report["memory_timeline"];
+    const json& cols = tl.at("columns");
+    points_ = &tl.at("points");
+    ops_ = tl.contains("ops") ? tl["ops"] : json::array();
+    if (!points_->is_array() || points_->empty()) throw std::invalid_argument("the report's memory timeline has no points");
+    read_columns(cols);
+    cfg_ = report.value("config", json::object());
+    budget_ = cfg_.value("budget_bytes", 0.0);
+    if (!(budget_ >= 0 && budget_ <= 1e15)) throw std::invalid_argument("config.budget_bytes out of range");
+    ymax_ = budget_;
+    for (const auto& p : *points_)
+      ymax_ = std::max({ymax_, col(p, "reserved_bytes"), col(p, "allocated_bytes") + col(p, "held: workspace")});
+    ymax_ = ymax_ > 0 ? ymax_ * 1.05 : 1;
+    n_ = points_->size();
+    bw_ = kWidth / static_cast<double>(n_);
+    marks_top_ = kTop + kHeight + 8;
+    svg_h_ = marks_top_ + kMarkRow * std::size(kMarks) + 24;
+  }
 
-std::string timeline_html(const json& report) {
-  if (!report.is_object() || !report.contains("memory_timeline"))
-    throw std::invalid_argument("the report has no memory timeline: run train or replay with --timeline (or --html)");
-  const json& tl = report["memory_timeline"];
-  const json& cols = tl.at("columns");
-  const json& points = tl.at("points");
-  const json& ops = tl.contains("ops") ? tl["ops"] : json::array();
-  if (!points.is_array() || points.empty()) throw std::invalid_argument("the report's memory timeline has no points");
-  std::map<std::string, size_t> at;
-  for (size_t i = 0; i < cols.size(); ++i) at[cols[i].get<std::string>()] = i;
-  for (const char* need : {"op_index", "allocated_bytes", "reserved_bytes"})
-    if (!at.count(need)) throw std::invalid_argument(std::string("the memory timeline has no column '") + need + "'");
-  std::vector<std::pair<std::string, size_t>> held;  // stacked bottom to top
-  for (const auto& [name, i] : at)
-    if (name.rfind("held: ", 0) == 0) held.emplace_back(name.substr(6), i);
-  // Persistent state at the bottom, the op's transient workspace on top.
-  const std::vector<std::string> order = {"parameters", "optimizer state", "gradients", "activations", "compressed",
-                                          "in flight to / from host", "workspace"};
-  std::sort(held.begin(), held.end(), [&](const auto& a, const auto& b) {
-    auto rank = [&](const std::string& n) { return std::find(order.begin(), order.end(), n) - order.begin(); };
-    return rank(a.first) < rank(b.first);
-  });
+  const json& config() const { return cfg_; }
+  double budget() const { return budget_; }
+  const std::vector<std::pair<std::string, size_t>>& held() const { return held_; }
+
+  // The chart; paged is set where the timeline counts device pages (unified memory).
+  std::string svg(bool& paged) const {
+    std::ostringstream svg;
+    svg << "<svg id=\"timeline\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << num(kLeft + kWidth + 20) << "\" height=\""
+        << num(svg_h_) << "\" data-top=\"" << num(kTop) << "\" data-height=\"" << num(kHeight) << "\" data-ymax=\""
+        << num(ymax_) << "\" data-ops=\"" << n_ << "\">\n"
+        << y_axis(ymax_, true);
+    std::string reserved_line;
+    for (size_t i = 0; i < n_; ++i) op_bar(svg, i, reserved_line);
+    svg << "<polyline class=\"reserved\" points=\"" << reserved_line << "\"/>\n";
+    paged = pages_line(svg);
+    budget_and_labels(svg);
+    return svg.str();
+  }
+
+ private:
+  // The columns by name, and the held categories among them stacked bottom to top.
+  void read_columns(const json& cols) {
+    for (size_t i = 0; i < cols.size(); ++i) at_[cols[i].get<std::string>()] = i;
+    for (const char* need : {"op_index", "allocated_bytes", "reserved_bytes"})
+      if (!at_.count(need)) throw std::invalid_argument(std::string("the memory timeline has no column '") + need + "'");
+    for (const auto& [name, i] : at_)
+      if (name.rfind("held: ", 0) == 0) held_.emplace_back(name.substr(6), i);
+    // Persistent state at the bottom, the op's transient workspace on top.
+    const std::vector<std::string> order = {"parameters", "optimizer state", "gradients", "activations", "compressed",
+                                            "in flight to / from host", "workspace"};
+    std::sort(held_.begin(), held_.end(), [&](const auto& a, const auto& b) {
+      auto rank = [&](const std::string& n) { return std::find(order.begin(), order.end(), n) - order.begin(); };
+      return rank(a.first) < rank(b.first);
+    });
+  }
+
   // A timeline value is bytes or an op index: a negative, non-finite or larger than 1 PB one is a
   // malformed report (the casts to integers below would be undefined).
-  auto val = [&](const json& p, size_t i) {
+  double val(const json& p, size_t i) const {
     const double v = p.at(i).get<double>();
     if (!(v >= 0 && v <= 1e15)) throw std::invalid_argument("a memory timeline value out of range: " + p.at(i).dump());
     return v;
-  };
-  auto col = [&](const json& p, const std::string& name) { return at.count(name) ? val(p, at[name]) : 0.0; };
+  }
+  double col(const json& p, const std::string& name) const {
+    const auto it = at_.find(name);
+    return it != at_.end() ? val(p, it->second) : 0.0;
+  }
+  double y(double b) const { return kTop + kHeight * (1 - b / ymax_); }
 
-  const json& cfg = report.value("config", json::object());
-  const double budget = cfg.value("budget_bytes", 0.0);
-  if (!(budget >= 0 && budget <= 1e15)) throw std::invalid_argument("config.budget_bytes out of range");
-  double ymax = budget;
-  for (const auto& p : points) ymax = std::max({ymax, col(p, "reserved_bytes"), col(p, "allocated_bytes") + col(p, "held: workspace")});
-  ymax = ymax > 0 ? ymax * 1.05 : 1;
-  auto y = [&](double b) { return kTop + kHeight * (1 - b / ymax); };
-  const size_t n = points.size();
-  const double bw = kWidth / static_cast<double>(n);
-  const double marks_top = kTop + kHeight + 8;
-  const double svg_h = marks_top + kMarkRow * std::size(kMarks) + 24;
-
-  std::ostringstream svg;
-  svg << "<svg id=\"timeline\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << num(kLeft + kWidth + 20) << "\" height=\""
-      << num(svg_h) << "\" data-top=\"" << num(kTop) << "\" data-height=\"" << num(kHeight) << "\" data-ymax=\""
-      << num(ymax) << "\" data-ops=\"" << n << "\">\n"
-      << y_axis(ymax, true);
-  std::string reserved_line;
-  for (size_t i = 0; i < n; ++i) {
-    const json& p = points[i];
-    const double x = kLeft + bw * static_cast<double>(i);
-    const double alloc = col(p, "allocated_bytes"), resv = col(p, "reserved_bytes");
+  // Point i's tooltip: the op, its tensors, its memory.
+  std::string op_title(size_t i, const json& p, double alloc, double resv) const {
     std::string title;
-    if (i < ops.size()) {
-      const json& o = ops[i];
+    if (i < ops_.size()) {
+      const json& o = ops_[i];
       title = o.value("name", "") + " (" + o.value("kind", "") + ")\ninputs: ";
       for (const auto& t : o.value("inputs", json::array())) title += t.get<std::string>() + " ";
       title += "\noutputs: ";
@@ -227,60 +249,100 @@ std::string timeline_html(const json& report) {
       title = "op " + std::to_string(static_cast<long long>(col(p, "op_index")));
     }
     title += "\nallocated " + format_bytes(static_cast<size_t>(alloc)) + ", reserved " + format_bytes(static_cast<size_t>(resv));
+    return title;
+  }
+
+  // Point i's bar, title and marks; its piece of the reserved line.
+  void op_bar(std::ostringstream& svg, size_t i, std::string& reserved_line) const {
+    const json& p = (*points_)[i];
+    const double x = kLeft + bw_ * static_cast<double>(i);
+    const double alloc = col(p, "allocated_bytes"), resv = col(p, "reserved_bytes");
+    std::string title = op_title(i, p, alloc, resv);
     svg << "<g class=\"op\" data-op=\"" << static_cast<long long>(col(p, "op_index")) << "\" data-allocated=\""
         << static_cast<long long>(alloc) << "\">";
+    held_rects(svg, p, x, alloc, title);
+    for (const Mark& m : kMarks)
+      if (col(p, m.column) > 0) title += std::string("\n") + m.label + ": " + num(col(p, m.column));
+    svg << "<title>" << esc(title) << "</title></g>\n";
+    reserved_line += num(x) + "," + num(y(resv)) + " " + num(x + bw_) + "," + num(y(resv)) + " ";
+    for (size_t r = 0; r < std::size(kMarks); ++r)
+      if (col(p, kMarks[r].column) > 0)
+        svg << "<rect class=\"mark\" data-mark=\"" << kMarks[r].label << "\" fill=\"" << kMarks[r].color << "\" x=\""
+            << num(x) << "\" y=\"" << num(marks_top_ + kMarkRow * static_cast<double>(r)) << "\" width=\""
+            << num(std::max(bw_, 2.0)) << "\" height=\"" << num(kMarkRow - 3) << "\"/>";
+  }
+
+  // The stacked rectangles of point p at x, each held category's bytes added to its title.
+  void held_rects(std::ostringstream& svg, const json& p, double x, double alloc, std::string& title) const {
     double base = 0;
-    for (size_t k = 0; k < held.size(); ++k) {
-      double b = val(p, held[k].second);
-      if (held[k].first == "workspace") {
+    for (size_t k = 0; k < held_.size(); ++k) {
+      double b = val(p, held_[k].second);
+      if (held_[k].first == "workspace") {
         // The residual (alignment, blocks no category names) goes below the workspace so the
         // stack's top without the workspace is exactly the allocated bytes.
         const double other = alloc - base;
         if (other > 0) {
           svg << "<rect fill=\"" << kHeldColors[kOtherColor] << "\" x=\"" << num(x) << "\" y=\"" << num(y(base + other))
-              << "\" width=\"" << num(bw) << "\" height=\"" << num(kHeight * other / ymax) << "\"/>";
+              << "\" width=\"" << num(bw_) << "\" height=\"" << num(kHeight * other / ymax_) << "\"/>";
           base += other;
         }
       }
       if (b <= 0) continue;
-      title += "\n  " + held[k].first + ": " + format_bytes(static_cast<size_t>(b));
+      title += "\n  " + held_[k].first + ": " + format_bytes(static_cast<size_t>(b));
       svg << "<rect fill=\"" << kHeldColors[k % kOtherColor] << "\" x=\"" << num(x) << "\" y=\"" << num(y(base + b)) << "\" width=\""
-          << num(bw) << "\" height=\"" << num(kHeight * b / ymax) << "\"/>";
+          << num(bw_) << "\" height=\"" << num(kHeight * b / ymax_) << "\"/>";
       base += b;
     }
-    for (const Mark& m : kMarks)
-      if (col(p, m.column) > 0) title += std::string("\n") + m.label + ": " + num(col(p, m.column));
-    svg << "<title>" << esc(title) << "</title></g>\n";
-    reserved_line += num(x) + "," + num(y(resv)) + " " + num(x + bw) + "," + num(y(resv)) + " ";
-    for (size_t r = 0; r < std::size(kMarks); ++r)
-      if (col(p, kMarks[r].column) > 0)
-        svg << "<rect class=\"mark\" data-mark=\"" << kMarks[r].label << "\" fill=\"" << kMarks[r].color << "\" x=\""
-            << num(x) << "\" y=\"" << num(marks_top + kMarkRow * static_cast<double>(r)) << "\" width=\""
-            << num(std::max(bw, 2.0)) << "\" height=\"" << num(kMarkRow - 3) << "\"/>";
   }
-  svg << "<polyline class=\"reserved\" points=\"" << reserved_line << "\"/>\n";
-  bool paged = false;  // unified memory: the bars count the managed range, the line the device pages
-  std::string pages_line;
-  for (size_t i = 0; i < n; ++i) {
-    const double b = col(points[i], "device_page_bytes"), x = kLeft + bw * static_cast<double>(i);
-    paged |= b > 0;
-    pages_line += num(x) + "," + num(y(b)) + " " + num(x + bw) + "," + num(y(b)) + " ";
-  }
-  if (paged)
-    svg << "<polyline id=\"device-pages\" fill=\"none\" stroke=\"#0050c8\" stroke-width=\"1.5\" points=\"" << pages_line
-        << "\"/>\n";
-  if (budget > 0)
-    svg << "<line id=\"budget\" class=\"budget\" data-bytes=\"" << static_cast<long long>(budget) << "\" x1=\"" << num(kLeft)
-        << "\" x2=\"" << num(kLeft + kWidth) << "\" y1=\"" << num(y(budget)) << "\" y2=\"" << num(y(budget))
-        << "\"/><text x=\"" << num(kLeft + kWidth) << "\" y=\"" << num(y(budget) - 4) << "\" text-anchor=\"end\">budget "
-        << format_bytes(static_cast<size_t>(budget)) << "</text>\n";
-  for (size_t r = 0; r < std::size(kMarks); ++r)
-    svg << "<text x=\"" << num(kLeft - 6) << "\" y=\"" << num(marks_top + kMarkRow * static_cast<double>(r) + 9)
-        << "\" text-anchor=\"end\">" << kMarks[r].label << "</text>";  // baseline in the row
-  svg << "<text x=\"" << num(kLeft + kWidth / 2) << "\" y=\"" << num(svg_h - 4)
-      << "\" text-anchor=\"middle\">ops of the last iteration, in order</text></svg>\n";
 
-  const std::string legend = legend_html(held, paged);
+  // Unified memory: the bars count the managed range, this line the device pages. False where
+  // no point has device pages (and no line is drawn).
+  bool pages_line(std::ostringstream& svg) const {
+    bool paged = false;
+    std::string line;
+    for (size_t i = 0; i < n_; ++i) {
+      const double b = col((*points_)[i], "device_page_bytes"), x = kLeft + bw_ * static_cast<double>(i);
+      paged |= b > 0;
+      line += num(x) + "," + num(y(b)) + " " + num(x + bw_) + "," + num(y(b)) + " ";
+    }
+    if (paged)
+      svg << "<polyline id=\"device-pages\" fill=\"none\" stroke=\"#0050c8\" stroke-width=\"1.5\" points=\"" << line
+          << "\"/>\n";
+    return paged;
+  }
+
+  // The budget line, the mark rows' labels and the x axis' label.
+  void budget_and_labels(std::ostringstream& svg) const {
+    if (budget_ > 0)
+      svg << "<line id=\"budget\" class=\"budget\" data-bytes=\"" << static_cast<long long>(budget_) << "\" x1=\"" << num(kLeft)
+          << "\" x2=\"" << num(kLeft + kWidth) << "\" y1=\"" << num(y(budget_)) << "\" y2=\"" << num(y(budget_))
+          << "\"/><text x=\"" << num(kLeft + kWidth) << "\" y=\"" << num(y(budget_) - 4) << "\" text-anchor=\"end\">budget "
+          << format_bytes(static_cast<size_t>(budget_)) << "</text>\n";
+    for (size_t r = 0; r < std::size(kMarks); ++r)
+      svg << "<text x=\"" << num(kLeft - 6) << "\" y=\"" << num(marks_top_ + kMarkRow * static_cast<double>(r) + 9)
+          << "\" text-anchor=\"end\">" << kMarks[r].label << "</text>";  // baseline in the row
+    svg << "<text x=\"" << num(kLeft + kWidth / 2) << "\" y=\"" << num(svg_h_ - 4)
+        << "\" text-anchor=\"middle\">ops of the last iteration, in order</text></svg>\n";
+  }
+
+  const json* points_ = nullptr;
+  json ops_;
+  json cfg_;
+  std::map<std::string, size_t> at_;                  // column index by name
+  std::vector<std::pair<std::string, size_t>> held_;  // stacked bottom to top
+  double budget_ = 0, ymax_ = 0, bw_ = 0, marks_top_ = 0, svg_h_ = 0;
+  size_t n_ = 0;
+};
+
+}  // namespace
+
+std::string timeline_html(const json& report) {
+  const TimelineChart chart(report);
+  bool paged = false;
+  const std::string svg = chart.svg(paged);
+  const std::string legend = legend_html(chart.held(), paged);
+  const json& cfg = chart.config();
+  const double budget = chart.budget();
   const json& sum = report.value("summary", json::object());
   const std::string title = cfg.value("model", std::string("?")) + " under " + cfg.value("policy", std::string("?"));
   std::string sub = "backend " + cfg.value("backend", std::string("?"));
@@ -294,7 +356,7 @@ std::string timeline_html(const json& report) {
       "<script>\nconst d=document.getElementById('details');\n"
       "for(const g of document.querySelectorAll('g.op')){g.addEventListener('mouseenter',()=>{"
       "d.textContent=g.querySelector('title').textContent;});}\n</script>\n";
-  return page(title, "<h1>" + esc(title) + "</h1><div class=\"sub\">" + esc(sub) + "</div>" + legend + svg.str() +
+  return page(title, "<h1>" + esc(title) + "</h1><div class=\"sub\">" + esc(sub) + "</div>" + legend + svg +
                          "<div id=\"details\">hover an op</div>\n" + recomputed + js);
 }
 
