@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <functional>
 #include <set>
 #include <utility>
 
@@ -518,82 +517,112 @@ CheckpointPlan plan_from_segments(const Graph& g, const Units& units_of, const s
   return out;
 }
 
-}  // namespace
+// The device bytes a drop plan peaks at. Mirrors Executor::run_op / recompute and MemoryManager
+// (allocate, access -> recompute, release, drop, lineage references); no eviction, so nothing
+// else moves.
+class DropPlanPeak {
+ public:
+  DropPlanPeak(const Graph& g, const Plan& plan)
+      : g_(g), release_at_(g.num_ops()), drops_at_(g.num_ops()), st_(g.num_tensors(), S::kNone),
+        released_(g.num_tensors(), 0), refs_(g.num_tensors(), 0) {
+    find_release_points();
+    for (const Action& a : plan.actions)
+      if (a.kind == ActionKind::kDrop) drops_at_.at(static_cast<size_t>(a.op)).push_back(base_of(g_, a.tensor));
+  }
 
-size_t predict_drop_plan_peak(const Graph& g, const Plan& plan) {
-  // Mirrors Executor::run_op / recompute and MemoryManager (allocate, access -> recompute,
-  // release, drop, lineage references); no eviction, so nothing else moves.
-  enum class S : int8_t { kNone, kResident, kDropped };
-  const size_t nt = g.num_tensors();
-  auto block = [](size_t b) { return b == 0 ? kAllocAlignment : align_up(b); };
-  auto base = [&](TensorId t) {
-    while (g.tensor(t).view_of != kNoTensor) t = g.tensor(t).view_of;
-    return t;
-  };
-  auto size_of = [&](TensorId t) { return block(g.tensor(t).bytes()); };
-  std::vector<int> last_use(nt, -1);
-  for (const Op& op : g.ops()) {
-    for (TensorId in : op.inputs) last_use[static_cast<size_t>(in)] = op.index;
-    for (TensorId o : op.outputs) last_use[static_cast<size_t>(o)] = std::max(last_use[static_cast<size_t>(o)], op.index);
-  }
-  for (const TensorInfo& t : g.tensors()) {
-    int& lb = last_use[static_cast<size_t>(base(t.id))];
-    lb = std::max(lb, last_use[static_cast<size_t>(t.id)]);
-  }
-  std::vector<std::vector<TensorId>> release_at(g.num_ops()), drops_at(g.num_ops());
-  for (const TensorInfo& t : g.tensors()) {
-    const int u = std::max(last_use[static_cast<size_t>(t.id)], t.release_after);
-    if (!t.persistent() && t.view_of == kNoTensor && last_use[static_cast<size_t>(t.id)] >= 0)
-      release_at[static_cast<size_t>(u)].push_back(t.id);
-  }
-  for (const Action& a : plan.actions)
-    if (a.kind == ActionKind::kDrop) drops_at.at(static_cast<size_t>(a.op)).push_back(base(a.tensor));
-  std::vector<S> st(nt, S::kNone);
-  std::vector<char> released(nt, 0);
-  std::vector<int> refs(nt, 0);
-  size_t live = 0, peak = 0;
-  auto alloc = [&](size_t b) { peak = std::max(peak, live += b); };
-  for (const TensorInfo& t : g.tensors())
-    if (t.persistent()) {
-      alloc(size_of(t.id));
-      st[static_cast<size_t>(t.id)] = S::kResident;
+  size_t run() {
+    for (const TensorInfo& t : g_.tensors())
+      if (t.persistent()) {
+        alloc(size_of(t.id));
+        st_[static_cast<size_t>(t.id)] = S::kResident;
+      }
+    for (const Op& op : g_.ops()) {
+      for (TensorId in : op.inputs) access(in);
+      for (TensorId o : op.outputs)
+        if (g_.tensor(o).view_of == kNoTensor) {
+          alloc(size_of(o));
+          st_[static_cast<size_t>(o)] = S::kResident;
+        }
+      workspace(op);
+      for (TensorId t : release_at_[static_cast<size_t>(op.index)]) {
+        released_[static_cast<size_t>(t)] = 1;
+        if (refs_[static_cast<size_t>(t)] == 0) destroy(t);
+      }
+      for (TensorId t : drops_at_[static_cast<size_t>(op.index)])
+        if (st_[static_cast<size_t>(t)] == S::kResident) {  // the plan only names recomputable tensors
+          live_ -= size_of(t);
+          st_[static_cast<size_t>(t)] = S::kDropped;
+          add_refs(t, +1);
+        }
     }
-  std::function<void(TensorId)> destroy;
-  std::function<void(TensorId, int)> add_refs = [&](TensorId t, int delta) {
-    for (TensorId in : g.op(g.tensor(t).producer).inputs) {
-      const TensorId bt = base(in);
+    return peak_;
+  }
+
+ private:
+  enum class S : int8_t { kNone, kResident, kDropped };
+
+  static size_t block(size_t b) { return b == 0 ? kAllocAlignment : align_up(b); }
+  size_t size_of(TensorId t) const { return block(g_.tensor(t).bytes()); }
+  void alloc(size_t b) { peak_ = std::max(peak_, live_ += b); }
+
+  // Each base tensor's release op: its last use (a view's counts for its base) or its release_after.
+  void find_release_points() {
+    std::vector<int> last_use(g_.num_tensors(), -1);
+    for (const Op& op : g_.ops()) {
+      for (TensorId in : op.inputs) last_use[static_cast<size_t>(in)] = op.index;
+      for (TensorId o : op.outputs) last_use[static_cast<size_t>(o)] = std::max(last_use[static_cast<size_t>(o)], op.index);
+    }
+    for (const TensorInfo& t : g_.tensors()) {
+      int& lb = last_use[static_cast<size_t>(base_of(g_, t.id))];
+      lb = std::max(lb, last_use[static_cast<size_t>(t.id)]);
+    }
+    for (const TensorInfo& t : g_.tensors()) {
+      const int u = std::max(last_use[static_cast<size_t>(t.id)], t.release_after);
+      if (!t.persistent() && t.view_of == kNoTensor && last_use[static_cast<size_t>(t.id)] >= 0)
+        release_at_[static_cast<size_t>(u)].push_back(t.id);
+    }
+  }
+
+  // Adds delta to the lineage references t's producer's inputs hold, reviving or freeing them as dropped.
+  void add_refs(TensorId t, int delta) {
+    for (TensorId in : g_.op(g_.tensor(t).producer).inputs) {
+      const TensorId bt = base_of(g_, in);
       const auto b = static_cast<size_t>(bt);
-      if (delta > 0 && st[b] == S::kNone && released[b]) {
-        st[b] = S::kDropped;
+      if (delta > 0 && st_[b] == S::kNone && released_[b]) {
+        st_[b] = S::kDropped;
         add_refs(bt, +1);
       }
-      refs[b] += delta;
-      if (delta < 0 && refs[b] == 0 && released[b]) destroy(bt);
+      refs_[b] += delta;
+      if (delta < 0 && refs_[b] == 0 && released_[b]) destroy(bt);
     }
-  };
-  destroy = [&](TensorId t) {
-    S& s = st[static_cast<size_t>(t)];
-    if (s == S::kResident) live -= size_of(t);
+  }
+
+  void destroy(TensorId t) {
+    S& s = st_[static_cast<size_t>(t)];
+    if (s == S::kResident) live_ -= size_of(t);
     if (s == S::kDropped) add_refs(t, -1);
     s = S::kNone;
-  };
-  auto workspace = [&](const Op& op) {
+  }
+
+  void workspace(const Op& op) {
     if (op.workspace_bytes) {
       alloc(block(op.workspace_bytes));
-      live -= block(op.workspace_bytes);
+      live_ -= block(op.workspace_bytes);
     }
-  };
-  std::function<void(TensorId)> access = [&](TensorId t) {
-    t = base(t);
-    if (st[static_cast<size_t>(t)] != S::kDropped) return;
-    const Op& op = g.op(g.tensor(t).producer);  // Executor::recompute
+  }
+
+  // Makes t resident, recomputing it (and what it needs) where it is dropped: Executor::recompute.
+  void access(TensorId t) {
+    t = base_of(g_, t);
+    if (st_[static_cast<size_t>(t)] != S::kDropped) return;
+    const Op& op = g_.op(g_.tensor(t).producer);
     for (TensorId in : op.inputs) access(in);
     std::vector<TensorId> restored;
     size_t scratch = 0;
     for (TensorId o : op.outputs) {
-      if (st[static_cast<size_t>(base(o))] == S::kDropped) {
+      if (st_[static_cast<size_t>(base_of(g_, o))] == S::kDropped) {
         alloc(size_of(o));
-        st[static_cast<size_t>(base(o))] = S::kResident;
+        st_[static_cast<size_t>(base_of(g_, o))] = S::kResident;
         restored.push_back(o);
       } else {
         alloc(size_of(o));
@@ -601,30 +630,21 @@ size_t predict_drop_plan_peak(const Graph& g, const Plan& plan) {
       }
     }
     workspace(op);
-    live -= scratch;
+    live_ -= scratch;
     for (TensorId o : restored) add_refs(o, -1);
-  };
-  for (const Op& op : g.ops()) {
-    for (TensorId in : op.inputs) access(in);
-    for (TensorId o : op.outputs)
-      if (g.tensor(o).view_of == kNoTensor) {
-        alloc(size_of(o));
-        st[static_cast<size_t>(o)] = S::kResident;
-      }
-    workspace(op);
-    for (TensorId t : release_at[static_cast<size_t>(op.index)]) {
-      released[static_cast<size_t>(t)] = 1;
-      if (refs[static_cast<size_t>(t)] == 0) destroy(t);
-    }
-    for (TensorId t : drops_at[static_cast<size_t>(op.index)])
-      if (st[static_cast<size_t>(t)] == S::kResident) {  // the plan only names recomputable tensors
-        live -= size_of(t);
-        st[static_cast<size_t>(t)] = S::kDropped;
-        add_refs(t, +1);
-      }
   }
-  return peak;
-}
+
+  const Graph& g_;
+  std::vector<std::vector<TensorId>> release_at_, drops_at_;
+  std::vector<S> st_;
+  std::vector<char> released_;
+  std::vector<int> refs_;
+  size_t live_ = 0, peak_ = 0;
+};
+
+}  // namespace
+
+size_t predict_drop_plan_peak(const Graph& g, const Plan& plan) { return DropPlanPeak(g, plan).run(); }
 
 // ---------------------------------------------------------------- the policy
 
