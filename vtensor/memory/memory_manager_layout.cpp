@@ -166,6 +166,57 @@ std::optional<bool> MemoryManager::restore_start_state() {
   return moved;
 }
 
+namespace {
+
+struct LayoutMove {
+  size_t from, to, size, k;  // k: the block's index in the live blocks
+  bool cut = false;          // moved out of a cycle into a gap
+};
+
+// The moves of `left` that can run now, in an order where none lands on a block still to move:
+// move j before move i where j's block lies where i goes (Kahn's order; the layout's blocks do
+// not overlap, and the blocks that stay are where it has them). Shorter than left on a cycle.
+std::vector<size_t> move_order(const std::vector<LayoutMove>& moves, const std::vector<size_t>& left) {
+  std::vector<size_t> by_from = left;
+  std::sort(by_from.begin(), by_from.end(), [&](size_t a, size_t b) { return moves[a].from < moves[b].from; });
+  std::map<size_t, std::vector<size_t>> after;
+  std::map<size_t, size_t> waits;
+  for (size_t i : left) {
+    const LayoutMove& m = moves[i];
+    waits[i];
+    auto it = std::lower_bound(by_from.begin(), by_from.end(), m.to,
+                               [&](size_t j, size_t off) { return moves[j].from + moves[j].size <= off; });
+    for (; it != by_from.end() && moves[*it].from < m.to + m.size; ++it)
+      if (*it != i) after[*it].push_back(i), ++waits[i];
+  }
+  std::vector<size_t> order;
+  for (size_t i : left)
+    if (waits[i] == 0) order.push_back(i);
+  for (size_t q = 0; q < order.size(); ++q)
+    for (size_t i : after[order[q]])
+      if (--waits[i] == 0) order.push_back(i);
+  return order;
+}
+
+// The lowest gap of `size` bytes below capacity that is free now (the blocks `now`) and in the
+// layout (every move's source and target).
+std::optional<size_t> free_gap(const std::vector<LayoutBlock>& now, const std::vector<LayoutMove>& moves, size_t size,
+                               size_t capacity) {
+  std::vector<std::pair<size_t, size_t>> taken;  // [begin, end) now or in the layout
+  for (const LayoutBlock& b : now) taken.emplace_back(b.offset, b.offset + b.size);
+  for (const LayoutMove& m : moves) taken.emplace_back(m.from, m.from + m.size), taken.emplace_back(m.to, m.to + m.size);
+  std::sort(taken.begin(), taken.end());
+  std::optional<size_t> gap;
+  for (size_t end = 0, k = 0; k <= taken.size() && !gap; ++k) {
+    const size_t next = k < taken.size() ? taken[k].first : capacity;
+    if (next >= end + size) gap = end;
+    if (k < taken.size()) end = std::max(end, taken[k].second);
+  }
+  return gap;
+}
+
+}  // namespace
+
 std::optional<bool> MemoryManager::move_to_layout(const std::vector<LayoutBlock>& layout, bool through_gaps) {
   auto* caching = dynamic_cast<CachingAllocator*>(allocator_.get());
   if (!caching || layout.empty()) return std::nullopt;
@@ -173,11 +224,7 @@ std::optional<bool> MemoryManager::move_to_layout(const std::vector<LayoutBlock>
     if (s.residency == Residency::kSwappingIn || s.residency == Residency::kDecompressing) wait_copy(s);
   const std::vector<LayoutBlock> now = live_device_blocks();
   if (now.size() != layout.size()) return std::nullopt;
-  struct Move {
-    size_t from, to, size, k;  // k: the block's index in `now`
-    bool cut = false;          // moved out of a cycle into a gap
-  };
-  std::vector<Move> moves;
+  std::vector<LayoutMove> moves;
   for (size_t k = 0; k < now.size(); ++k) {
     const LayoutBlock &a = now[k], &b = layout[k];
     if (a.id != b.id || a.buffer != b.buffer || a.size != b.size) return std::nullopt;
@@ -191,7 +238,7 @@ std::optional<bool> MemoryManager::move_to_layout(const std::vector<LayoutBlock>
     backend_.move_device_batch(batch);
     batch.clear();
   };
-  auto move = [&](Move& m, size_t to) {
+  auto move = [&](LayoutMove& m, size_t to) {
     const LayoutBlock& b = now[m.k];
     caching->free(m.from);
     if (!caching->reserve(to, m.size, b.id))
@@ -211,26 +258,7 @@ std::optional<bool> MemoryManager::move_to_layout(const std::vector<LayoutBlock>
   std::vector<size_t> left(moves.size());
   for (size_t i = 0; i < moves.size(); ++i) left[i] = i;
   while (!left.empty()) {
-    // Move j before move i where j's block lies where i goes (Kahn's order; the layout's blocks
-    // do not overlap, and the blocks that stay are where it has them).
-    std::vector<size_t> by_from = left;
-    std::sort(by_from.begin(), by_from.end(), [&](size_t a, size_t b) { return moves[a].from < moves[b].from; });
-    std::map<size_t, std::vector<size_t>> after;
-    std::map<size_t, size_t> waits;
-    for (size_t i : left) {
-      const Move& m = moves[i];
-      waits[i];
-      auto it = std::lower_bound(by_from.begin(), by_from.end(), m.to,
-                                 [&](size_t j, size_t off) { return moves[j].from + moves[j].size <= off; });
-      for (; it != by_from.end() && moves[*it].from < m.to + m.size; ++it)
-        if (*it != i) after[*it].push_back(i), ++waits[i];
-    }
-    std::vector<size_t> order;
-    for (size_t i : left)
-      if (waits[i] == 0) order.push_back(i);
-    for (size_t q = 0; q < order.size(); ++q)
-      for (size_t i : after[order[q]])
-        if (--waits[i] == 0) order.push_back(i);
+    const std::vector<size_t> order = move_order(moves, left);
     if (!through_gaps && order.size() != left.size()) {  // nothing has moved yet
       counters_.compact_ms += backend_.now_ms() - t0;
       return std::nullopt;
@@ -243,18 +271,10 @@ std::optional<bool> MemoryManager::move_to_layout(const std::vector<LayoutBlock>
     // A cycle: the smallest of its blocks goes to a gap that is free now and in the layout, and
     // on from there once the others have moved (a batch of its own: the batch may read every
     // source before it writes).
-    std::vector<std::pair<size_t, size_t>> taken;  // [begin, end) now or in the layout
-    for (const LayoutBlock& b : now) taken.emplace_back(b.offset, b.offset + b.size);
-    for (const Move& m : moves) taken.emplace_back(m.from, m.from + m.size), taken.emplace_back(m.to, m.to + m.size);
-    std::sort(taken.begin(), taken.end());
     std::optional<size_t> gap, cut;  // each block at most once: then every cycle is broken
     for (size_t i : left)
       if (!moves[i].cut && (!cut || moves[i].size < moves[*cut].size)) cut = i;
-    for (size_t end = 0, k = 0; cut && k <= taken.size() && !gap; ++k) {
-      const size_t next = k < taken.size() ? taken[k].first : caching->stats().capacity;
-      if (next >= end + moves[*cut].size) gap = end;
-      if (k < taken.size()) end = std::max(end, taken[k].second);
-    }
+    if (cut) gap = free_gap(now, moves, moves[*cut].size, caching->stats().capacity);
     if (!gap) {  // no room to break it: the caller packs
       flush();
       counters_.compact_ms += backend_.now_ms() - t0;
