@@ -44,55 +44,67 @@ bool is_conv(const Op& op) {
   return op.kind == OpKind::kConv2d || op.kind == OpKind::kConv2dBwdData || op.kind == OpKind::kConv2dBwdFilter;
 }
 
-}  // namespace
+// Per layer its first forward and backward ops; per tensor its last forward and first backward
+// use, the layer that owns it as a feature map, and whether a conv reads it.
+struct LayerUses {
+  std::vector<int> first_fwd, first_bwd;
+  std::vector<int> last_fwd_use, first_bwd_use, owner;
+  std::vector<bool> conv_input;
+};
 
-VdnnPlan plan_vdnn(const Graph& g, VdnnOffload offload) {
+LayerUses scan_layer_uses(const Graph& g) {
   const size_t nl = g.layers().size(), nt = g.num_tensors();
-  std::vector<int> first_fwd(nl, INT_MAX), first_bwd(nl, INT_MAX);
-  std::vector<int> last_fwd_use(nt, -1), first_bwd_use(nt, INT_MAX), owner(nt, -1);
-  std::vector<bool> conv_input(nt, false);
+  LayerUses u{std::vector<int>(nl, INT_MAX), std::vector<int>(nl, INT_MAX), std::vector<int>(nt, -1),
+              std::vector<int>(nt, INT_MAX), std::vector<int>(nt, -1), std::vector<bool>(nt, false)};
   for (const Op& op : g.ops()) {
     if (op.layer >= 0) {
-      auto& f = is_forward(op) ? first_fwd : first_bwd;
+      auto& f = is_forward(op) ? u.first_fwd : u.first_bwd;
       if (is_forward(op) || op.backward) f[static_cast<size_t>(op.layer)] = std::min(f[static_cast<size_t>(op.layer)], op.index);
     }
     for (TensorId in : op.inputs) {
       const auto i = static_cast<size_t>(in);
       if (is_forward(op)) {
-        last_fwd_use[i] = op.index;
+        u.last_fwd_use[i] = op.index;
         // The layer of its first forward reader owns a feature map: it is that layer's X.
-        if (owner[i] < 0 && op.layer >= 0 && g.tensor(in).producer >= 0) owner[i] = op.layer;
-        if (op.kind == OpKind::kConv2d) conv_input[i] = true;
+        if (u.owner[i] < 0 && op.layer >= 0 && g.tensor(in).producer >= 0) u.owner[i] = op.layer;
+        if (op.kind == OpKind::kConv2d) u.conv_input[i] = true;
       } else if (op.backward) {
-        first_bwd_use[i] = std::min(first_bwd_use[i], op.index);
+        u.first_bwd_use[i] = std::min(u.first_bwd_use[i], op.index);
       }
     }
   }
+  return u;
+}
 
-  VdnnPlan out;
+// The layers in forward order, each with the feature maps it owns (conv inputs only under kConv).
+void add_layers(const Graph& g, const LayerUses& u, VdnnOffload offload, VdnnPlan& out) {
+  const size_t nl = g.layers().size();
   std::vector<int> pos(nl, -1);  // layer id -> index in out.layers
   std::vector<int> order;
   for (size_t l = 0; l < nl; ++l)
-    if (first_fwd[l] != INT_MAX) order.push_back(static_cast<int>(l));
-  std::sort(order.begin(), order.end(), [&](int a, int b) { return first_fwd[static_cast<size_t>(a)] < first_fwd[static_cast<size_t>(b)]; });
+    if (u.first_fwd[l] != INT_MAX) order.push_back(static_cast<int>(l));
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return u.first_fwd[static_cast<size_t>(a)] < u.first_fwd[static_cast<size_t>(b)]; });
   for (int l : order) {
     const Layer& layer = g.layers()[static_cast<size_t>(l)];
     VdnnLayer v{.layer = l, .name = layer.name, .kind = layer.kind};
-    v.first_backward_op = first_bwd[static_cast<size_t>(l)] == INT_MAX ? -1 : first_bwd[static_cast<size_t>(l)];
+    v.first_backward_op = u.first_bwd[static_cast<size_t>(l)] == INT_MAX ? -1 : u.first_bwd[static_cast<size_t>(l)];
     pos[static_cast<size_t>(l)] = static_cast<int>(out.layers.size());
     out.layers.push_back(v);
   }
   for (const TensorInfo& t : g.tensors()) {
     const auto i = static_cast<size_t>(t.id);
     const bool feature_map = (t.kind == TensorKind::kActivation || t.kind == TensorKind::kData) && t.shape.rank() >= 2;
-    if (!feature_map || owner[i] < 0 || pos[static_cast<size_t>(owner[i])] < 0 || first_bwd_use[i] == INT_MAX) continue;
-    if (offload == VdnnOffload::kConv && !conv_input[i]) continue;
-    VdnnLayer& v = out.layers[static_cast<size_t>(pos[static_cast<size_t>(owner[i])])];
+    if (!feature_map || u.owner[i] < 0 || pos[static_cast<size_t>(u.owner[i])] < 0 || u.first_bwd_use[i] == INT_MAX) continue;
+    if (offload == VdnnOffload::kConv && !u.conv_input[i]) continue;
+    VdnnLayer& v = out.layers[static_cast<size_t>(pos[static_cast<size_t>(u.owner[i])])];
     v.inputs.push_back(t.id);
     v.bytes += t.bytes();
   }
+}
 
-  // The layer whose backward runs first needs its input at once: never offloaded.
+// Offloads every layer with inputs but the one whose backward runs first (it needs its input at
+// once): each input swapped out after its last forward use.
+void plan_swap_outs(const std::vector<int>& last_fwd_use, VdnnOffload offload, VdnnPlan& out) {
   int first_backward_layer = -1;
   for (size_t k = 0; k < out.layers.size(); ++k) {
     const int b = out.layers[k].first_backward_op;
@@ -105,9 +117,11 @@ VdnnPlan plan_vdnn(const Graph& g, VdnnOffload offload) {
     if (!v.offloaded) continue;
     for (TensorId t : v.inputs) out.plan.actions.push_back({ActionKind::kSwapOut, t, last_fwd_use[static_cast<size_t>(t)]});
   }
+}
 
-  // Sliding window: at the start of layer n's backward, prefetch the nearest earlier offloaded
-  // layer not yet prefetched; the search stops at the previous conv layer.
+// Sliding window: at the start of layer n's backward, prefetch the nearest earlier offloaded
+// layer not yet prefetched; the search stops at the previous conv layer.
+void plan_prefetches(VdnnPlan& out) {
   std::vector<size_t> by_backward;
   for (size_t k = 0; k < out.layers.size(); ++k)
     if (out.layers[k].first_backward_op >= 0) by_backward.push_back(k);
@@ -125,6 +139,146 @@ VdnnPlan plan_vdnn(const Graph& g, VdnnOffload offload) {
       if (v.kind == LayerKind::kConv) break;
     }
   }
+}
+
+// The device bytes a plan leaves live after each op. Mirrors Executor::run_op and MemoryManager
+// (access, allocate, workspace, release, after_op).
+class MemorySim {
+ public:
+  MemorySim(const Graph& g, const Plan& plan)
+      : g_(g), st_(g.num_tensors(), S::kNone), released_(g.num_tensors(), false), issued_(g.num_tensors(), 0),
+        release_after_(g.num_ops()), actions_(g.num_ops()) {
+    for (const TensorInfo& t : g_.tensors())
+      if (t.persistent()) {
+        alloc(size_of(t.id));
+        st_[static_cast<size_t>(t.id)] = S::kResident;
+      }
+    find_release_points();
+    for (const Action& a : plan.actions) actions_.at(static_cast<size_t>(a.op)).push_back(a);
+  }
+
+  PlannedMemory run(const std::vector<ConvAlgo>& algos) {
+    uint64_t seq = 0;
+    double sum = 0;
+    for (const Op& op : g_.ops()) {
+      op_index_ = op.index;
+      access_inputs(op);
+      for (TensorId o : op.outputs) {
+        if (g_.tensor(o).view_of != kNoTensor) continue;
+        alloc(size_of(o));
+        st_[static_cast<size_t>(o)] = S::kResident;
+      }
+      const bool lean = static_cast<size_t>(op.index) < algos.size() && algos[static_cast<size_t>(op.index)] == ConvAlgo::kLean;
+      if (const size_t ws = lean ? op.workspace_lean_bytes : op.workspace_bytes) {
+        alloc(block(ws));
+        live_ -= block(ws);
+      }
+      release(op);
+      while (!swapping_out_.empty() && issued_[static_cast<size_t>(swapping_out_.front())] < seq) {
+        complete(swapping_out_.front());
+        swapping_out_.pop_front();
+      }
+      ++seq;
+      apply_actions(op, seq);
+      sum += static_cast<double>(live_);
+    }
+    return {peak_, g_.num_ops() ? sum / static_cast<double>(g_.num_ops()) : 0.0, peak_op_};
+  }
+
+ private:
+  enum class S { kNone, kResident, kSwappingOut, kOnHost, kSwappingIn };
+
+  static size_t block(size_t b) { return b == 0 ? kAllocAlignment : align_up(b); }
+  size_t size_of(TensorId t) const { return block(g_.tensor(t).bytes()); }
+  void alloc(size_t b) {
+    if ((live_ += b) > peak_) {
+      peak_ = live_;
+      peak_op_ = op_index_;
+    }
+  }
+  // Views (share_relu_gradients, reshape) have no block: they act on their base, which lives
+  // until the last use of the base and of all its views.
+  TensorId base(TensorId t) const {
+    while (g_.tensor(t).view_of != kNoTensor) t = g_.tensor(t).view_of;
+    return t;
+  }
+
+  void find_release_points() {
+    std::vector<int> last_use(g_.num_tensors(), -1);
+    for (const Op& op : g_.ops()) {
+      for (TensorId in : op.inputs) last_use[static_cast<size_t>(base(in))] = op.index;
+      for (TensorId o : op.outputs) last_use[static_cast<size_t>(base(o))] = std::max(last_use[static_cast<size_t>(base(o))], op.index);
+    }
+    for (const TensorInfo& t : g_.tensors())
+      if (!t.persistent() && t.view_of == kNoTensor && last_use[static_cast<size_t>(t.id)] >= 0)
+        release_after_[static_cast<size_t>(last_use[static_cast<size_t>(t.id)])].push_back(t.id);
+  }
+
+  void cancel(TensorId t) {
+    swapping_out_.erase(std::find(swapping_out_.begin(), swapping_out_.end(), t));
+    st_[static_cast<size_t>(t)] = S::kResident;
+  }
+  void complete(TensorId t) {
+    live_ -= size_of(t);
+    st_[static_cast<size_t>(t)] = released_[static_cast<size_t>(t)] ? S::kNone : S::kOnHost;
+  }
+
+  void access_inputs(const Op& op) {
+    for (TensorId in : op.inputs) {
+      in = base(in);
+      S& s = st_[static_cast<size_t>(in)];
+      if (s == S::kSwappingOut) cancel(in);
+      else if (s == S::kOnHost) alloc(size_of(in));
+      if (s != S::kNone) s = S::kResident;
+    }
+  }
+
+  void release(const Op& op) {
+    for (TensorId t : release_after_[static_cast<size_t>(op.index)]) {
+      S& s = st_[static_cast<size_t>(t)];
+      released_[static_cast<size_t>(t)] = true;
+      if (s == S::kResident || s == S::kSwappingIn) live_ -= size_of(t);
+      if (s != S::kSwappingOut) s = S::kNone;  // a swap-out in flight frees its block when it completes
+    }
+  }
+
+  // The plan's actions after op, seq numbering its swap-outs.
+  void apply_actions(const Op& op, uint64_t seq) {
+    for (Action a : actions_[static_cast<size_t>(op.index)]) {
+      a.tensor = base(a.tensor);
+      S& s = st_[static_cast<size_t>(a.tensor)];
+      if (a.kind == ActionKind::kSwapOut && s == S::kResident) {
+        s = S::kSwappingOut;
+        issued_[static_cast<size_t>(a.tensor)] = seq;
+        swapping_out_.push_back(a.tensor);
+      } else if (a.kind == ActionKind::kPrefetch && s == S::kSwappingOut) {
+        cancel(a.tensor);
+      } else if (a.kind == ActionKind::kPrefetch && s == S::kOnHost) {
+        alloc(size_of(a.tensor));
+        s = S::kSwappingIn;
+      }
+    }
+  }
+
+  const Graph& g_;
+  std::vector<S> st_;
+  std::vector<bool> released_;
+  std::vector<uint64_t> issued_;
+  std::deque<TensorId> swapping_out_;
+  std::vector<std::vector<TensorId>> release_after_;
+  std::vector<std::vector<Action>> actions_;
+  size_t live_ = 0, peak_ = 0;
+  int op_index_ = -1, peak_op_ = -1;
+};
+
+}  // namespace
+
+VdnnPlan plan_vdnn(const Graph& g, VdnnOffload offload) {
+  const LayerUses uses = scan_layer_uses(g);
+  VdnnPlan out;
+  add_layers(g, uses, offload, out);
+  plan_swap_outs(uses.last_fwd_use, offload, out);
+  plan_prefetches(out);
   std::stable_sort(out.plan.actions.begin(), out.plan.actions.end(), [](const Action& a, const Action& b) { return a.op < b.op; });
   return out;
 }
@@ -142,103 +296,7 @@ size_t predict_peak(const Graph& g, const Plan& plan, const std::vector<ConvAlgo
 }
 
 PlannedMemory predict_memory(const Graph& g, const Plan& plan, const std::vector<ConvAlgo>& algos) {
-  // Mirrors Executor::run_op and MemoryManager (access, allocate, workspace, release, after_op).
-  enum class S { kNone, kResident, kSwappingOut, kOnHost, kSwappingIn };
-  const size_t nt = g.num_tensors();
-  auto block = [](size_t b) { return b == 0 ? kAllocAlignment : align_up(b); };
-  auto size_of = [&](TensorId t) { return block(g.tensor(t).bytes()); };
-  std::vector<S> st(nt, S::kNone);
-  std::vector<bool> released(nt, false);
-  std::vector<uint64_t> issued(nt, 0);
-  std::deque<TensorId> swapping_out;
-  size_t live = 0, peak = 0;
-  int op_index = -1, peak_op = -1;
-  auto alloc = [&](size_t b) {
-    if ((live += b) > peak) {
-      peak = live;
-      peak_op = op_index;
-    }
-  };
-  for (const TensorInfo& t : g.tensors())
-    if (t.persistent()) {
-      alloc(size_of(t.id));
-      st[static_cast<size_t>(t.id)] = S::kResident;
-    }
-  // Views (share_relu_gradients, reshape) have no block: they act on their base, which lives
-  // until the last use of the base and of all its views.
-  auto base = [&](TensorId t) {
-    while (g.tensor(t).view_of != kNoTensor) t = g.tensor(t).view_of;
-    return t;
-  };
-  std::vector<int> last_use(nt, -1);
-  for (const Op& op : g.ops()) {
-    for (TensorId in : op.inputs) last_use[static_cast<size_t>(base(in))] = op.index;
-    for (TensorId o : op.outputs) last_use[static_cast<size_t>(base(o))] = std::max(last_use[static_cast<size_t>(base(o))], op.index);
-  }
-  std::vector<std::vector<TensorId>> release_after(g.num_ops());
-  for (const TensorInfo& t : g.tensors())
-    if (!t.persistent() && t.view_of == kNoTensor && last_use[static_cast<size_t>(t.id)] >= 0)
-      release_after[static_cast<size_t>(last_use[static_cast<size_t>(t.id)])].push_back(t.id);
-  std::vector<std::vector<Action>> actions(g.num_ops());
-  for (const Action& a : plan.actions) actions.at(static_cast<size_t>(a.op)).push_back(a);
-
-  auto cancel = [&](TensorId t) {
-    swapping_out.erase(std::find(swapping_out.begin(), swapping_out.end(), t));
-    st[static_cast<size_t>(t)] = S::kResident;
-  };
-  auto complete = [&](TensorId t) {
-    live -= size_of(t);
-    st[static_cast<size_t>(t)] = released[static_cast<size_t>(t)] ? S::kNone : S::kOnHost;
-  };
-  uint64_t seq = 0;
-  double sum = 0;
-  for (const Op& op : g.ops()) {
-    op_index = op.index;
-    for (TensorId in : op.inputs) {
-      in = base(in);
-      S& s = st[static_cast<size_t>(in)];
-      if (s == S::kSwappingOut) cancel(in);
-      else if (s == S::kOnHost) alloc(size_of(in));
-      if (s != S::kNone) s = S::kResident;
-    }
-    for (TensorId o : op.outputs) {
-      if (g.tensor(o).view_of != kNoTensor) continue;
-      alloc(size_of(o));
-      st[static_cast<size_t>(o)] = S::kResident;
-    }
-    const bool lean = static_cast<size_t>(op.index) < algos.size() && algos[static_cast<size_t>(op.index)] == ConvAlgo::kLean;
-    if (const size_t ws = lean ? op.workspace_lean_bytes : op.workspace_bytes) {
-      alloc(block(ws));
-      live -= block(ws);
-    }
-    for (TensorId t : release_after[static_cast<size_t>(op.index)]) {
-      S& s = st[static_cast<size_t>(t)];
-      released[static_cast<size_t>(t)] = true;
-      if (s == S::kResident || s == S::kSwappingIn) live -= size_of(t);
-      if (s != S::kSwappingOut) s = S::kNone;  // a swap-out in flight frees its block when it completes
-    }
-    while (!swapping_out.empty() && issued[static_cast<size_t>(swapping_out.front())] < seq) {
-      complete(swapping_out.front());
-      swapping_out.pop_front();
-    }
-    ++seq;
-    for (Action a : actions[static_cast<size_t>(op.index)]) {
-      a.tensor = base(a.tensor);
-      S& s = st[static_cast<size_t>(a.tensor)];
-      if (a.kind == ActionKind::kSwapOut && s == S::kResident) {
-        s = S::kSwappingOut;
-        issued[static_cast<size_t>(a.tensor)] = seq;
-        swapping_out.push_back(a.tensor);
-      } else if (a.kind == ActionKind::kPrefetch && s == S::kSwappingOut) {
-        cancel(a.tensor);
-      } else if (a.kind == ActionKind::kPrefetch && s == S::kOnHost) {
-        alloc(size_of(a.tensor));
-        s = S::kSwappingIn;
-      }
-    }
-    sum += static_cast<double>(live);
-  }
-  return {peak, g.num_ops() ? sum / static_cast<double>(g.num_ops()) : 0.0, peak_op};
+  return MemorySim(g, plan).run(algos);
 }
 
 // ---------------------------------------------------------------- the policy
