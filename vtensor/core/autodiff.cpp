@@ -115,7 +115,6 @@ class Autodiff {
     TensorId y = f.outputs.at(0);
     const TensorInfo yt = g_.tensor(y);
     if (!yt.requires_grad) return;
-    auto rg = [&](TensorId t) { return g_.tensor(t).requires_grad; };
     TensorId dy = kNoTensor;
     if (f.kind != OpKind::kSoftmaxCE) {
       auto it = grad_.find(y);
@@ -123,163 +122,129 @@ class Autodiff {
       dy = it->second;
     }
     switch (f.kind) {
-      case OpKind::kConv2d: {
-        TensorId x = f.inputs[0], w = f.inputs[1];
-        if (rg(x)) {
-          Op op = bwd(f, OpKind::kConv2dBwdData, ".bwd_data");
-          TensorId dx = new_grad(x);
-          op.inputs = {dy, w};
-          op.outputs = {dx};
-          op.workspace_bytes = f.workspace_bytes;
-          op.workspace_lean_bytes = f.workspace_lean_bytes;
-          op.flops = f.flops;
-          g_.add_op(op);
-          accumulate(x, dx, f.layer);
-        }
-        Op op = bwd(f, OpKind::kConv2dBwdFilter, ".bwd_filter");
-        TensorId dw = new_grad(w);
-        op.inputs = {dy, x};
-        op.outputs = {dw};
-        TensorId db = kNoTensor;
-        if (f.attrs.has_bias) op.outputs.push_back(db = new_grad(f.inputs[2]));
-        op.workspace_bytes = f.workspace_bytes;
-        op.workspace_lean_bytes = f.workspace_lean_bytes;
-        op.flops = f.flops;
-        g_.add_op(op);
-        accumulate(w, dw, f.layer);
-        if (db != kNoTensor) accumulate(f.inputs[2], db, f.layer);
-        break;
-      }
+      case OpKind::kConv2d: return conv_backward(f, dy);
       case OpKind::kBatchNorm:
-      case OpKind::kLayerNorm: {  // both save (y, mean, rstd); backward reads dy, x, gamma and the statistics
-        TensorId x = f.inputs[0], gamma = f.inputs[1], beta = f.inputs[2];
-        Op op = bwd(f, f.kind == OpKind::kBatchNorm ? OpKind::kBatchNormBwd : OpKind::kLayerNormBwd, ".bwd");
-        TensorId dx = new_grad(x), dg = new_grad(gamma), db = new_grad(beta);
-        op.inputs = {dy, x, gamma, f.outputs[1], f.outputs[2]};
-        op.outputs = {dx, dg, db};
-        op.flops = 2 * f.flops;
-        g_.add_op(op);
-        accumulate(x, dx, f.layer);
-        accumulate(gamma, dg, f.layer);
-        accumulate(beta, db, f.layer);
-        break;
-      }
-      case OpKind::kRelu: {
-        unary_bwd(f, OpKind::kReluBwd, {dy, y}, f.flops);
-        break;
-      }
-      case OpKind::kMaxPool: {
-        unary_bwd(f, OpKind::kMaxPoolBwd, {dy, f.inputs[0]}, 2 * f.flops);
-        break;
-      }
-      case OpKind::kGlobalAvgPool:
-      case OpKind::kFlatten:
-      case OpKind::kDropout: {
-        const OpKind k = f.kind == OpKind::kGlobalAvgPool ? OpKind::kGlobalAvgPoolBwd
-                         : f.kind == OpKind::kFlatten     ? OpKind::kReshapeBwd
-                                                          : OpKind::kDropoutBwd;
-        Op op = bwd(f, k, ".bwd");
-        TensorId dx = new_grad(f.inputs[0]);
-        op.inputs = {dy};
-        op.outputs = {dx};
-        op.flops = f.flops;
-        g_.add_op(op);
-        accumulate(f.inputs[0], dx, f.layer);
-        break;
-      }
-      case OpKind::kLinear: {
-        TensorId x = f.inputs[0], w = f.inputs[1];
-        Op op = bwd(f, OpKind::kLinearBwd, ".bwd");
-        op.attrs.has_dx = rg(x);
-        op.inputs = {dy, x, w};
-        TensorId dx = kNoTensor, db = kNoTensor;
-        if (op.attrs.has_dx) op.outputs.push_back(dx = new_grad(x));
-        TensorId dw = new_grad(w);
-        op.outputs.push_back(dw);
-        if (f.attrs.has_bias) op.outputs.push_back(db = new_grad(f.inputs[2]));
-        op.flops = 2 * f.flops;
-        g_.add_op(op);
-        if (dx != kNoTensor) accumulate(x, dx, f.layer);
-        accumulate(w, dw, f.layer);
-        if (db != kNoTensor) accumulate(f.inputs[2], db, f.layer);
-        break;
-      }
+      case OpKind::kLayerNorm: return norm_backward(f, dy);
+      case OpKind::kRelu: return unary_bwd(f, OpKind::kReluBwd, {dy, y}, f.flops);
+      case OpKind::kMaxPool: return unary_bwd(f, OpKind::kMaxPoolBwd, {dy, f.inputs[0]}, 2 * f.flops);
+      case OpKind::kGlobalAvgPool: return unary_bwd(f, OpKind::kGlobalAvgPoolBwd, {dy}, f.flops);
+      case OpKind::kFlatten: return unary_bwd(f, OpKind::kReshapeBwd, {dy}, f.flops);
+      case OpKind::kDropout: return unary_bwd(f, OpKind::kDropoutBwd, {dy}, f.flops);
+      case OpKind::kLinear: return linear_backward(f, dy);
       case OpKind::kAdd:
         accumulate(f.inputs[0], dy, f.layer);
         accumulate(f.inputs[1], dy, f.layer);
-        break;
-      case OpKind::kSoftmaxCE: {
-        Op op = bwd(f, OpKind::kSoftmaxCEBwd, ".bwd");
-        TensorId dl = new_grad(f.inputs[0]);
-        op.inputs = {f.inputs[0], f.inputs[1]};
-        op.outputs = {dl};
-        op.flops = f.flops;
-        g_.add_op(op);
-        accumulate(f.inputs[0], dl, f.layer);
-        break;
-      }
-      case OpKind::kEmbedding: {
-        // inputs: table [, ids]; the ids carry no gradient. A table that already has a gradient
-        // (tied LM head) is added into by the kernel: two [V, C] tensors alive, not three.
-        TensorId table = f.inputs[0];
-        Op op = bwd(f, OpKind::kEmbeddingBwd, ".bwd");
-        TensorId dt = new_grad(table, grad_.count(table) ? ".sum" + std::to_string(sums_++) : "");
-        op.inputs = {dy};
-        if (f.inputs.size() > 1) op.inputs.push_back(f.inputs[1]);
-        op.attrs.accumulate = grad_.count(table) > 0;
-        if (op.attrs.accumulate) op.inputs.push_back(grad_[table]);
-        op.outputs = {dt};
-        op.flops = f.flops;
-        g_.add_op(op);
-        if (op.attrs.accumulate) grad_[table] = dt;
-        else accumulate(table, dt, f.layer);
-        break;
-      }
-      case OpKind::kGelu: {
-        unary_bwd(f, OpKind::kGeluBwd, {dy, f.inputs[0]}, 2 * f.flops);
-        break;
-      }
-      case OpKind::kBatchedMatmul: {
-        TensorId a = f.inputs[0], b = f.inputs[1];
-        Op op = bwd(f, OpKind::kBatchedMatmulBwd, ".bwd");
-        TensorId da = new_grad(a), db = new_grad(b);
-        op.inputs = {dy, a, b};
-        op.outputs = {da, db};
-        op.flops = 2 * f.flops;
-        g_.add_op(op);
-        accumulate(a, da, f.layer);
-        accumulate(b, db, f.layer);
-        break;
-      }
-      case OpKind::kSoftmax: {
-        unary_bwd(f, OpKind::kSoftmaxBwd, {dy, y}, f.flops);
-        break;
-      }
-      case OpKind::kReshape: {
-        // The gradient of a view is a view of the incoming gradient in the input's shape.
-        Op op = bwd(f, OpKind::kReshape, ".bwd");
-        TensorId dx = new_grad(f.inputs[0]);
-        TensorInfo& dxt = g_.tensor(dx);
-        dxt.view_of = dy;
-        op.inputs = {dy};
-        op.outputs = {dx};
-        g_.add_op(op);
-        accumulate(f.inputs[0], dx, f.layer);
-        break;
-      }
-      case OpKind::kTranspose: {
-        Op op = bwd(f, OpKind::kTranspose, ".bwd");  // swapping the middle dims twice is the identity
-        TensorId dx = new_grad(f.inputs[0]);
-        op.inputs = {dy};
-        op.outputs = {dx};
-        op.flops = f.flops;
-        g_.add_op(op);
-        accumulate(f.inputs[0], dx, f.layer);
-        break;
-      }
+        return;
+      case OpKind::kSoftmaxCE: return unary_bwd(f, OpKind::kSoftmaxCEBwd, {f.inputs[0], f.inputs[1]}, f.flops);
+      case OpKind::kEmbedding: return embedding_backward(f, dy);
+      case OpKind::kGelu: return unary_bwd(f, OpKind::kGeluBwd, {dy, f.inputs[0]}, 2 * f.flops);
+      case OpKind::kBatchedMatmul: return matmul_backward(f, dy);
+      case OpKind::kSoftmax: return unary_bwd(f, OpKind::kSoftmaxBwd, {dy, y}, f.flops);
+      case OpKind::kReshape: return view_backward(f, dy);
+      case OpKind::kTranspose:  // swapping the middle dims twice is the identity
+        return unary_bwd(f, OpKind::kTranspose, {dy}, f.flops);
       default:
         throw std::logic_error(std::string("autodiff: no backward for ") + to_string(f.kind));
     }
+  }
+
+  void conv_backward(const Op& f, TensorId dy) {
+    TensorId x = f.inputs[0], w = f.inputs[1];
+    if (g_.tensor(x).requires_grad) {
+      Op op = bwd(f, OpKind::kConv2dBwdData, ".bwd_data");
+      TensorId dx = new_grad(x);
+      op.inputs = {dy, w};
+      op.outputs = {dx};
+      op.workspace_bytes = f.workspace_bytes;
+      op.workspace_lean_bytes = f.workspace_lean_bytes;
+      op.flops = f.flops;
+      g_.add_op(op);
+      accumulate(x, dx, f.layer);
+    }
+    Op op = bwd(f, OpKind::kConv2dBwdFilter, ".bwd_filter");
+    TensorId dw = new_grad(w);
+    op.inputs = {dy, x};
+    op.outputs = {dw};
+    TensorId db = kNoTensor;
+    if (f.attrs.has_bias) op.outputs.push_back(db = new_grad(f.inputs[2]));
+    op.workspace_bytes = f.workspace_bytes;
+    op.workspace_lean_bytes = f.workspace_lean_bytes;
+    op.flops = f.flops;
+    g_.add_op(op);
+    accumulate(w, dw, f.layer);
+    if (db != kNoTensor) accumulate(f.inputs[2], db, f.layer);
+  }
+
+  // Batch and layer norm both save (y, mean, rstd); backward reads dy, x, gamma and the statistics.
+  void norm_backward(const Op& f, TensorId dy) {
+    TensorId x = f.inputs[0], gamma = f.inputs[1], beta = f.inputs[2];
+    Op op = bwd(f, f.kind == OpKind::kBatchNorm ? OpKind::kBatchNormBwd : OpKind::kLayerNormBwd, ".bwd");
+    TensorId dx = new_grad(x), dg = new_grad(gamma), db = new_grad(beta);
+    op.inputs = {dy, x, gamma, f.outputs[1], f.outputs[2]};
+    op.outputs = {dx, dg, db};
+    op.flops = 2 * f.flops;
+    g_.add_op(op);
+    accumulate(x, dx, f.layer);
+    accumulate(gamma, dg, f.layer);
+    accumulate(beta, db, f.layer);
+  }
+
+  void linear_backward(const Op& f, TensorId dy) {
+    TensorId x = f.inputs[0], w = f.inputs[1];
+    Op op = bwd(f, OpKind::kLinearBwd, ".bwd");
+    op.attrs.has_dx = g_.tensor(x).requires_grad;
+    op.inputs = {dy, x, w};
+    TensorId dx = kNoTensor, db = kNoTensor;
+    if (op.attrs.has_dx) op.outputs.push_back(dx = new_grad(x));
+    TensorId dw = new_grad(w);
+    op.outputs.push_back(dw);
+    if (f.attrs.has_bias) op.outputs.push_back(db = new_grad(f.inputs[2]));
+    op.flops = 2 * f.flops;
+    g_.add_op(op);
+    if (dx != kNoTensor) accumulate(x, dx, f.layer);
+    accumulate(w, dw, f.layer);
+    if (db != kNoTensor) accumulate(f.inputs[2], db, f.layer);
+  }
+
+  void embedding_backward(const Op& f, TensorId dy) {
+    // inputs: table [, ids]; the ids carry no gradient. A table that already has a gradient
+    // (tied LM head) is added into by the kernel: two [V, C] tensors alive, not three.
+    TensorId table = f.inputs[0];
+    Op op = bwd(f, OpKind::kEmbeddingBwd, ".bwd");
+    TensorId dt = new_grad(table, grad_.count(table) ? ".sum" + std::to_string(sums_++) : "");
+    op.inputs = {dy};
+    if (f.inputs.size() > 1) op.inputs.push_back(f.inputs[1]);
+    op.attrs.accumulate = grad_.count(table) > 0;
+    if (op.attrs.accumulate) op.inputs.push_back(grad_[table]);
+    op.outputs = {dt};
+    op.flops = f.flops;
+    g_.add_op(op);
+    if (op.attrs.accumulate) grad_[table] = dt;
+    else accumulate(table, dt, f.layer);
+  }
+
+  void matmul_backward(const Op& f, TensorId dy) {
+    TensorId a = f.inputs[0], b = f.inputs[1];
+    Op op = bwd(f, OpKind::kBatchedMatmulBwd, ".bwd");
+    TensorId da = new_grad(a), db = new_grad(b);
+    op.inputs = {dy, a, b};
+    op.outputs = {da, db};
+    op.flops = 2 * f.flops;
+    g_.add_op(op);
+    accumulate(a, da, f.layer);
+    accumulate(b, db, f.layer);
+  }
+
+  // The gradient of a view is a view of the incoming gradient in the input's shape.
+  void view_backward(const Op& f, TensorId dy) {
+    Op op = bwd(f, OpKind::kReshape, ".bwd");
+    TensorId dx = new_grad(f.inputs[0]);
+    TensorInfo& dxt = g_.tensor(dx);
+    dxt.view_of = dy;
+    op.inputs = {dy};
+    op.outputs = {dx};
+    g_.add_op(op);
+    accumulate(f.inputs[0], dx, f.layer);
   }
 
   Graph& g_;
