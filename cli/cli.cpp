@@ -102,7 +102,7 @@ int cmd_train(const TrainConfig& base, const std::string& budget_text, const std
   check_output_path(cfg.trace_path, "--trace");
   // Checked before the run: no output overwrites another or an input.
   std::vector<std::string> inputs = policy_inputs(cfg.policy_options);
-  inputs.push_back(cfg.densities_path), inputs.push_back(cfg.init_path);
+  inputs.push_back(cfg.densities_path), inputs.push_back(cfg.init_path), inputs.push_back(cfg.op_times_path);
   check_distinct({{"--report", report}, {"--html", html}, {"--trace", cfg.trace_path}, {"--densities-out", cfg.densities_out},
                   {"--save", cfg.save_path}},
                  inputs);
@@ -503,6 +503,8 @@ int vtensor::run_cli(int argc, char** argv, CliMode mode) {
   std::string gpu_file;
   train->add_option("--gpu", cfg.gpu, "sim backend: the GPU to model: " + join(gpu_names()));
   train->add_option("--gpu-file", gpu_file, "JSON file with more GPUs for --gpu (gpu_specs.h has the fields)");
+  train->add_option("--op-times", cfg.op_times_path,
+                    "sim backend: charge each op the time a GPU run measured (the per-op CSV of bench/sim_vs_device.py --ops-out)");
   train->add_option("--allocator", cfg.allocator, "device allocator: " + join(allocator_names()));
   train->add_option("--planner", cfg.planner, "planner for --allocator planned: " + join(planner_names()));
   train->add_option("--iters", cfg.iters, "training iterations (default 10)");

@@ -84,6 +84,8 @@ class Backend {
   virtual bool has_data() const { return true; }
   // sim: the name of the GPU it models (a rehearsal of the run can model the same); else empty.
   virtual std::string modelled_gpu() const { return {}; }
+  // sim: the per-op times it charges instead of its cost model (BackendOptions::op_ms), if given.
+  virtual const std::vector<double>* modelled_op_ms() const { return nullptr; }
 
   // The device arena: exactly `arena_bytes` of device memory, sub-allocated by the allocators.
   virtual void* arena_base() = 0;
@@ -143,6 +145,23 @@ class Backend {
   virtual bool waits_on_device() const { return false; }
   virtual double take_device_wait_ms() { return 0; }
   virtual void synchronize() = 0;
+
+  // The host's own work, where a backend models the host (the sim, with a GPU that has a host
+  // model: HostModel in gpu_specs.h): the memory manager says what it does besides launching and
+  // copying. Elsewhere the host's work takes what it takes, and this does nothing.
+  enum class HostWork { kAllocation, kPolicyAction };
+  virtual void host_work(HostWork) {}
+  // The modelled host's clock and what it spent, cumulative since construction (ms, counts);
+  // `modelled` false where the host is not modelled (cpu, cuda: their host is measured).
+  struct HostClock {
+    bool modelled = false;
+    double now_ms = 0;                                          // the host's time
+    double launch_ms = 0, alloc_ms = 0, action_ms = 0, copy_ms = 0;  // issuing ops, allocating, actions, copies and events
+    double wait_ms = 0;         // the host waiting for the device (the loss read back, host waits)
+    double device_idle_ms = 0;  // the compute stream waiting for a launch the host had not issued
+    uint64_t launches = 0, allocations = 0, actions = 0, copies = 0, events = 0, moved_blocks = 0;
+  };
+  virtual HostClock host_clock() const { return {}; }
 
   // Runs one op's kernel on the compute stream.
   virtual void launch(const Graph& g, const Op& op, const KernelArgs& args) = 0;

@@ -261,6 +261,7 @@ size_t MemoryManager::alloc_block(size_t bytes, int64_t tag, const char* what) {
   if (fault::hit(fault::Kind::kDeviceAlloc))
     throw OutOfMemoryError(bytes, allocator_->stats().allocated, budget(),
                            fault::message(fault::Kind::kDeviceAlloc, std::string("device allocation (") + what + ")"));
+  backend_.host_work(Backend::HostWork::kAllocation);
   for (;;) {
     if (auto off = allocator_->allocate(bytes, tag)) {
       if (paged_) paged_->on_alloc(*off, allocator_->block_size(*off));

@@ -224,6 +224,7 @@ class MemoryManager final : public MemoryView {
   // auto for seconds after its measured iteration).
   double policy_end_ms() const { return policy_end_ms_; }
   std::string modelled_gpu() const override { return backend_.modelled_gpu(); }
+  const std::vector<double>* modelled_op_ms() const override { return backend_.modelled_op_ms(); }
   std::optional<CodecRate> codec_rate() const override { return codec_rate_; }
   // The probe's largest tensor (elements), at most a third of the arena left free.
   static constexpr size_t kCodecProbeElements = size_t{4} << 20;
@@ -351,7 +352,8 @@ class MemoryManager final : public MemoryView {
   int move_point_ = 0;     // the op boundary a move now is made at (Move::point)
   bool in_after_op_ = false;  // moves now are the policy's actions (Move::planned)
   std::vector<Move> moves_;
-  void log_move(Move::Kind k, TensorId id) {
+  void log_move(Move::Kind k, TensorId id) {  // every move is a policy action the host issues
+    backend_.host_work(Backend::HostWork::kPolicyAction);
     if (move_log_enabled_) moves_.push_back({k, id, move_point_, in_after_op_});
   }
   size_t op_scratch_ = 0;          // scratch bytes allocated since the last timeline point

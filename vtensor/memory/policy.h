@@ -70,6 +70,7 @@ class MemoryView {
   virtual std::optional<CodecRate> codec_rate() const { return std::nullopt; }
   // The sim backend's GPU name (a rehearsal on sim can model the same one); empty elsewhere.
   virtual std::string modelled_gpu() const { return {}; }
+  virtual const std::vector<double>* modelled_op_ms() const { return nullptr; }  // sim: the op times it charges, if given
   // The device allocator's name ("caching", "planned") and the host pool's budget (0: unlimited),
   // so that a rehearsal of the run (policy auto) can use the same.
   virtual std::string allocator_name() const { return "caching"; }

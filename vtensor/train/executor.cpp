@@ -61,9 +61,11 @@ IterationStats Executor::run_iteration(int iteration) {
   recomputations_.clear();
   chains_.clear();
   chain_tensor_.clear();
+  const Backend::HostClock c0 = backend_.host_clock();
   const auto h0 = Clock::now();
   for (const Op& op : g_.ops()) run_op(op.index);
   const auto h1 = Clock::now();
+  const Backend::HostClock c1 = backend_.host_clock();
   mm_.end_iteration();
   const auto h2 = Clock::now();
   backend_.synchronize();
@@ -76,6 +78,7 @@ IterationStats Executor::run_iteration(int iteration) {
   s.host_kernel_ms = kernel_ms_;
   s.host_alloc_ms = alloc_ms_;
   s.host_after_op_ms = after_op_ms_;
+  if (c0.modelled) set_modelled_host(s, c0, c1, backend_.host_clock());
   s.iteration = iteration;
   s.loss = loss_;
   s.has_loss = backend_.has_data();
@@ -102,6 +105,26 @@ IterationStats Executor::run_iteration(int iteration) {
     s.page_bytes = pm->page_bytes();
   }
   return s;
+}
+
+// The sim's modelled host (HostModel) in the fields a device run measures: launch up to the end of
+// the op loop, drain after it; the policy's actions, copies and events stand for the after-op work.
+void Executor::set_modelled_host(IterationStats& s, const Backend::HostClock& c0, const Backend::HostClock& c1,
+                                 const Backend::HostClock& c2) {
+  s.host_modelled = true;
+  s.host_launch_ms = c1.now_ms - c0.now_ms;
+  s.host_drain_ms = c2.now_ms - c1.now_ms;
+  s.host_kernel_ms = c1.launch_ms - c0.launch_ms;
+  s.host_alloc_ms = c1.alloc_ms - c0.alloc_ms;
+  s.host_after_op_ms = (c1.action_ms - c0.action_ms) + (c1.copy_ms - c0.copy_ms);
+  s.host_model = {.wait_ms = c1.wait_ms - c0.wait_ms,
+                  .device_idle_ms = c2.device_idle_ms - c0.device_idle_ms,
+                  .launches = c1.launches - c0.launches,
+                  .allocations = c1.allocations - c0.allocations,
+                  .actions = c1.actions - c0.actions,
+                  .copies = c1.copies - c0.copies,
+                  .events = c1.events - c0.events,
+                  .moved_blocks = c1.moved_blocks - c0.moved_blocks};
 }
 
 void* Executor::allocate_workspace(const Op& op, ConvAlgo& algo, size_t& bytes) {
@@ -151,13 +174,14 @@ void Executor::run_op(int op_index) {
   // Only now: an allocation above may have compacted the arena and moved tensors.
   for (TensorId in : op.inputs) args.inputs.push_back(mm_.device_ptr(in));
   for (TensorId out : op.outputs) args.outputs.push_back(mm_.device_ptr(out));
-  const double t0 = backend_.now_ms();
+  const double t0 = backend_.now_ms(), idle0 = backend_.host_clock().device_idle_ms;
   {
     HostTimer h(kernel_ms_, time_host_);
     backend_.launch(g_, op, args);
   }
   mm_.kernel_launched();
-  mm_.tracker().record_op(op_index, backend_.now_ms() - t0);
+  // The kernel's time: a modelled host's lateness (the device idle before it) is not the op's.
+  mm_.tracker().record_op(op_index, backend_.now_ms() - t0 - (backend_.host_clock().device_idle_ms - idle0));
   if (args.workspace) mm_.free_scratch(args.workspace);
   for (TensorId in : op.inputs) mm_.unlock(in);
   for (TensorId out : op.outputs) mm_.unlock(out);
@@ -203,12 +227,12 @@ void Executor::recompute(TensorId id) {
   for (TensorId in : op.inputs) args.inputs.push_back(mm_.device_ptr(in));
   for (size_t i = 0; i < op.outputs.size(); ++i)
     args.outputs.push_back(scratch[i] ? static_cast<float*>(scratch[i]) : mm_.device_ptr(op.outputs[i]));
-  const double t0 = backend_.now_ms();
+  const double t0 = backend_.now_ms(), idle0 = backend_.host_clock().device_idle_ms;
   {
     HostTimer h(kernel_ms_, time_host_);
     backend_.launch(g_, op, args);
   }
-  const double ms = backend_.now_ms() - t0;
+  const double ms = backend_.now_ms() - t0 - (backend_.host_clock().device_idle_ms - idle0);
   mm_.note_recompute(ms);
   uint64_t restored_bytes = 0;
   for (TensorId out : restored) restored_bytes += g_.tensor(out).bytes();

@@ -54,6 +54,13 @@ struct IterationStats {
   // in its after-op actions (the policy's swap-outs, prefetches, drops, and the swap-outs
   // completed). The rest is the accesses (waits, on-demand restores) and the releases.
   double host_kernel_ms = 0, host_alloc_ms = 0, host_after_op_ms = 0;
+  // On sim with a host model (HostModel), the host_* figures above are the modelled host's, and:
+  bool host_modelled = false;
+  struct ModelledHost {
+    double wait_ms = 0;         // the host waiting for the device within the op loop (loss read back, host waits)
+    double device_idle_ms = 0;  // the compute stream waiting for a launch the host had not issued
+    uint64_t launches = 0, allocations = 0, actions = 0, copies = 0, events = 0, moved_blocks = 0;
+  } host_model;
   // Host wall time in the policy's end of the iteration (MemoryManager::policy_end_ms): where a
   // planned policy plans, auto for seconds after its measured iteration.
   double host_plan_ms = 0;
@@ -76,6 +83,8 @@ class Executor {
   // The op's workspace for `algo`; a convolution whose fast workspace finds no room runs with the
   // lean algorithm (smaller workspace) instead of failing: `algo` and `bytes` say what was taken.
   void* allocate_workspace(const Op& op, ConvAlgo& algo, size_t& bytes);
+  static void set_modelled_host(IterationStats& s, const Backend::HostClock& c0, const Backend::HostClock& c1,
+                                const Backend::HostClock& c2);
 
   const Graph& g_;
   Backend& backend_;

@@ -11,6 +11,53 @@
 #include "vtensor/train/executor.h"
 
 namespace vtensor {
+namespace {
+
+// A guided iteration's figures, summed into `r` (averaged by average_guided).
+void add_guided(RehearsalResult& r, const IterationStats& s) {
+  r.peak_allocated = std::max(r.peak_allocated, s.peak_allocated);
+  r.time_ms += s.time_ms;
+  r.stall_ms += s.counters.stall_ms;
+  r.recompute_ms += s.counters.recompute_ms;
+  r.compact_ms += s.counters.compact_ms;
+  r.compactions += s.counters.compactions;
+  r.evictions += s.counters.evictions;
+  r.swapped_out_bytes += s.counters.swapped_out_bytes;
+  r.recomputed_ops += s.counters.recomputed_ops;
+}
+
+void average_guided(RehearsalResult& r, int guided) {
+  r.time_ms /= guided, r.stall_ms /= guided, r.recompute_ms /= guided, r.compact_ms /= guided;
+  r.compactions /= static_cast<uint64_t>(guided), r.evictions /= static_cast<uint64_t>(guided);
+  r.swapped_out_bytes /= static_cast<uint64_t>(guided), r.recomputed_ops /= static_cast<uint64_t>(guided);
+}
+
+// The plan's gaps as the guided iterations measured them: the candidates it moved or that cost
+// time, then those over the iteration's end (the wrap swaps, and the persistent tensors the plan
+// kept that the passive fallback evicted).
+void collect_gaps(const CapuchinPolicy& c, const Graph& g, RehearsalResult& r) {
+  const auto& cost = c.measured_cost_ms();
+  const auto& fed = c.fed_back();
+  const auto& cands = c.plan().candidates;
+  for (size_t k = 0; k < cands.size(); ++k)
+    if (cands[k].decision != CapuchinDecision::kKeep || (k < cost.size() && cost[k] > 0))
+      r.gaps.push_back({cands[k].id, cands[k].evict_op, cands[k].back_op, cands[k].trigger_op, cands[k].decision,
+                        cands[k].bytes, k < cost.size() ? cost[k] : 0.0, false, k < fed.size() ? fed[k] : 0});
+  const auto& wrap_cost = c.measured_wrap_cost_ms();
+  std::vector<char> wrapped(wrap_cost.size(), 0);
+  for (const WrapSwap& w : c.plan().wrap_swaps) {
+    r.gaps.push_back({w.id, w.evict_op, w.back_op, w.trigger_op, CapuchinDecision::kSwap, w.bytes,
+                      wrap_cost[static_cast<size_t>(w.id)], true});
+    wrapped[static_cast<size_t>(w.id)] = 1;
+  }
+  for (size_t id = 0; id < wrap_cost.size(); ++id)
+    if (!wrapped[id] && wrap_cost[id] > 0) {
+      const auto t = static_cast<TensorId>(id);
+      r.gaps.push_back({t, c.last_use(t), c.first_use(t), -1, CapuchinDecision::kKeep, g.tensor(t).bytes(), wrap_cost[id], true});
+    }
+}
+
+}  // namespace
 
 RehearsalResult rehearse(const Candidate& candidate, const RehearsalSetup& setup) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -60,45 +107,12 @@ RehearsalResult rehearse(const Candidate& candidate, const RehearsalSetup& setup
         return r;
       }
       ++guided;
-      r.peak_allocated = std::max(r.peak_allocated, s.peak_allocated);
-      r.time_ms += s.time_ms;
-      r.stall_ms += s.counters.stall_ms;
-      r.recompute_ms += s.counters.recompute_ms;
-      r.compact_ms += s.counters.compact_ms;
-      r.compactions += s.counters.compactions;
-      r.evictions += s.counters.evictions;
-      r.swapped_out_bytes += s.counters.swapped_out_bytes;
-      r.recomputed_ops += s.counters.recomputed_ops;
+      add_guided(r, s);
     }
-    r.time_ms /= guided, r.stall_ms /= guided, r.recompute_ms /= guided, r.compact_ms /= guided;
-    r.compactions /= static_cast<uint64_t>(guided), r.evictions /= static_cast<uint64_t>(guided);
-    r.swapped_out_bytes /= static_cast<uint64_t>(guided), r.recomputed_ops /= static_cast<uint64_t>(guided);
+    average_guided(r, guided);
     r.trained = true;
     r.end_layout = mm.live_device_blocks();
-    if (const CapuchinPolicy* c = ap->capuchin()) {
-      const auto& cost = c->measured_cost_ms();
-      const auto& fed = c->fed_back();
-      const auto& cands = c->plan().candidates;
-      for (size_t k = 0; k < cands.size(); ++k)
-        if (cands[k].decision != CapuchinDecision::kKeep || (k < cost.size() && cost[k] > 0))
-          r.gaps.push_back({cands[k].id, cands[k].evict_op, cands[k].back_op, cands[k].trigger_op, cands[k].decision,
-                            cands[k].bytes, k < cost.size() ? cost[k] : 0.0, false, k < fed.size() ? fed[k] : 0});
-      // The gaps over the iteration's end: the wrap swaps, and the persistent tensors the plan
-      // kept that the passive fallback evicted.
-      const auto& wrap_cost = c->measured_wrap_cost_ms();
-      std::vector<char> wrapped(wrap_cost.size(), 0);
-      for (const WrapSwap& w : c->plan().wrap_swaps) {
-        r.gaps.push_back({w.id, w.evict_op, w.back_op, w.trigger_op, CapuchinDecision::kSwap, w.bytes,
-                          wrap_cost[static_cast<size_t>(w.id)], true});
-        wrapped[static_cast<size_t>(w.id)] = 1;
-      }
-      for (size_t id = 0; id < wrap_cost.size(); ++id)
-        if (!wrapped[id] && wrap_cost[id] > 0) {
-          const auto t = static_cast<TensorId>(id);
-          r.gaps.push_back({t, c->last_use(t), c->first_use(t), -1, CapuchinDecision::kKeep,
-                            setup.graph->tensor(t).bytes(), wrap_cost[id], true});
-        }
-    }
+    if (const CapuchinPolicy* c = ap->capuchin()) collect_gaps(*c, *setup.graph, r);
   } catch (const RehearsalTimeout& e) {
     r.error = e.what();
   } catch (const OutOfMemoryError& e) {

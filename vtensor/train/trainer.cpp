@@ -16,6 +16,7 @@
 #include "vtensor/memory/allocator.h"
 #include "vtensor/policy/planning.h"
 #include "vtensor/train/densities.h"
+#include "vtensor/train/op_times.h"
 #include "vtensor/train/rehearsal.h"
 #include "vtensor/train/safetensors.h"
 #include "vtensor/train/report_html.h"
@@ -30,6 +31,35 @@ std::string state_path(const std::string& dir) { return (std::filesystem::path(d
 namespace {
 // The policies the compression flags apply to (for messages).
 constexpr const char* kCompressPolicies = "compress, compress+swap or compress+capuchin";
+
+// The options that do not go together, refused before any work.
+void check_combinations(const TrainConfig& c, const CompressionOptions* compression, bool rehearsing) {
+  if (!compression && !c.densities_out.empty())
+    throw std::invalid_argument(std::string("--densities-out applies to --policy ") + kCompressPolicies + " only, got --policy " +
+                                c.policy);
+  // auto reads densities too: on sim they size its compression candidates' rehearsals.
+  if (!compression && !rehearsing && !c.densities_path.empty())
+    throw std::invalid_argument("--densities applies to --policy compress, compress+swap, compress+capuchin or auto "
+                                "only, got --policy " + c.policy);
+  if (compression && !c.densities_out.empty() && c.backend == "sim")
+    throw std::invalid_argument("--densities-out needs a backend with data (cpu, cuda), got --backend sim");
+  if (c.backend == "sim" && (!c.init_path.empty() || !c.save_path.empty() || !c.save_dir.empty() ||
+                                !c.resume_dir.empty()))
+    throw std::invalid_argument("--save, --init, --save-dir and --resume need a backend that holds values (cpu, cuda), "
+                                "got --backend sim");
+  if (c.save_every > 0 && c.save_dir.empty()) throw std::invalid_argument("--save-every needs --save-dir DIR");
+  if (!c.save_dir.empty() && !std::filesystem::is_directory(c.save_dir))
+    throw std::invalid_argument("--save-dir '" + c.save_dir + "': no such folder");
+  if (!c.save_dir.empty()) check_output(state_path(c.save_dir), "--save-dir");
+  if (!c.resume_dir.empty() && !c.init_path.empty())
+    throw std::invalid_argument("--resume and --init both give the starting weights; accepted: one of them");
+  if (!c.densities_path.empty() && c.backend != "sim")
+    throw std::invalid_argument("--densities applies to --backend sim only (backend '" + c.backend +
+                                "' measures its own tensors; --densities-out writes them)");
+  if (!c.op_times_path.empty() && c.backend != "sim")
+    throw std::invalid_argument("--op-times applies to --backend sim only (backend '" + c.backend +
+                                "' times its own ops)");
+}
 }  // namespace
 
 Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
@@ -41,28 +71,7 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
   RehearsingPolicy* rehearsing = policy->rehearsing();
   if (rehearsing) rehearsing->set_rehearser(rehearse);
   const CompressionOptions* compression = policy->compression();  // a compress policy's
-  if (!compression && !cfg_.densities_out.empty())
-    throw std::invalid_argument(std::string("--densities-out applies to --policy ") + kCompressPolicies + " only, got --policy " +
-                                cfg_.policy);
-  // auto reads densities too: on sim they size its compression candidates' rehearsals.
-  if (!compression && !rehearsing && !cfg_.densities_path.empty())
-    throw std::invalid_argument("--densities applies to --policy compress, compress+swap, compress+capuchin or auto "
-                                "only, got --policy " + cfg_.policy);
-  if (compression && !cfg_.densities_out.empty() && cfg_.backend == "sim")
-    throw std::invalid_argument("--densities-out needs a backend with data (cpu, cuda), got --backend sim");
-  if (cfg_.backend == "sim" && (!cfg_.init_path.empty() || !cfg_.save_path.empty() || !cfg_.save_dir.empty() ||
-                                !cfg_.resume_dir.empty()))
-    throw std::invalid_argument("--save, --init, --save-dir and --resume need a backend that holds values (cpu, cuda), "
-                                "got --backend sim");
-  if (cfg_.save_every > 0 && cfg_.save_dir.empty()) throw std::invalid_argument("--save-every needs --save-dir DIR");
-  if (!cfg_.save_dir.empty() && !std::filesystem::is_directory(cfg_.save_dir))
-    throw std::invalid_argument("--save-dir '" + cfg_.save_dir + "': no such folder");
-  if (!cfg_.save_dir.empty()) check_output(state_path(cfg_.save_dir), "--save-dir");
-  if (!cfg_.resume_dir.empty() && !cfg_.init_path.empty())
-    throw std::invalid_argument("--resume and --init both give the starting weights; accepted: one of them");
-  if (!cfg_.densities_path.empty() && cfg_.backend != "sim")
-    throw std::invalid_argument("--densities applies to --backend sim only (backend '" + cfg_.backend +
-                                "' measures its own tensors; --densities-out writes them)");
+  check_combinations(cfg_, compression, rehearsing != nullptr);
   std::shared_ptr<const DensityTable> densities;
   if (!cfg_.densities_path.empty()) densities = std::make_shared<const DensityTable>(load_densities(cfg_.densities_path));
   if (!cfg_.gpu.empty() && cfg_.backend != "sim")
@@ -107,7 +116,9 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
   }
   if (!cfg_.planner.empty() && cfg_.allocator != "planned")
     throw std::invalid_argument("--planner applies to --allocator planned only, got --allocator " + cfg_.allocator);
-  backend_ = make_backend(cfg_.backend, {.arena_bytes = cfg_.budget, .gpu = cfg_.gpu, .deterministic = cfg_.deterministic});
+  BackendOptions backend_options{.arena_bytes = cfg_.budget, .gpu = cfg_.gpu, .deterministic = cfg_.deterministic};
+  if (!cfg_.op_times_path.empty()) backend_options.op_ms = load_op_times(cfg_.op_times_path, graph_);
+  backend_ = make_backend(cfg_.backend, backend_options);
   cfg_.budget = backend_->arena_bytes();
   if (rehearsing) rehearsing->prepare(graph_, cfg_.budget, cfg_.backend == "sim" && !densities);
   if (densities) backend_->set_densities(densities);
@@ -422,18 +433,19 @@ std::optional<double> replay_ratio(const TrainResult& r) {
 
 namespace {
 
-// One iteration's figures in the report (host times null on sim: its clock is the model's).
+// One iteration's figures in the report (host times null on sim, whose clock is the model's,
+// unless its GPU models the host: then the modelled host's, and "host_model" says more).
 nlohmann::json iteration_json(const IterationStats& s, const TrainConfig& c) {
   using nlohmann::json;
+  const bool no_host = c.backend == "sim" && !s.host_modelled;
   json it = {{"iteration", s.iteration},
              {"loss", s.has_loss ? json(s.loss) : json(nullptr)},
              {"time_ms", s.time_ms},
-             // host times: the sim's clock is the model's, so none there
-             {"host_launch_ms", c.backend == "sim" ? json(nullptr) : json(s.host_launch_ms)},
-             {"host_drain_ms", c.backend == "sim" ? json(nullptr) : json(s.host_drain_ms)},
-             {"host_kernel_ms", c.backend == "sim" ? json(nullptr) : json(s.host_kernel_ms)},
-             {"host_alloc_ms", c.backend == "sim" ? json(nullptr) : json(s.host_alloc_ms)},
-             {"host_after_op_ms", c.backend == "sim" ? json(nullptr) : json(s.host_after_op_ms)},
+             {"host_launch_ms", no_host ? json(nullptr) : json(s.host_launch_ms)},
+             {"host_drain_ms", no_host ? json(nullptr) : json(s.host_drain_ms)},
+             {"host_kernel_ms", no_host ? json(nullptr) : json(s.host_kernel_ms)},
+             {"host_alloc_ms", no_host ? json(nullptr) : json(s.host_alloc_ms)},
+             {"host_after_op_ms", no_host ? json(nullptr) : json(s.host_after_op_ms)},
              {"host_plan_ms", c.backend == "sim" ? json(nullptr) : json(s.host_plan_ms)},
              {"peak_allocated_bytes", s.peak_allocated},
              {"peak_reserved_bytes", s.peak_reserved},
@@ -471,6 +483,12 @@ nlohmann::json iteration_json(const IterationStats& s, const TrainConfig& c) {
              {"compress_ms", s.counters.compress_ms},
              {"decompress_ms", s.counters.decompress_ms}};
   if (s.paged) it["unified_memory"] = paging_json(s.paging);
+  if (s.host_modelled) {
+    const auto& h = s.host_model;
+    it["host_model"] = {{"wait_ms", h.wait_ms},         {"device_idle_ms", h.device_idle_ms}, {"launches", h.launches},
+                        {"allocations", h.allocations}, {"actions", h.actions},               {"copies", h.copies},
+                        {"events", h.events},           {"moved_blocks", h.moved_blocks}};
+  }
   return it;
 }
 

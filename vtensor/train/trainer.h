@@ -40,6 +40,7 @@ struct TrainConfig {
   // The densities a sim run sizes compressed tensors by (compress policies, auto), and where a
   // compress policy's run with data writes its own.
   std::string densities_path, densities_out;
+  std::string op_times_path;  // sim: per-op times measured on a device, charged instead of the cost model's (op_times.h)
   bool timeline = false;    // per-op allocated / reserved bytes of the last iteration
   std::string trace_path;   // access trace as JSON lines
   std::string init_path;    // --init: parameters and buffers from this safetensors file (safetensors.h)

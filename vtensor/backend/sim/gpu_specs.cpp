@@ -1,5 +1,6 @@
 #include "vtensor/backend/sim/gpu_specs.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <mutex>
@@ -74,6 +75,55 @@ std::vector<double> kind_scale(const nlohmann::json& j, const std::string& where
     scale[k] = v.get<double>();
   }
   return scale;
+}
+
+// "host": {...}: HostModel; op kinds not in "op_us" take its "default" (0 if none).
+HostModel host_model(const nlohmann::json& j, const std::string& where) {
+  constexpr size_t kKinds = static_cast<size_t>(OpKind::kReplay) + 1;
+  if (!j.is_object()) throw std::invalid_argument(where + ": 'host' must be an object");
+  static const std::vector<std::string> kFields = {"op_us",     "alloc_us",       "copy_us",  "event_us", "move_us",
+                                                   "action_us", "queued_copy_us", "loss_sync"};
+  for (const auto& [name, v] : j.items())
+    if (std::find(kFields.begin(), kFields.end(), name) == kFields.end()) {
+      std::string accepted;
+      for (const auto& f : kFields) accepted += (accepted.empty() ? "" : ", ") + f;
+      throw std::invalid_argument(where + ": 'host': unknown field '" + name + "'; accepted: " + accepted);
+    }
+  HostModel h;
+  h.on = true;
+  auto us = [&](const char* key) {
+    const double v = number(j, key, where + " 'host'", 0);
+    if (!(v >= 0) || !std::isfinite(v)) throw std::invalid_argument(where + ": 'host' field '" + key + "' must be >= 0");
+    return v;
+  };
+  h.alloc_us = us("alloc_us"), h.copy_us = us("copy_us"), h.event_us = us("event_us");
+  h.move_us = us("move_us"), h.action_us = us("action_us"), h.queued_copy_us = us("queued_copy_us");
+  if (j.contains("loss_sync")) {
+    if (!j["loss_sync"].is_boolean()) throw std::invalid_argument(where + ": 'host' field 'loss_sync' must be true or false");
+    h.loss_sync = j["loss_sync"].get<bool>();
+  }
+  h.op_us.assign(kKinds, 0.0);
+  if (!j.contains("op_us")) return h;
+  const auto& ops = j["op_us"];
+  if (!ops.is_object()) throw std::invalid_argument(where + ": 'host': 'op_us' must be an object of op kind -> microseconds");
+  auto value = [&](const std::string& name, const nlohmann::json& v) {
+    if (!v.is_number() || !(v.get<double>() >= 0) || !std::isfinite(v.get<double>()))
+      throw std::invalid_argument(where + ": 'host': 'op_us' of '" + name + "' must be a number >= 0");
+    return v.get<double>();
+  };
+  if (ops.contains("default")) h.op_us.assign(kKinds, value("default", ops["default"]));
+  for (const auto& [name, v] : ops.items()) {
+    if (name == "default") continue;
+    size_t k = 0;
+    while (k < kKinds && name != to_string(static_cast<OpKind>(k))) ++k;
+    if (k == kKinds) {
+      std::string accepted = "default";
+      for (size_t i = 0; i < kKinds; ++i) accepted += ", " + std::string(to_string(static_cast<OpKind>(i)));
+      throw std::invalid_argument(where + ": 'host': 'op_us': unknown op kind '" + name + "'; accepted: " + accepted);
+    }
+    h.op_us[k] = value(name, v);
+  }
+  return h;
 }
 
 }  // namespace
@@ -164,6 +214,7 @@ std::vector<GpuSpec> read_gpu_specs(std::istream& in, const std::string& path) {
       if (!(g.link_efficiency > 0 && g.link_efficiency <= 1))
         throw std::invalid_argument(where + ": 'link_efficiency' must be in (0, 1]");
     }
+    if (o.contains("host")) g.host = host_model(o["host"], where);
     check_gpu_spec(g, where);
     specs.push_back(g);
   }

@@ -17,8 +17,11 @@ constexpr uintptr_t kHostAlign = 256;
 
 }  // namespace
 
-bool SimEvent::query() { return time_ms_ <= backend_.clock(Stream::kCompute); }
-void SimEvent::wait() { backend_.stream_wait(Stream::kCompute, std::make_shared<SimEvent>(*this)); }
+bool SimEvent::query() { return time_ms_ <= backend_.host_now(); }
+void SimEvent::wait() {
+  backend_.host_wait_until(time_ms_);
+  backend_.stream_wait(Stream::kCompute, std::make_shared<SimEvent>(*this));
+}
 
 SimBackend::SimBackend(const BackendOptions& opts) : next_host_(kFakeHostBase) {
   if (opts.gpu.empty()) {
@@ -27,6 +30,8 @@ SimBackend::SimBackend(const BackendOptions& opts) : next_host_(kFakeHostBase) {
     throw std::invalid_argument("--gpu: the sim backend needs a GPU to model; accepted: " + names);
   }
   gpu_ = find_gpu(opts.gpu);
+  host_ = gpu_.host;
+  host_clock_.modelled = host_.on;
   arena_bytes_ = opts.arena_bytes ? opts.arena_bytes : gpu_.memory_bytes;
   op_ms_ = opts.op_ms;
   link_ms_per_byte_ = opts.link_ms_per_byte;
@@ -61,11 +66,18 @@ void SimBackend::copy_async(Stream s, void* dst, const void* src, size_t bytes) 
     move_device(dst, src, bytes);
     return;
   }
-  const double d = (link_ms_per_byte_ > 0 ? static_cast<double>(bytes) * link_ms_per_byte_
-                                          : predict_copy_ms(gpu_, bytes, s == Stream::kH2D)) +
-                   copy_queued_ms_;
-  // One copy at a time per direction, and never before the compute point it was issued at.
-  const double start = std::max(clk(s), clk(Stream::kCompute));
+  double d = (link_ms_per_byte_ > 0 ? static_cast<double>(bytes) * link_ms_per_byte_
+                                    : predict_copy_ms(gpu_, bytes, s == Stream::kH2D)) +
+             copy_queued_ms_;
+  // One copy at a time per direction, and never before the compute point it was issued at (nor,
+  // with a host model, before the host issued it; queued behind another, it costs the model's more).
+  double start = std::max(clk(s), clk(Stream::kCompute));
+  if (host_.on) {
+    host_spend(host_.copy_us, host_clock_.copy_ms);
+    ++host_clock_.copies;
+    if (clk(s) > std::max(clk(Stream::kCompute), host_clock_.now_ms)) d += host_.queued_copy_us * 1e-3;
+    start = std::max(start, host_clock_.now_ms);
+  }
   clk(s) = start + d;
   (s == Stream::kH2D ? counters_.h2d_busy_ms : counters_.d2h_busy_ms) += d;
   ++counters_.copies;
@@ -79,18 +91,29 @@ void SimBackend::copy_to_device(void*, const void*, size_t) {
 }
 
 void SimBackend::move_device(void* dst, const void* src, size_t bytes) {
+  if (!bytes || dst == src) return;  // as the cuda backend: nothing to copy
+  if (host_.on) host_spend(host_.move_us, host_clock_.alloc_ms), ++host_clock_.moved_blocks, compute_after_host();
+  move_device_at(dst, src, bytes);
+}
+
+void SimBackend::move_device_at(void* dst, const void* src, size_t bytes) {
   const auto d_addr = reinterpret_cast<uintptr_t>(dst), s_addr = reinterpret_cast<uintptr_t>(src);
-  if (!bytes || d_addr == s_addr) return;  // as the cuda backend: nothing to copy
+  if (!bytes || d_addr == s_addr) return;
   const double d = predict_move_ms(gpu_, bytes, d_addr > s_addr ? d_addr - s_addr : s_addr - d_addr);
   clk(Stream::kCompute) += d;
   counters_.compute_busy_ms += d;
 }
 
 void SimBackend::move_device_batch(const std::vector<DeviceMove>& moves) {
+  if (host_.on && !moves.empty()) {
+    host_spend(host_.move_us * static_cast<double>(moves.size()), host_clock_.alloc_ms);
+    host_clock_.moved_blocks += moves.size();
+    compute_after_host();
+  }
   for (const MoveStep& step : move_steps(moves)) {
     if (!step.staged) {
       const DeviceMove& m = moves[step.first];
-      move_device(m.dst, m.src, m.bytes);
+      move_device_at(m.dst, m.src, m.bytes);
       continue;
     }
     size_t bytes = 0;
@@ -101,7 +124,12 @@ void SimBackend::move_device_batch(const std::vector<DeviceMove>& moves) {
   }
 }
 
-Event SimBackend::record(Stream s) { return std::make_shared<SimEvent>(*this, s, clock(s)); }
+Event SimBackend::record(Stream s) {
+  if (!host_.on) return std::make_shared<SimEvent>(*this, s, clock(s));
+  host_spend(host_.event_us, host_clock_.copy_ms);
+  ++host_clock_.events;
+  return std::make_shared<SimEvent>(*this, s, std::max(clock(s), host_clock_.now_ms));  // not before it was recorded
+}
 
 void SimBackend::stream_wait(Stream s, const Event& e) {
   if (!e) return;
@@ -112,16 +140,51 @@ void SimBackend::stream_wait(Stream s, const Event& e) {
 }
 
 void SimBackend::synchronize() {
-  const double t = *std::max_element(clock_.begin(), clock_.end());
+  const double t = std::max(*std::max_element(clock_.begin(), clock_.end()), host_clock_.now_ms);
   for (auto& c : clock_) c = t;
+  host_clock_.now_ms = host_.on ? t : 0;  // the host waited for it all (the drain, not a mid-iteration wait)
+}
+
+void SimBackend::host_spend(double us, double& bucket) {
+  host_clock_.now_ms += us * 1e-3;
+  bucket += us * 1e-3;
+}
+
+void SimBackend::compute_after_host() {
+  double& c = clk(Stream::kCompute);
+  if (host_clock_.now_ms > c) host_clock_.device_idle_ms += host_clock_.now_ms - c, c = host_clock_.now_ms;
+}
+
+void SimBackend::host_wait_until(double t_ms) {
+  if (!host_.on || t_ms <= host_clock_.now_ms) return;
+  host_clock_.wait_ms += t_ms - host_clock_.now_ms;
+  host_clock_.now_ms = t_ms;
+}
+
+void SimBackend::host_work(HostWork w) {
+  if (!host_.on) return;
+  if (w == HostWork::kAllocation) {
+    host_spend(host_.alloc_us, host_clock_.alloc_ms);
+    ++host_clock_.allocations;
+  } else {
+    host_spend(host_.action_us, host_clock_.action_ms);
+    ++host_clock_.actions;
+  }
 }
 
 void SimBackend::launch(const Graph& g, const Op& op, const KernelArgs& args) {
   const auto i = static_cast<size_t>(op.index);
   const double d = op.index >= 0 && i < op_ms_.size() ? op_ms_[i] : predict_op(gpu_, g, op, args.conv_algo).total_ms;
+  if (host_.on) {
+    host_spend(host_.op_us.at(static_cast<size_t>(op.kind)), host_clock_.launch_ms);
+    ++host_clock_.launches;
+    compute_after_host();
+  }
   clk(Stream::kCompute) += d;
   counters_.compute_busy_ms += d;
   ++counters_.kernels;
+  // The loss is read back as it is made (the executor's read on a backend with data).
+  if (host_.loss_sync && !op.outputs.empty() && op.outputs[0] == g.loss) host_wait_until(clk(Stream::kCompute));
 }
 
 // Fake like the arena: a managed range nobody dereferences, far from the arena and the host pool.

@@ -6,6 +6,12 @@
 // (stream, time) pairs; a host wait on an event that is not yet reached advances the compute
 // clock to it, which is exactly a stall on a GPU. Memory figures are those of any backend: the
 // allocation sequence depends only on the op sequence and the policy.
+// Where the GPU has a host model (HostModel, gpu_specs.h) a host clock runs too: every launch,
+// copy, event, allocation, moved block and policy action advances it by the model's cost, a
+// kernel or a move starts no earlier than the host issued it (the compute stream idles for a
+// late host), a copy queued behind another adds the model's per-copy cost, events complete no
+// earlier than they were recorded, queries and host waits read the host's clock, and the host
+// waits for the device at the loss (read back) and at synchronize. Without one, as before.
 // Nothing holds values: arena_base() is a fake address that nobody may dereference,
 // host_alloc() hands out fake addresses, has_data() is false.
 #pragma once
@@ -47,6 +53,7 @@ class SimBackend final : public Backend {
   std::string device_description() const override;
   bool has_data() const override { return false; }
   std::string modelled_gpu() const override { return gpu_.name; }
+  const std::vector<double>* modelled_op_ms() const override { return op_ms_.empty() ? nullptr : &op_ms_; }
   void* arena_base() override;
   size_t arena_bytes() const override { return arena_bytes_; }
   void* host_alloc(size_t bytes) override;
@@ -63,6 +70,11 @@ class SimBackend final : public Backend {
   size_t workspace_bytes(const Graph& g, const Op& op, ConvAlgo algo) override;
   void init_tensor(const TensorInfo& t, void* dev, uint64_t seed) override {}
   double now_ms() override { return clock(Stream::kCompute); }
+  void host_work(HostWork w) override;
+  HostClock host_clock() const override { return host_clock_; }
+  // The host's now where it is modelled, else the compute stream's (what a query compares with).
+  double host_now() const { return host_.on ? host_clock_.now_ms : clock(Stream::kCompute); }
+  void host_wait_until(double t_ms);
   // Unified memory: the fault model of um_model.h; no bytes, so nothing is mapped.
   void* um_reserve(size_t range_bytes, size_t page_bytes, size_t frames) override;
   void um_migrate_in(Stream s, size_t page, size_t frame, bool copy) override;
@@ -82,6 +94,11 @@ class SimBackend final : public Backend {
  private:
   double& clk(Stream s) { return clock_[static_cast<size_t>(s)]; }
   void run_codec(Stream s, double ms);
+  void move_device_at(void* dst, const void* src, size_t bytes);  // the device's part of move_device
+  void host_spend(double us, double& bucket);  // the modelled host works `us`
+  void compute_after_host();  // a kernel or move issued now starts no earlier than the host's now
+  HostModel host_;
+  HostClock host_clock_;
   std::shared_ptr<const DensityTable> densities_;
   GpuSpec gpu_;
   size_t arena_bytes_;

@@ -49,6 +49,7 @@ RehearsalSetup AutoPolicy::measure_setup(const AccessTrace& trace, std::string* 
   s.gpu = view_->modelled_gpu();
   s.allocator = view_->allocator_name();
   s.host_budget = view_->host_budget();
+  if (const auto* ms = view_->modelled_op_ms()) s.op_ms = *ms;  // on sim, the op times the run charges
   if (s.gpu.empty()) {  // not on sim: model the measurement
     s.gpu = kRehearsalGpu;
     if (trace.op_ms.size() == view_->graph().num_ops()) s.op_ms = trace.op_ms;
