@@ -229,6 +229,7 @@ class Names(unittest.TestCase):
         self.assertIn(os.path.join("vtbench", "engine.py"), package)
         for name in ("run.py", "cuda_policies.py", "cuda_vs_pytorch.py", "sim_vs_device.py", "calibrate_gpu.py", "torch_policies.py",
                      "torch_auto.py", "torch_auto_planning.py", "torch_replay.py", "host_cost.py", "script_io.py",
+                     "fit_host.py", "host_model.py", "host_plans.py",
                      *package):
             path = os.path.join(ROOT, "bench", name)
             with open(path) as f:
@@ -269,6 +270,36 @@ class Names(unittest.TestCase):
         self.assertEqual(sum(len(m.EXPERIMENTS) for m in experiments.MODULES), len(experiments.ORDER))
         listed = subprocess.run([*RUN, "list"], capture_output=True, text=True, check=True).stdout
         self.assertEqual([l.split()[0] for l in listed.splitlines() if l.strip()], experiments.ORDER)
+
+
+class HostModel(unittest.TestCase):
+    """bench/fit_host.py: the committed host model is what its command fits, and it predicts rows
+    of the H200's run it never saw (fitted to the H100's) within 10%, closer than the sim without it."""
+
+    def test_the_committed_fit_is_what_the_command_writes(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "h100-measured.json")
+            subprocess.run([sys.executable, os.path.join("bench", "fit_host.py"), "fit", "--run",
+                            os.path.join("docs", "gpu-runs", "2026-11-27b"), "--base", "h100-80g", "--name", "h100-measured",
+                            "--out", out], cwd=ROOT, capture_output=True, text=True, check=True)
+            with open(out) as f, open(os.path.join(ROOT, "bench", "gpus", "h100-measured.json")) as g:
+                self.assertEqual(f.read(), g.read())
+
+    def test_held_out_rows_within_ten_percent(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "rows.json")
+            subprocess.run([sys.executable, os.path.join("bench", "fit_host.py"), "predict", "--run",
+                            os.path.join("docs", "gpu-runs", "2026-11-30"), "--gpu-file",
+                            os.path.join("bench", "gpus", "h100-measured.json"), "--gpu", "h100-measured",
+                            "--models", "bert-base", "--policies", "none,lru,capuchin,dtr", "--json", out],
+                           cwd=ROOT, capture_output=True, text=True, check=True)
+            with open(out) as f:
+                rows = json.load(f)
+        self.assertEqual(len(rows), 7)  # none, and three policies at 50% and 25%
+        for r in rows:
+            self.assertLessEqual(abs(r["host_error"]), 0.10, r)
+        # the sim without the host predicts these rows low; with it, nearer on the whole
+        self.assertLess(sum(abs(r["host_error"]) for r in rows), sum(abs(r["bare_error"]) for r in rows))
 
 
 class SimVsDevice(unittest.TestCase):

@@ -21,7 +21,7 @@ ORDER = [
     "um-sim-h100", "um-maxbatch-p100", "um-maxbatch-h100", "compress-ablation-p100", "compress-ablation-h100",
     "dtr-logs-p100", "dtr-logs-h100", "capuchin-cpu-resnet-tiny", "capuchin-cpu-vgg-tiny", "um-cpu",
     "compress-cpu", "lossy-drift", "allocator-bench", "planner-bench", "vdnn-plan", "smoke-runs",
-    "um-lookahead", "host-budget", "checkpoint-plan", "torch-policies", "torch-auto", "torch-auto-planning", "torch-replay", "host-cost", "auto-vs-best", "auto-vs-best-logs",
+    "um-lookahead", "host-budget", "checkpoint-plan", "torch-policies", "torch-auto", "torch-auto-planning", "torch-replay", "host-cost", "host-model", "host-plans", "host-next", "auto-vs-best", "auto-vs-best-logs",
     "auto-recompute", "auto-search-models", "auto-search-logs", "auto-repeat", "auto-repeat-logs",
     "planning-clock", "auto-wall-cap", "auto-codec-cpu", "auto-lp-model", "auto-lp-model-logs",
     "step-in-backward", "auto-lp", "auto-ilp", "auto-ilp-logs", "auto-planned", "sim-calibrated",

@@ -133,6 +133,56 @@ EXPERIMENTS["sim-calibrated"] = {
                 ("auto at 25%: spec → calibrated", lambda c: _calibrated_cell(c, "25%"))]}
 
 
+EXPERIMENTS["host-model"] = {
+    "kind": "torch",
+    "about": "the sim with its host model against the H200's run of 2026-11-30 (docs/gpu-runs/2026-11-30/"
+             "cuda_policies.csv): every row again on the sim, `vtensor train --backend sim --gpu G --gpu-file F "
+             "--op-times docs/gpu-runs/2026-11-30/sim_vs_device_ops_M.csv --model M --batch B --policy P --iters 6 "
+             "--budget X` (X the row's fraction of the sim's peak of none; the median of iterations 2-5) on three "
+             "specs: the H200's link without a host model; held out, the host model fitted to the H100's run "
+             "(bench/gpus/h100-measured.json: `bench/fit_host.py fit --run docs/gpu-runs/2026-11-27b`), which never "
+             "saw the H200; in sample, the one fitted to this run (bench/gpus/h200-measured.json); each predicted ms "
+             "with its error against the measured; host launch and swapped MiB measured / held-out",
+    "script": "bench/host_model.py",
+    "args": ["--run", "docs/gpu-runs/2026-11-30", "--held-out", "bench/gpus/h100-measured.json:h100-measured",
+             "--in-sample", "bench/gpus/h200-measured.json:h200-measured"],
+    "columns": [("model", "model"), ("budget", "budget"), ("policy", "policy"), ("measured ms", "measured_ms"),
+                ("no host model", "no_host"), ("held out (H100's fit)", "held_out"), ("in sample (H200's fit)", "in_sample"),
+                ("host launch ms, measured / held out", "launch"), ("swapped MiB, measured / held out", "swapped"),
+                ("note", "note")],
+}
+
+
+EXPERIMENTS["host-plans"] = {
+    "kind": "torch",
+    "about": "auto's plans with the host model beside its plans without it, on the spec fitted to the H200's run "
+             "(bench/gpus/h200-measured.json), each op charged its time measured there (`--op-times`): per model and "
+             "budget (of the sim's peak of none), plan A made on the spec less its host model, plan B on the spec, "
+             "then A run again on the spec with `--auto-plan` (no search); a plan as swapped MiB / recomputed ops / "
+             "compacted blocks per iteration; ms the median of iterations 2-5; B against A, both on the host model",
+    "script": "bench/host_plans.py",
+    "columns": [("model", "model"), ("budget", "budget"), ("plan A (no host model)", "plan_a"),
+                ("plan B (host model)", "plan_b"), ("A without host ms", "a_bare_ms"), ("A with host ms", "a_host_ms"),
+                ("B with host ms", "b_host_ms"), ("B against A", "change"), ("note", "note")],
+}
+
+
+EXPERIMENTS["host-next"] = {
+    "kind": "torch",
+    "about": "the next GPU run's policies step (`bench/cuda_bench.sh`: bench/cuda_policies.py over resnet50, vgg16, "
+             "gpt2-small, bert-base, policies lru, capuchin, dtr, auto, fractions 0.5, 0.25), predicted before it runs "
+             "on the spec fitted to the H200's run (bench/gpus/h200-measured.json), as in the host-model experiment: "
+             "per row the iteration ms, the host's launch ms, swapped MiB and recomputed ops on the sim; the measured "
+             "column is that run's to fill",
+    "script": "bench/host_model.py",
+    "args": ["--next", "--run", "docs/gpu-runs/2026-11-30", "--held-out", "bench/gpus/h100-measured.json:h100-measured",
+             "--in-sample", "bench/gpus/h200-measured.json:h200-measured"],
+    "columns": [("model", "model"), ("budget", "budget"), ("policy", "policy"), ("predicted ms", "predicted"),
+                ("host launch ms", "launch"), ("swapped MiB", "swapped"), ("recomputed ops", "recomputed"),
+                ("measured ms", "measured")],
+}
+
+
 EXPERIMENTS["host-cost"] = {
     "kind": "torch",
     "about": "the runtime's own host work per op on the sim backend, where no kernel runs: per model and policy "
