@@ -2,6 +2,49 @@
 
 namespace vtensor {
 
+OpFamily op_family(OpKind k) {
+  switch (k) {
+    case OpKind::kData:
+    case OpKind::kTokenData: return OpFamily::kData;
+    case OpKind::kConv2d:
+    case OpKind::kConv2dBwdData:
+    case OpKind::kConv2dBwdFilter: return OpFamily::kConv;
+    case OpKind::kBatchNorm:
+    case OpKind::kBatchNormBwd:
+    case OpKind::kLayerNorm:
+    case OpKind::kLayerNormBwd: return OpFamily::kNorm;
+    case OpKind::kMaxPool:
+    case OpKind::kMaxPoolBwd:
+    case OpKind::kGlobalAvgPool:
+    case OpKind::kGlobalAvgPoolBwd: return OpFamily::kPool;
+    case OpKind::kLinear:
+    case OpKind::kLinearBwd: return OpFamily::kLinear;
+    case OpKind::kBatchedMatmul:
+    case OpKind::kBatchedMatmulBwd: return OpFamily::kMatmul;
+    case OpKind::kRelu:
+    case OpKind::kReluBwd:
+    case OpKind::kAdd:
+    case OpKind::kDropout:
+    case OpKind::kDropoutBwd:
+    case OpKind::kGelu:
+    case OpKind::kGeluBwd: return OpFamily::kElementwise;
+    case OpKind::kFlatten:
+    case OpKind::kReshapeBwd:
+    case OpKind::kReshape:
+    case OpKind::kTranspose: return OpFamily::kLayout;
+    case OpKind::kSoftmaxCE:
+    case OpKind::kSoftmaxCEBwd:
+    case OpKind::kSoftmax:
+    case OpKind::kSoftmaxBwd: return OpFamily::kSoftmax;
+    case OpKind::kEmbedding:
+    case OpKind::kEmbeddingBwd: return OpFamily::kEmbedding;
+    case OpKind::kSgdMomentum:
+    case OpKind::kAdam: return OpFamily::kOptimizer;
+    case OpKind::kReplay: return OpFamily::kReplay;
+  }
+  return OpFamily::kReplay;
+}
+
 const char* to_string(OpKind k) {
   switch (k) {
     case OpKind::kData: return "data";

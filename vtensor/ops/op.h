@@ -53,6 +53,12 @@ enum class OpKind {
 };
 const char* to_string(OpKind k);
 
+// The family an op kind's kernels come in: what a backend's launch dispatches on, so that a new
+// kind is classified once, here, and every backend's dispatch stays exhaustive over families.
+enum class OpFamily { kData, kConv, kNorm, kPool, kLinear, kMatmul, kElementwise, kLayout, kSoftmax, kEmbedding,
+                      kOptimizer, kReplay };
+OpFamily op_family(OpKind k);
+
 // Convolution algorithm (ops kConv2d, kConv2dBwdData, kConv2dBwdFilter). Both give the same
 // bits; kLean needs less workspace (vDNN's memory-optimal choice), kFast may run faster.
 enum class ConvAlgo { kFast, kLean };

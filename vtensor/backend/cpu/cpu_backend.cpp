@@ -469,44 +469,19 @@ void launch_optimizer(const Graph& g, const Op& op, const KernelArgs& a) {
 }  // namespace
 
 void CpuBackend::launch(const Graph& g, const Op& op, const KernelArgs& a) {
-  switch (op.kind) {
-    case OpKind::kData:
-    case OpKind::kTokenData: return launch_data(g, op, a);
-    case OpKind::kConv2d:
-    case OpKind::kConv2dBwdData:
-    case OpKind::kConv2dBwdFilter: return launch_conv(g, op, a);
-    case OpKind::kBatchNorm:
-    case OpKind::kBatchNormBwd:
-    case OpKind::kLayerNorm:
-    case OpKind::kLayerNormBwd: return launch_norm(g, op, a);
-    case OpKind::kMaxPool:
-    case OpKind::kMaxPoolBwd:
-    case OpKind::kGlobalAvgPool:
-    case OpKind::kGlobalAvgPoolBwd: return launch_pool(g, op, a);
-    case OpKind::kLinear:
-    case OpKind::kLinearBwd: return launch_linear(g, op, a);
-    case OpKind::kBatchedMatmul:
-    case OpKind::kBatchedMatmulBwd: return launch_matmul(g, op, a);
-    case OpKind::kRelu:
-    case OpKind::kReluBwd:
-    case OpKind::kAdd:
-    case OpKind::kDropout:
-    case OpKind::kDropoutBwd:
-    case OpKind::kGelu:
-    case OpKind::kGeluBwd: return launch_elementwise(g, op, a);
-    case OpKind::kFlatten:
-    case OpKind::kReshapeBwd:
-    case OpKind::kReshape:
-    case OpKind::kTranspose: return launch_layout(g, op, a);
-    case OpKind::kSoftmaxCE:
-    case OpKind::kSoftmaxCEBwd:
-    case OpKind::kSoftmax:
-    case OpKind::kSoftmaxBwd: return launch_softmax(g, op, a);
-    case OpKind::kEmbedding:
-    case OpKind::kEmbeddingBwd: return launch_embedding(g, op, a);
-    case OpKind::kSgdMomentum:
-    case OpKind::kAdam: return launch_optimizer(g, op, a);
-    case OpKind::kReplay:
+  switch (op_family(op.kind)) {
+    case OpFamily::kData: return launch_data(g, op, a);
+    case OpFamily::kConv: return launch_conv(g, op, a);
+    case OpFamily::kNorm: return launch_norm(g, op, a);
+    case OpFamily::kPool: return launch_pool(g, op, a);
+    case OpFamily::kLinear: return launch_linear(g, op, a);
+    case OpFamily::kMatmul: return launch_matmul(g, op, a);
+    case OpFamily::kElementwise: return launch_elementwise(g, op, a);
+    case OpFamily::kLayout: return launch_layout(g, op, a);
+    case OpFamily::kSoftmax: return launch_softmax(g, op, a);
+    case OpFamily::kEmbedding: return launch_embedding(g, op, a);
+    case OpFamily::kOptimizer: return launch_optimizer(g, op, a);
+    case OpFamily::kReplay:
       throw std::invalid_argument("the cpu backend cannot run replayed op '" + op.name +
                                   "' (a trace has no kernels); replay with --backend sim");
   }

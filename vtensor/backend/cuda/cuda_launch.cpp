@@ -65,44 +65,19 @@ void CudaBackend::launch(const Graph& g, const Op& op, const KernelArgs& a) {
     }
   } attribution(op_timer_, op.index, a.recompute);
   size_t ws_bytes = a.workspace ? workspace_bytes(g, op, a.conv_algo) : 0;
-  switch (op.kind) {
-    case OpKind::kData:
-    case OpKind::kTokenData: return launch_data(g, op, a);
-    case OpKind::kConv2d:
-    case OpKind::kConv2dBwdData:
-    case OpKind::kConv2dBwdFilter: return launch_conv(g, op, a, ws_bytes);
-    case OpKind::kBatchNorm:
-    case OpKind::kBatchNormBwd:
-    case OpKind::kLayerNorm:
-    case OpKind::kLayerNormBwd: return launch_norm(g, op, a, ws_bytes);
-    case OpKind::kMaxPool:
-    case OpKind::kMaxPoolBwd:
-    case OpKind::kGlobalAvgPool:
-    case OpKind::kGlobalAvgPoolBwd: return launch_pool(g, op, a);
-    case OpKind::kLinear:
-    case OpKind::kLinearBwd: return launch_linear(g, op, a);
-    case OpKind::kBatchedMatmul:
-    case OpKind::kBatchedMatmulBwd: return launch_matmul(g, op, a);
-    case OpKind::kRelu:
-    case OpKind::kReluBwd:
-    case OpKind::kAdd:
-    case OpKind::kDropout:
-    case OpKind::kDropoutBwd:
-    case OpKind::kGelu:
-    case OpKind::kGeluBwd: return launch_elementwise(g, op, a);
-    case OpKind::kFlatten:
-    case OpKind::kReshapeBwd:
-    case OpKind::kReshape:
-    case OpKind::kTranspose: return launch_layout(g, op, a);
-    case OpKind::kSoftmaxCE:
-    case OpKind::kSoftmaxCEBwd:
-    case OpKind::kSoftmax:
-    case OpKind::kSoftmaxBwd: return launch_softmax(g, op, a, ws_bytes);
-    case OpKind::kEmbedding:
-    case OpKind::kEmbeddingBwd: return launch_embedding(g, op, a);
-    case OpKind::kSgdMomentum:
-    case OpKind::kAdam: return launch_optimizer(g, op, a);
-    case OpKind::kReplay:
+  switch (op_family(op.kind)) {
+    case OpFamily::kData: return launch_data(g, op, a);
+    case OpFamily::kConv: return launch_conv(g, op, a, ws_bytes);
+    case OpFamily::kNorm: return launch_norm(g, op, a, ws_bytes);
+    case OpFamily::kPool: return launch_pool(g, op, a);
+    case OpFamily::kLinear: return launch_linear(g, op, a);
+    case OpFamily::kMatmul: return launch_matmul(g, op, a);
+    case OpFamily::kElementwise: return launch_elementwise(g, op, a);
+    case OpFamily::kLayout: return launch_layout(g, op, a);
+    case OpFamily::kSoftmax: return launch_softmax(g, op, a, ws_bytes);
+    case OpFamily::kEmbedding: return launch_embedding(g, op, a);
+    case OpFamily::kOptimizer: return launch_optimizer(g, op, a);
+    case OpFamily::kReplay:
       throw std::invalid_argument("the cuda backend cannot run replayed op '" + op.name +
                                   "' (a trace has no kernels); replay with --backend sim");
   }
