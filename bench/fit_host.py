@@ -25,7 +25,6 @@ predict: every row of a run on a spec, with the host model and without it (the s
       --gpu h100-measured --json OUT.json
 """
 import argparse
-import csv
 import json
 import os
 import re
@@ -34,6 +33,8 @@ import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
+import calibrate_gpu
+from calibrate_gpu import read_rows
 from script_io import write_rows
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
@@ -69,14 +70,7 @@ def op_class(kind):
 
 
 def read_csv(path, need, writer):
-    try:
-        with open(path) as f:
-            rows = list(csv.DictReader(f))
-    except OSError as e:
-        sys.exit(f"fit_host: {path}: {e.strerror}")
-    if not rows or not need <= set(rows[0]):
-        sys.exit(f"fit_host: {path}: not a CSV of {writer} (columns {', '.join(sorted(need))})")
-    return rows
+    return read_rows(path, "--run", need, writer)
 
 
 def read_run(folder, every_row=False):
@@ -130,13 +124,9 @@ def room_budgets(rows):
 
 
 def read_link(folder):
-    rows = read_csv(os.path.join(folder, "swap_bandwidth.csv"), {"size_mib", "direction", "vtensor_gbps"},
-                    "build/bench/vtensor_swap_bandwidth")
-    link = {}
-    for d in ("h2d", "d2h"):
-        at = [r for r in rows if r["direction"] == d]
-        link[d] = round(float(max(at, key=lambda r: float(r["size_mib"]))["vtensor_gbps"]), 2)
-    return link
+    """calibrate_gpu.py's: the swap path's one-way figure at the largest size, each direction."""
+    link = calibrate_gpu.read_link(os.path.join(folder, "swap_bandwidth.csv"))
+    return {d: round(v, 2) for d, v in link.items()}
 
 
 def kinds_of(ops_csv):
